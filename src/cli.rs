@@ -1,0 +1,65 @@
+//! The command line: names and flags are a contract (see DESIGN.md), scripts call them.
+
+use clap::{Args, Parser, Subcommand};
+use std::path::PathBuf;
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "hallmark",
+    version,
+    about = "Reproducible container images from declarative specs, shipped to a cluster"
+)]
+pub struct Cli {
+    /// The cluster file (default: hallmark.toml at the project root).
+    #[arg(long, global = true, value_name = "FILE")]
+    pub config: Option<PathBuf>,
+    /// Machine-readable output on stdout.
+    #[arg(long, global = true)]
+    pub json: bool,
+    /// More detail on stderr.
+    #[arg(short, long, global = true, conflicts_with = "quiet")]
+    pub verbose: bool,
+    /// Errors only.
+    #[arg(short, long, global = true)]
+    pub quiet: bool,
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Debug, Args)]
+pub struct Selection {
+    /// Images by name (their folder under images/).
+    #[arg(value_name = "IMAGE")]
+    pub images: Vec<String>,
+    /// Every image of the project (the default when no image is named).
+    #[arg(long, conflicts_with = "images")]
+    pub all: bool,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Resolve pins into pins/<image>.toml.
+    Lock {
+        #[arg(value_name = "IMAGE")]
+        images: Vec<String>,
+        /// Resolve again even where a pin matches the spec.
+        #[arg(long)]
+        update: bool,
+    },
+    /// Specs, pins, patch series and lints; no engine needed.
+    Check(Selection),
+    /// Print the Dockerfile; --out also writes the build context.
+    Render {
+        image: String,
+        #[arg(long, value_name = "DIR")]
+        out: Option<PathBuf>,
+    },
+    /// Print `<checksum>  <image>` per image; offline.
+    Checksum {
+        #[command(flatten)]
+        selection: Selection,
+        /// Print the document the checksum is the sha256 of.
+        #[arg(long)]
+        explain: bool,
+    },
+}

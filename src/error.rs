@@ -1,0 +1,234 @@
+//! One error type for the library, one renderer for the binary.
+//!
+//! Every variant carries what an operator needs to find the problem: the file, the key, the
+//! image, the node. `exit_code` maps each to the documented exit codes: 2 for bad input
+//! (usage, spec, pins, config), 1 for work that failed (git, pip, a patch, an engine).
+
+use std::fmt::Write as _;
+use std::path::{Path, PathBuf};
+
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// A place in a text file: 1-based line and column, plus the line itself for the caret.
+#[derive(Debug, Clone)]
+pub struct Location {
+    pub line: usize,
+    pub column: usize,
+    pub text: String,
+}
+
+impl Location {
+    /// Line and column of a byte offset in `source`.
+    pub fn of_offset(source: &str, offset: usize) -> Location {
+        let offset = offset.min(source.len());
+        let before = &source[..offset];
+        let line = before.matches('\n').count() + 1;
+        let line_start = before.rfind('\n').map_or(0, |i| i + 1);
+        let column = source[line_start..offset].chars().count() + 1;
+        let text = source[line_start..]
+            .lines()
+            .next()
+            .unwrap_or_default()
+            .to_string();
+        Location { line, column, text }
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error("{message}")]
+    Usage {
+        message: String,
+        hint: Option<String>,
+    },
+
+    #[error("cannot read or write {}", path.display())]
+    Io {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+
+    /// A file that does not parse, or a value of the wrong shape, found by the TOML parser.
+    #[error("{}{}: {message}", path.display(), at(location))]
+    Parse {
+        path: PathBuf,
+        location: Option<Location>,
+        key: Option<String>,
+        message: String,
+    },
+
+    /// A value that parses but is wrong (a duplicate name, a cycle, an escaping path).
+    #[error("{}{}: {}{message}", path.display(), at(location), key.as_deref().map(|k| format!("`{k}`: ")).unwrap_or_default())]
+    Invalid {
+        path: PathBuf,
+        location: Option<Location>,
+        key: Option<String>,
+        message: String,
+        hint: Option<String>,
+    },
+
+    #[error("no project found: neither {} nor any parent holds an `images/` folder", start.display())]
+    NoProject { start: PathBuf },
+
+    #[error("no image `{name}` in {}", images_dir.display())]
+    UnknownImage {
+        name: String,
+        images_dir: PathBuf,
+        known: Vec<String>,
+    },
+
+    #[error("the images form a cycle: {}", chain.join(" -> "))]
+    Cycle { chain: Vec<String>, path: PathBuf },
+
+    #[error("{}: {what}", path.display())]
+    Pin {
+        image: String,
+        path: PathBuf,
+        what: String,
+    },
+
+    #[error("`{command}` failed{}", context.as_deref().map(|c| format!(" ({c})")).unwrap_or_default())]
+    Command {
+        command: String,
+        context: Option<String>,
+        stderr: String,
+    },
+
+    #[error("patch set `{set}` does not apply to source `{source_name}` of image `{image}`: {}{}", file.display(), hunk.as_deref().map(|h| format!(", {h}")).unwrap_or_default())]
+    PatchDoesNotApply {
+        image: String,
+        source_name: String,
+        set: String,
+        file: PathBuf,
+        hunk: Option<String>,
+        detail: String,
+    },
+
+    #[error("image `{image}`: {message}")]
+    Lint {
+        image: String,
+        path: PathBuf,
+        message: String,
+        hint: Option<String>,
+    },
+
+    #[error("{template}: {message}")]
+    Template { template: String, message: String },
+
+    #[error("wheel `{name}=={version}` for image `{image}`: {message}")]
+    Wheel {
+        image: String,
+        name: String,
+        version: String,
+        message: String,
+        hint: Option<String>,
+    },
+
+    /// Several independent problems, reported together (as `check` does).
+    #[error("{} problems", .0.len())]
+    Many(Vec<Error>),
+}
+
+fn at(location: &Option<Location>) -> String {
+    location
+        .as_ref()
+        .map(|l| format!(":{}:{}", l.line, l.column))
+        .unwrap_or_default()
+}
+
+impl Error {
+    pub fn io(path: impl AsRef<Path>, source: std::io::Error) -> Error {
+        Error::Io {
+            path: path.as_ref().to_path_buf(),
+            source,
+        }
+    }
+
+    pub fn usage(message: impl Into<String>) -> Error {
+        Error::Usage {
+            message: message.into(),
+            hint: None,
+        }
+    }
+
+    /// 2 for input the operator must fix, 1 for work that failed.
+    pub fn exit_code(&self) -> u8 {
+        match self {
+            Error::Usage { .. }
+            | Error::Parse { .. }
+            | Error::Invalid { .. }
+            | Error::NoProject { .. }
+            | Error::UnknownImage { .. }
+            | Error::Cycle { .. }
+            | Error::Pin { .. }
+            | Error::Lint { .. }
+            | Error::Template { .. } => 2,
+            Error::Io { .. }
+            | Error::Command { .. }
+            | Error::PatchDoesNotApply { .. }
+            | Error::Wheel { .. } => 1,
+            Error::Many(errors) => errors.iter().map(Error::exit_code).min().unwrap_or(1),
+        }
+    }
+
+    fn hint(&self) -> Option<String> {
+        match self {
+            Error::Usage { hint, .. }
+            | Error::Invalid { hint, .. }
+            | Error::Lint { hint, .. }
+            | Error::Wheel { hint, .. } => hint.clone(),
+            Error::UnknownImage { known, .. } if !known.is_empty() => {
+                Some(format!("images here: {}", known.join(", ")))
+            }
+            Error::Pin { image, .. } => Some(format!("run `hallmark lock {image}`")),
+            Error::NoProject { .. } => Some(
+                "run hallmark inside a project, a folder with `images/<name>/image.toml`".into(),
+            ),
+            _ => None,
+        }
+    }
+
+    /// The whole report: `error:`, the source line with a caret, `caused by:`, `hint:`.
+    pub fn render(&self) -> String {
+        if let Error::Many(errors) = self {
+            return errors
+                .iter()
+                .map(Error::render)
+                .collect::<Vec<_>>()
+                .join("\n");
+        }
+        let mut out = format!("error: {self}\n");
+        if let Error::Parse {
+            location: Some(l), ..
+        }
+        | Error::Invalid {
+            location: Some(l), ..
+        } = self
+        {
+            let gutter = l.line.to_string().len();
+            let _ = writeln!(out, "{:gutter$} |", "");
+            let _ = writeln!(out, "{} | {}", l.line, l.text);
+            let _ = writeln!(out, "{:gutter$} | {:>col$}", "", "^", col = l.column);
+        }
+        let detail = match self {
+            Error::Command { stderr, .. } => Some(stderr.as_str()),
+            Error::PatchDoesNotApply { detail, .. } => Some(detail.as_str()),
+            _ => None,
+        };
+        if let Some(detail) = detail.map(str::trim).filter(|d| !d.is_empty()) {
+            for line in detail.lines() {
+                let _ = writeln!(out, "  | {line}");
+            }
+        }
+        let mut cause = std::error::Error::source(self);
+        while let Some(c) = cause {
+            let _ = writeln!(out, "caused by: {c}");
+            cause = c.source();
+        }
+        if let Some(hint) = self.hint() {
+            let _ = writeln!(out, "hint: {hint}");
+        }
+        out
+    }
+}

@@ -1,0 +1,38 @@
+//! hallmark: reproducible container images from declarative specs, stamped with a checksum
+//! of their inputs and shipped to the nodes of a small cluster.
+//!
+//! The pipeline runs one way, one module per stage: `spec` + `pins` -> `plan` (graph and
+//! checksum) -> `fetch` (sources, patches, wheels) -> `context` (deterministic tar) ->
+//! `render` (Dockerfile).
+
+pub mod check;
+pub mod checksum;
+pub mod cli;
+pub mod commands;
+pub mod config;
+pub mod context;
+pub mod error;
+pub mod fetch;
+pub mod lock;
+pub mod patches;
+pub mod pins;
+pub mod plan;
+pub mod project;
+pub mod render;
+pub mod spec;
+pub mod values;
+
+use clap::Parser;
+use std::process::ExitCode;
+
+/// Parses the command line, runs it, prints any error, and returns the exit code.
+pub fn main() -> ExitCode {
+    let cli = cli::Cli::parse();
+    match commands::run(cli) {
+        Ok(code) => ExitCode::from(code),
+        Err(error) => {
+            eprint!("{}", error.render());
+            ExitCode::from(error.exit_code())
+        }
+    }
+}

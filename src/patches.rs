@@ -1,0 +1,154 @@
+//! Patch sets: `patches/<set>/series` lists the patch files in order, quilt style (one per
+//! line, `#` comments, an optional `-pN` strip level). Paths a patch touches are checked here,
+//! before git sees them, so an escaping patch is refused with its set and file named.
+
+use crate::error::{Error, Location, Result};
+use crate::values::{Name, RelativePath};
+use sha2::{Digest as _, Sha256};
+use std::path::{Path, PathBuf};
+
+#[derive(Debug, Clone)]
+pub struct PatchSet {
+    pub name: Name,
+    pub dir: PathBuf,
+    pub patches: Vec<Patch>,
+}
+
+#[derive(Debug, Clone)]
+pub struct Patch {
+    pub file: RelativePath,
+    pub path: PathBuf,
+    pub strip: u32,
+    pub sha256: String,
+}
+
+pub fn read_set(patches_dir: &Path, name: &Name) -> Result<PatchSet> {
+    let dir = patches_dir.join(name.as_str());
+    let series_path = dir.join("series");
+    let text = fs_err::read_to_string(&series_path).map_err(|e| Error::io(&series_path, e))?;
+    let mut patches = Vec::new();
+    let mut offset = 0;
+    for line in text.split_inclusive('\n') {
+        let at = offset;
+        offset += line.len();
+        let content = line.split('#').next().unwrap_or_default().trim();
+        if content.is_empty() {
+            continue;
+        }
+        let invalid = |message: String| Error::Invalid {
+            path: series_path.clone(),
+            location: Some(Location::of_offset(&text, at)),
+            key: None,
+            message,
+            hint: None,
+        };
+        let mut words = content.split_whitespace();
+        let file = words.next().unwrap_or_default();
+        let strip = match words.next() {
+            None => 1,
+            Some(flag) => flag
+                .strip_prefix("-p")
+                .and_then(|n| n.parse().ok())
+                .ok_or_else(|| {
+                    invalid(format!(
+                        "`{flag}` is not a strip level; write `-p0`, `-p1`, ..."
+                    ))
+                })?,
+        };
+        if let Some(extra) = words.next() {
+            return Err(invalid(format!(
+                "unexpected `{extra}` after the strip level"
+            )));
+        }
+        let file = RelativePath::try_from(file.to_string()).map_err(invalid)?;
+        let path = dir.join(file.as_str());
+        let bytes = fs_err::read(&path).map_err(|e| Error::io(&path, e))?;
+        check_touched_paths(&bytes, strip).map_err(|message| Error::Invalid {
+            path: path.clone(),
+            location: None,
+            key: None,
+            message: format!("patch set `{name}`: {message}"),
+            hint: None,
+        })?;
+        patches.push(Patch {
+            file,
+            path,
+            strip,
+            sha256: hex::encode(Sha256::digest(&bytes)),
+        });
+    }
+    if patches.is_empty() {
+        return Err(Error::Invalid {
+            path: series_path,
+            location: None,
+            key: None,
+            message: "the series lists no patches".into(),
+            hint: None,
+        });
+    }
+    Ok(PatchSet {
+        name: name.clone(),
+        dir,
+        patches,
+    })
+}
+
+/// Every file a unified or git diff names must stay inside the source tree.
+fn check_touched_paths(bytes: &[u8], strip: u32) -> Result<(), String> {
+    let text = String::from_utf8_lossy(bytes);
+    let mut touched = 0;
+    for line in text.lines() {
+        let path = if let Some(rest) = line
+            .strip_prefix("--- ")
+            .or_else(|| line.strip_prefix("+++ "))
+        {
+            rest.split('\t').next().unwrap_or_default().trim()
+        } else if let Some(rest) = line
+            .strip_prefix("rename to ")
+            .or_else(|| line.strip_prefix("rename from "))
+            .or_else(|| line.strip_prefix("copy to "))
+            .or_else(|| line.strip_prefix("copy from "))
+        {
+            rest.trim()
+        } else {
+            continue;
+        };
+        if path == "/dev/null" {
+            continue;
+        }
+        touched += 1;
+        let stripped = if line.starts_with("---") || line.starts_with("+++") {
+            if path.starts_with('/') {
+                return Err(format!("touches the absolute path `{path}`"));
+            }
+            path.splitn(strip as usize + 1, '/')
+                .last()
+                .unwrap_or_default()
+        } else {
+            path
+        };
+        if path.starts_with('/') || stripped.split('/').any(|part| part == "..") {
+            return Err(format!("touches `{path}`, outside the source tree"));
+        }
+    }
+    if touched == 0 {
+        return Err("is not a patch: it names no file".into());
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::check_touched_paths;
+
+    #[test]
+    fn escaping_patches_are_refused() {
+        let ok = b"--- a/src/x.py\n+++ b/src/x.py\n@@ -1 +1 @@\n-a\n+b\n";
+        assert!(check_touched_paths(ok, 1).is_ok());
+        let up = b"--- a/../x\n+++ b/../x\n@@ -1 +1 @@\n-a\n+b\n";
+        assert!(check_touched_paths(up, 1).is_err());
+        let abs = b"--- /etc/passwd\n+++ /etc/passwd\n@@ -1 +1 @@\n-a\n+b\n";
+        assert!(check_touched_paths(abs, 1).is_err());
+        assert!(check_touched_paths(b"hello\n", 1).is_err());
+    }
+}

@@ -1,0 +1,217 @@
+//! `pins/<name>.toml`: every moving reference of a spec, resolved by `hallmark lock` and
+//! reviewed in git. A pin is stale when the spec no longer asks for what it resolved; then
+//! nothing is built or checksummed from it.
+
+use crate::error::{Error, Result};
+use crate::spec::{LoadedSpec, Parent, parse_toml};
+use crate::values::{Digest, GitCommit, Name, Sha256Hex};
+use serde::{Deserialize, Serialize};
+use std::path::{Path, PathBuf};
+
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+pub struct Pins {
+    pub base: Option<BasePin>,
+    #[serde(default, rename = "source", skip_serializing_if = "Vec::is_empty")]
+    pub sources: Vec<SourcePin>,
+    #[serde(default, rename = "wheel", skip_serializing_if = "Vec::is_empty")]
+    pub wheels: Vec<WheelPin>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+pub struct BasePin {
+    #[serde(rename = "ref")]
+    pub reference: String,
+    pub digest: Digest,
+    /// `repo-digest` when the registry's manifest digest is known, `image-id` for an image
+    /// that only exists locally (made with `docker import` or `docker load`).
+    #[serde(default)]
+    pub kind: DigestKind,
+    /// The base's baked ENTRYPOINT and CMD, as seen by `hallmark lock` (or written by hand),
+    /// so `check` can catch a spec that repeats them.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub entrypoint: Option<Vec<String>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cmd: Option<Vec<String>>,
+}
+
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum DigestKind {
+    #[default]
+    RepoDigest,
+    ImageId,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+pub struct SourcePin {
+    pub name: Name,
+    pub git: String,
+    pub rev: String,
+    pub commit: GitCommit,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+pub struct WheelPin {
+    pub name: Name,
+    pub version: String,
+    pub file: String,
+    pub sha256: Sha256Hex,
+}
+
+pub fn path_for(root: &Path, image: &Name) -> PathBuf {
+    root.join("pins").join(format!("{image}.toml"))
+}
+
+/// Reads the pins of an image; an absent file is an empty set of pins.
+pub fn read(root: &Path, image: &Name) -> Result<Pins> {
+    let path = path_for(root, image);
+    match fs_err::read_to_string(&path) {
+        Ok(text) => {
+            let pins: Pins = parse_toml(&path, &text)?;
+            for wheel in &pins.wheels {
+                let distribution = wheel.file.split('-').next().unwrap_or_default();
+                if !wheel.file.ends_with(".whl")
+                    || wheel_stem(distribution) != wheel_stem(wheel.name.as_str())
+                    || wheel.file.contains(['/', '\\'])
+                {
+                    return Err(Error::Invalid {
+                        path,
+                        location: None,
+                        key: Some("wheel.file".into()),
+                        message: format!(
+                            "`{}` is not a wheel file name for `{}`",
+                            wheel.file, wheel.name
+                        ),
+                        hint: None,
+                    });
+                }
+            }
+            Ok(pins)
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(Pins::default()),
+        Err(e) => Err(Error::io(&path, e)),
+    }
+}
+
+/// PEP 427 normalisation of a distribution name as it appears in wheel file names.
+pub fn wheel_stem(name: &str) -> String {
+    name.to_lowercase().replace(['-', '.'], "_")
+}
+
+pub fn write(root: &Path, image: &Name, pins: &Pins) -> Result<()> {
+    let path = path_for(root, image);
+    let body = toml::to_string_pretty(pins).expect("pins serialize");
+    let text = format!("# Written by `hallmark lock {image}`; review changes in git.\n\n{body}");
+    if let Some(dir) = path.parent() {
+        fs_err::create_dir_all(dir).map_err(|e| Error::io(dir, e))?;
+    }
+    fs_err::write(&path, text).map_err(|e| Error::io(&path, e))
+}
+
+/// The pins of one spec, each checked against what the spec asks for.
+#[derive(Debug, Clone)]
+pub struct CheckedPins {
+    pub base: Option<BasePin>,
+    /// In the spec's source order.
+    pub sources: Vec<SourcePin>,
+    /// In the spec's wheel order.
+    pub wheels: Vec<WheelPin>,
+}
+
+/// Matches pins to the spec: every source, wheel and external base has a current pin, and
+/// no pin is left for something the spec dropped.
+pub fn check(loaded: &LoadedSpec, root: &Path, pins: &Pins) -> Result<CheckedPins> {
+    let path = path_for(root, &loaded.name);
+    let pin_error = |what: String| Error::Pin {
+        image: loaded.name.to_string(),
+        path: path.clone(),
+        what,
+    };
+    let spec = &loaded.spec;
+    let base = match spec.parent() {
+        Parent::Image(_) => {
+            if let Some(base) = &pins.base {
+                return Err(pin_error(format!(
+                    "pins a base `{}`, but the spec's parent is another spec",
+                    base.reference
+                )));
+            }
+            None
+        }
+        Parent::External(reference) => match &pins.base {
+            None => {
+                return Err(pin_error(format!(
+                    "no digest pinned for the base `{reference}`"
+                )));
+            }
+            Some(base) if base.reference != reference => {
+                return Err(pin_error(format!(
+                    "stale: the base pin is for `{}`, the spec asks for `{reference}`",
+                    base.reference
+                )));
+            }
+            Some(base) => Some(base.clone()),
+        },
+    };
+    let mut sources = Vec::new();
+    for source in &spec.sources {
+        let name = source.name.get_ref();
+        let pin = pins
+            .sources
+            .iter()
+            .find(|p| &p.name == name)
+            .ok_or_else(|| pin_error(format!("no commit pinned for source `{name}`")))?;
+        if pin.git != source.git || pin.rev != source.rev {
+            return Err(pin_error(format!(
+                "stale: source `{name}` is pinned for {} at `{}`, the spec asks for {} at `{}`",
+                pin.git, pin.rev, source.git, source.rev
+            )));
+        }
+        sources.push(pin.clone());
+    }
+    let mut wheels = Vec::new();
+    for wheel in &spec.wheels {
+        let name = wheel.name.get_ref();
+        let pin = pins
+            .wheels
+            .iter()
+            .find(|p| wheel_stem(p.name.as_str()) == wheel_stem(name.as_str()))
+            .ok_or_else(|| pin_error(format!("no sha256 pinned for wheel `{name}`")))?;
+        if pin.version != wheel.version {
+            return Err(pin_error(format!(
+                "stale: wheel `{name}` is pinned at {}, the spec asks for {}",
+                pin.version, wheel.version
+            )));
+        }
+        wheels.push(pin.clone());
+    }
+    for pin in &pins.sources {
+        if !spec.sources.iter().any(|s| s.name.get_ref() == &pin.name) {
+            return Err(pin_error(format!(
+                "stale: pins source `{}`, which the spec no longer has",
+                pin.name
+            )));
+        }
+    }
+    for pin in &pins.wheels {
+        if !spec
+            .wheels
+            .iter()
+            .any(|w| wheel_stem(w.name.get_ref().as_str()) == wheel_stem(pin.name.as_str()))
+        {
+            return Err(pin_error(format!(
+                "stale: pins wheel `{}`, which the spec no longer has",
+                pin.name
+            )));
+        }
+    }
+    Ok(CheckedPins {
+        base,
+        sources,
+        wheels,
+    })
+}

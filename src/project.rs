@@ -1,0 +1,108 @@
+//! Where things live: the project root (found by walking up, as Cargo does), its images,
+//! and the caches outside it.
+
+use crate::error::{Error, Result};
+use crate::spec::{self, LoadedSpec};
+use crate::values::Name;
+use std::path::{Path, PathBuf};
+
+#[derive(Debug, Clone)]
+pub struct Project {
+    pub root: PathBuf,
+}
+
+impl Project {
+    /// The nearest folder at or above `start` that holds `images/`.
+    pub fn discover(start: &Path) -> Result<Project> {
+        let start = start.canonicalize().map_err(|e| Error::io(start, e))?;
+        start
+            .ancestors()
+            .find(|dir| dir.join("images").is_dir())
+            .map(|root| Project {
+                root: root.to_path_buf(),
+            })
+            .ok_or(Error::NoProject { start })
+    }
+
+    pub fn images_dir(&self) -> PathBuf {
+        self.root.join("images")
+    }
+
+    pub fn patches_dir(&self) -> PathBuf {
+        self.root.join("patches")
+    }
+
+    /// Build logs and records: inside the project, git-ignored.
+    pub fn state_dir(&self) -> PathBuf {
+        self.root.join(".hallmark")
+    }
+
+    /// Every folder of `images/` that holds an `image.toml`, sorted.
+    pub fn image_names(&self) -> Result<Vec<Name>> {
+        let dir = self.images_dir();
+        let mut names = Vec::new();
+        for entry in fs_err::read_dir(&dir).map_err(|e| Error::io(&dir, e))? {
+            let entry = entry.map_err(|e| Error::io(&dir, e))?;
+            if !entry.path().join("image.toml").is_file() {
+                continue;
+            }
+            let file_name = entry.file_name().to_string_lossy().into_owned();
+            let name = Name::try_from(file_name).map_err(|message| Error::Invalid {
+                path: entry.path(),
+                location: None,
+                key: None,
+                message,
+                hint: Some("the folder name is the image's name".into()),
+            })?;
+            names.push(name);
+        }
+        names.sort();
+        Ok(names)
+    }
+
+    pub fn image_name(&self, raw: &str) -> Result<Name> {
+        let unknown = || -> Result<Name> {
+            Err(Error::UnknownImage {
+                name: raw.to_string(),
+                images_dir: self.images_dir(),
+                known: self
+                    .image_names()
+                    .unwrap_or_default()
+                    .iter()
+                    .map(Name::to_string)
+                    .collect(),
+            })
+        };
+        match Name::try_from(raw.to_string()) {
+            Ok(name)
+                if self
+                    .images_dir()
+                    .join(name.as_str())
+                    .join("image.toml")
+                    .is_file() =>
+            {
+                Ok(name)
+            }
+            _ => unknown(),
+        }
+    }
+
+    pub fn load_spec(&self, name: &Name) -> Result<LoadedSpec> {
+        spec::load(name, &self.images_dir().join(name.as_str()))
+    }
+}
+
+/// The user's cache (`$HALLMARK_CACHE`, else `$XDG_CACHE_HOME/hallmark`, else
+/// `~/.cache/hallmark`): git sources by commit, wheels by sha256.
+pub fn cache_dir() -> PathBuf {
+    if let Some(dir) = std::env::var_os("HALLMARK_CACHE").filter(|d| !d.is_empty()) {
+        return PathBuf::from(dir);
+    }
+    if let Some(dir) = std::env::var_os("XDG_CACHE_HOME").filter(|d| !d.is_empty()) {
+        return PathBuf::from(dir).join("hallmark");
+    }
+    let home = std::env::var_os("HOME")
+        .map(PathBuf::from)
+        .unwrap_or_else(std::env::temp_dir);
+    home.join(".cache").join("hallmark")
+}

@@ -1,0 +1,290 @@
+//! The Dockerfile, from the spec's template (handlebars, strict mode: a template that names
+//! a field we do not provide is an error, not an empty string).
+
+use crate::error::{Error, Result};
+use crate::pins::DigestKind;
+use crate::plan::PlannedImage;
+use crate::spec::Parent;
+use serde::Serialize;
+use std::collections::BTreeMap;
+
+pub const DEFAULT_CHECKSUM_LABEL: &str = "hallmark.checksum";
+
+/// The build argument through which `hallmark build` passes the parent's exact image id; the
+/// Dockerfile's default (the parent's tag) serves a plain `docker build` of `render --out`.
+pub const PARENT_ARG: &str = "HALLMARK_PARENT";
+
+#[derive(Serialize)]
+struct TemplateContext {
+    name: String,
+    checksum: String,
+    parent: String,
+    source_date_epoch: u64,
+    args: Vec<Pair>,
+    env: Vec<Pair>,
+    apt: Vec<String>,
+    sources: Vec<Copy>,
+    files: Vec<Copy>,
+    wheels: bool,
+    run: Vec<String>,
+    expect_files: Vec<String>,
+    workdir: Option<String>,
+    user: Option<String>,
+    entrypoint: Option<String>,
+    cmd: Option<String>,
+    labels: Vec<Pair>,
+}
+
+#[derive(Serialize)]
+struct Pair {
+    name: String,
+    value: String,
+}
+
+#[derive(Serialize)]
+struct Copy {
+    context_path: String,
+    dest: String,
+}
+
+/// A Dockerfile string literal: JSON quoting plus `$` escaped, so values are taken literally.
+fn quote(value: &str) -> String {
+    serde_json::to_string(value)
+        .expect("string serializes")
+        .replace('$', "\\$")
+}
+
+fn pairs<'a>(
+    map: impl IntoIterator<Item = (&'a String, &'a String)>,
+    quote_name: bool,
+) -> Vec<Pair> {
+    map.into_iter()
+        .map(|(name, value)| Pair {
+            name: if quote_name {
+                quote(name)
+            } else {
+                name.clone()
+            },
+            value: quote(value),
+        })
+        .collect()
+}
+
+/// The tag or digest the Dockerfile's FROM names by default.
+pub fn parent_reference(image: &PlannedImage, parent_tag: Option<&str>) -> String {
+    match (image.loaded.spec.parent(), &image.pins.base) {
+        (Parent::Image(_), _) => parent_tag
+            .expect("derived images have a parent tag")
+            .to_string(),
+        (Parent::External(_), Some(base)) => match base.kind {
+            DigestKind::RepoDigest => {
+                let repository = base
+                    .reference
+                    .rsplit_once(':')
+                    .filter(|(_, tag)| !tag.contains('/'));
+                let repository = repository.map_or(base.reference.as_str(), |(repo, _)| repo);
+                format!("{repository}@{}", base.digest)
+            }
+            DigestKind::ImageId => base.digest.to_string(),
+        },
+        (Parent::External(_), None) => unreachable!("checked pins"),
+    }
+}
+
+/// `https://user:token@host/x.git` -> `https://host/x.git`: credentials never reach a label.
+pub fn redact_url(url: &str) -> String {
+    match url.split_once("://") {
+        Some((scheme, rest)) => {
+            let (authority, path) = rest.split_once('/').map_or((rest, ""), |(a, p)| (a, p));
+            let host = authority
+                .rsplit_once('@')
+                .map_or(authority, |(_, host)| host);
+            if path.is_empty() && !rest.contains('/') {
+                format!("{scheme}://{host}")
+            } else {
+                format!("{scheme}://{host}/{path}")
+            }
+        }
+        None => url.to_string(),
+    }
+}
+
+/// RFC 3339 UTC for a Unix time, without a date crate (days to civil date, H. Hinnant).
+pub fn rfc3339(epoch: u64) -> String {
+    let days = (epoch / 86_400) as i64;
+    let secs = epoch % 86_400;
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = doy - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    let year = yoe + era * 400 + i64::from(month <= 2);
+    format!(
+        "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}Z",
+        secs / 3600,
+        secs % 3600 / 60,
+        secs % 60
+    )
+}
+
+/// Labels every hallmark image carries besides the spec's own: the checksum and
+/// `org.opencontainers.image.*` provenance.
+pub fn stamped_labels(
+    image: &PlannedImage,
+    checksum_label: &str,
+    parent_tag: Option<&str>,
+) -> BTreeMap<String, String> {
+    let spec = &image.loaded.spec;
+    let mut labels = spec.labels.clone();
+    labels.insert(
+        "org.opencontainers.image.created".into(),
+        rfc3339(spec.image.source_date_epoch),
+    );
+    labels.insert(
+        "org.opencontainers.image.title".into(),
+        image.loaded.repository().to_string(),
+    );
+    labels.insert(
+        "org.opencontainers.image.base.name".into(),
+        parent_reference(image, parent_tag),
+    );
+    if let Some(base) = &image.pins.base {
+        labels.insert(
+            "org.opencontainers.image.base.digest".into(),
+            base.digest.to_string(),
+        );
+    }
+    if let Some(first) = image.pins.sources.first() {
+        labels.insert(
+            "org.opencontainers.image.source".into(),
+            redact_url(&first.git),
+        );
+        labels.insert(
+            "org.opencontainers.image.revision".into(),
+            first.commit.to_string(),
+        );
+    }
+    for pin in &image.pins.sources {
+        labels.insert(
+            format!("hallmark.source.{}", pin.name),
+            format!("{}@{}", redact_url(&pin.git), pin.commit),
+        );
+    }
+    labels.insert(checksum_label.to_string(), image.checksum.to_string());
+    labels
+}
+
+/// Renders the Dockerfile of `image`; `parent_tag` is the parent spec's `repo:tag`.
+pub fn dockerfile(
+    image: &PlannedImage,
+    checksum_label: &str,
+    parent_tag: Option<&str>,
+) -> Result<String> {
+    let spec = &image.loaded.spec;
+    let json = |v: &Vec<String>| serde_json::to_string(v).expect("strings serialize");
+    let context = TemplateContext {
+        name: image.name().to_string(),
+        checksum: image.checksum.to_string(),
+        parent: parent_reference(image, parent_tag),
+        source_date_epoch: spec.image.source_date_epoch,
+        args: pairs(&spec.build.args, false),
+        env: pairs(&spec.env, false),
+        apt: spec.build.apt.clone(),
+        sources: spec
+            .sources
+            .iter()
+            .map(|s| Copy {
+                context_path: format!("sources/{}", s.name.get_ref()),
+                dest: s.dest.get_ref().to_string(),
+            })
+            .collect(),
+        files: image
+            .files
+            .iter()
+            .map(|f| Copy {
+                context_path: f.context_path(),
+                dest: f.dest.clone(),
+            })
+            .collect(),
+        wheels: !spec.wheels.is_empty(),
+        run: spec
+            .build
+            .run
+            .iter()
+            .map(|step| step.trim().replace('\n', " \\\n    "))
+            .collect(),
+        expect_files: spec
+            .build
+            .expect_files
+            .iter()
+            .map(|f| f.to_string())
+            .collect(),
+        workdir: spec.container.workdir.as_ref().map(|w| w.to_string()),
+        user: spec.container.user.clone(),
+        entrypoint: spec.container.entrypoint.as_ref().map(json),
+        cmd: spec.container.cmd.as_ref().map(json),
+        labels: pairs(&stamped_labels(image, checksum_label, parent_tag), true),
+    };
+    let mut handlebars = handlebars::Handlebars::new();
+    handlebars.set_strict_mode(true);
+    handlebars.register_escape_fn(handlebars::no_escape);
+    handlebars
+        .render_template(&image.template.text, &context)
+        .map(|text| tidy(&text))
+        .map_err(|e| Error::Template {
+            template: image.template.origin.clone(),
+            message: e.to_string(),
+        })
+}
+
+/// Handlebars leaves blank lines where blocks were skipped; keep at most one in a row.
+fn tidy(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    let mut blank = false;
+    for line in text.lines() {
+        let is_blank = line.trim().is_empty();
+        if !(is_blank && blank) {
+            out.push_str(line);
+            out.push('\n');
+        }
+        blank = is_blank;
+    }
+    out
+}
+
+/// The pip requirements file for the wheels: exact versions and their pinned hashes.
+pub fn wheel_requirements(image: &PlannedImage) -> String {
+    image
+        .pins
+        .wheels
+        .iter()
+        .map(|w| format!("{}=={} --hash=sha256:{}\n", w.name, w.version, w.sha256))
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn credentials_never_reach_labels() {
+        assert_eq!(
+            redact_url("https://user:tok@github.com/a/b.git"),
+            "https://github.com/a/b.git"
+        );
+        assert_eq!(
+            redact_url("https://github.com/a/b.git"),
+            "https://github.com/a/b.git"
+        );
+        assert_eq!(redact_url("/srv/git/repo"), "/srv/git/repo");
+    }
+
+    #[test]
+    fn dates_are_rfc3339() {
+        assert_eq!(rfc3339(0), "1970-01-01T00:00:00Z");
+        assert_eq!(rfc3339(1_700_000_000), "2023-11-14T22:13:20Z");
+    }
+}

@@ -1,0 +1,413 @@
+//! `images/<name>/image.toml`: what an image is made of.
+//!
+//! Parsing is strict (unknown keys are errors, listing the valid ones) because a typo in a
+//! spec that is silently ignored costs a 45-minute build. Cross-field rules (one parent,
+//! unique names, a nested source after the one it nests in) are checked right after parsing,
+//! with the line of the offending key.
+
+use crate::error::{Error, Location, Result};
+use crate::values::{ImagePath, Name, RelativePath};
+use serde::{Deserialize, Serialize};
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
+use toml::Spanned;
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+pub struct ImageSpec {
+    #[serde(default)]
+    pub image: ImageSection,
+    pub from: Spanned<From>,
+    #[serde(default, rename = "source")]
+    pub sources: Vec<Source>,
+    #[serde(default, rename = "wheel")]
+    pub wheels: Vec<Wheel>,
+    #[serde(default, rename = "file")]
+    pub files: Vec<FileCopy>,
+    #[serde(default)]
+    pub build: BuildSteps,
+    #[serde(default)]
+    pub env: BTreeMap<String, String>,
+    #[serde(default)]
+    pub labels: BTreeMap<String, String>,
+    #[serde(default)]
+    pub container: Container,
+    #[serde(default, rename = "smoke")]
+    pub smokes: Vec<Smoke>,
+}
+
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+pub struct ImageSection {
+    /// Repository name of the built image; defaults to the spec's folder name.
+    pub name: Option<Name>,
+    #[serde(default = "default_tag")]
+    pub tag: String,
+    /// `os/arch`, e.g. `linux/arm64`; informational for engine builds.
+    pub platform: Option<String>,
+    /// Seconds since the epoch used for every mtime hallmark writes (context, labels).
+    #[serde(default)]
+    pub source_date_epoch: u64,
+}
+
+fn default_tag() -> String {
+    "latest".into()
+}
+
+/// The parent: another spec of this project, or an external image whose digest is pinned.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+pub struct From {
+    pub image: Option<Name>,
+    #[serde(rename = "ref")]
+    pub reference: Option<String>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+pub struct Source {
+    pub name: Spanned<Name>,
+    pub git: String,
+    /// A tag, branch or commit; `hallmark lock` pins it to a commit.
+    pub rev: String,
+    pub dest: Spanned<ImagePath>,
+    /// Patch sets from `patches/<set>/series`, applied in this order.
+    #[serde(default)]
+    pub patches: Vec<Spanned<Name>>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+pub struct Wheel {
+    pub name: Spanned<Name>,
+    pub version: String,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+pub struct FileCopy {
+    /// Relative to the spec's folder; a file or a folder.
+    pub src: Spanned<RelativePath>,
+    pub dest: Spanned<ImagePath>,
+}
+
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+pub struct BuildSteps {
+    /// Debian/Ubuntu packages installed with apt-get before the sources are copied.
+    #[serde(default)]
+    pub apt: Vec<String>,
+    /// Build arguments, visible to RUN steps.
+    #[serde(default)]
+    pub args: BTreeMap<String, String>,
+    /// Shell commands, one RUN instruction each, after sources, files and wheels are in place.
+    #[serde(default)]
+    pub run: Vec<String>,
+    /// Files that must exist once the RUN steps are done; the build fails otherwise.
+    #[serde(default)]
+    pub expect_files: Vec<ImagePath>,
+}
+
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+pub struct Container {
+    pub entrypoint: Option<Vec<String>>,
+    pub cmd: Option<Vec<String>>,
+    pub workdir: Option<ImagePath>,
+    pub user: Option<String>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+pub struct Smoke {
+    pub name: Spanned<String>,
+    pub run: Vec<String>,
+}
+
+/// The parent, once `[from]` is known to name exactly one.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Parent<'a> {
+    Image(&'a Name),
+    External(&'a str),
+}
+
+impl ImageSpec {
+    pub fn parent(&self) -> Parent<'_> {
+        match (&self.from.get_ref().image, &self.from.get_ref().reference) {
+            (Some(name), _) => Parent::Image(name),
+            (None, Some(reference)) => Parent::External(reference),
+            (None, None) => unreachable!("validated on load"),
+        }
+    }
+}
+
+/// A spec read from disk, with where it came from.
+#[derive(Debug, Clone)]
+pub struct LoadedSpec {
+    /// The folder name: how other specs and the command line refer to it.
+    pub name: Name,
+    pub dir: PathBuf,
+    pub path: PathBuf,
+    pub text: String,
+    pub spec: ImageSpec,
+}
+
+impl LoadedSpec {
+    /// The repository name of the built image.
+    pub fn repository(&self) -> &str {
+        self.spec.image.name.as_ref().unwrap_or(&self.name).as_str()
+    }
+
+    pub fn reference(&self) -> String {
+        format!("{}:{}", self.repository(), self.spec.image.tag)
+    }
+
+    pub fn invalid<T>(
+        &self,
+        span: std::ops::Range<usize>,
+        key: &str,
+        message: String,
+    ) -> Result<T> {
+        Err(Error::Invalid {
+            path: self.path.clone(),
+            location: Some(Location::of_offset(&self.text, span.start)),
+            key: Some(key.to_string()),
+            message,
+            hint: None,
+        })
+    }
+}
+
+/// Parse a TOML document strictly, turning the parser's error into one that names file,
+/// line, column and key.
+pub fn parse_toml<T: serde::de::DeserializeOwned>(path: &Path, text: &str) -> Result<T> {
+    toml::from_str(text).map_err(|e| {
+        let location = e.span().map(|span| Location::of_offset(text, span.start));
+        let key = location.as_ref().and_then(|l| key_on_line(&l.text));
+        Error::Parse {
+            path: path.to_path_buf(),
+            location,
+            key,
+            message: e.message().trim().to_string(),
+        }
+    })
+}
+
+fn key_on_line(line: &str) -> Option<String> {
+    let (key, _) = line.split_once('=')?;
+    let key = key.trim();
+    (!key.is_empty() && !key.starts_with('[')).then(|| key.to_string())
+}
+
+pub fn load(name: &Name, dir: &Path) -> Result<LoadedSpec> {
+    let path = dir.join("image.toml");
+    let text = fs_err::read_to_string(&path).map_err(|e| Error::io(&path, e))?;
+    let spec: ImageSpec = parse_toml(&path, &text)?;
+    let loaded = LoadedSpec {
+        name: name.clone(),
+        dir: dir.to_path_buf(),
+        path,
+        text,
+        spec,
+    };
+    validate(&loaded)?;
+    Ok(loaded)
+}
+
+fn validate(loaded: &LoadedSpec) -> Result<()> {
+    let spec = &loaded.spec;
+    let from = spec.from.get_ref();
+    match (&from.image, &from.reference) {
+        (Some(_), Some(_)) | (None, None) => {
+            return loaded.invalid(
+                spec.from.span(),
+                "from",
+                "name exactly one parent: `image` (another spec) or `ref` (an external image)"
+                    .into(),
+            );
+        }
+        (Some(parent), None) if *parent == loaded.name => {
+            return loaded.invalid(
+                spec.from.span(),
+                "from.image",
+                "an image cannot be its own parent".into(),
+            );
+        }
+        (None, Some(reference)) => {
+            if reference.contains('@') {
+                return loaded.invalid(
+                    spec.from.span(),
+                    "from.ref",
+                    format!("`{reference}` carries a digest; write the tag here, the digest belongs in pins/ (`hallmark lock`)"),
+                );
+            }
+            if reference.trim().is_empty() || reference.chars().any(char::is_whitespace) {
+                return loaded.invalid(
+                    spec.from.span(),
+                    "from.ref",
+                    format!("`{reference}` is not an image reference"),
+                );
+            }
+        }
+        _ => {}
+    }
+    if spec.image.tag.is_empty()
+        || !spec
+            .image
+            .tag
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-'))
+    {
+        return Err(Error::Invalid {
+            path: loaded.path.clone(),
+            location: None,
+            key: Some("image.tag".into()),
+            message: format!("`{}` is not a valid tag", spec.image.tag),
+            hint: None,
+        });
+    }
+
+    let mut names = BTreeSet::new();
+    for (i, source) in spec.sources.iter().enumerate() {
+        if !names.insert(source.name.get_ref().clone()) {
+            return loaded.invalid(
+                source.name.span(),
+                "source.name",
+                format!("source `{}` is named twice", source.name.get_ref()),
+            );
+        }
+        if source.git.trim().is_empty() {
+            return loaded.invalid(source.name.span(), "source.git", "is empty".into());
+        }
+        if source.rev.trim().is_empty() || source.rev.starts_with('-') {
+            return loaded.invalid(
+                source.name.span(),
+                "source.rev",
+                format!("`{}` is not a git revision", source.rev),
+            );
+        }
+        if source.dest.get_ref().as_str() == "/" {
+            return loaded.invalid(
+                source.dest.span(),
+                "source.dest",
+                "a source cannot replace the image root".into(),
+            );
+        }
+        // A nested source (cutlass inside vLLM's build tree) is copied after its container,
+        // so it must come later in the spec; the reverse would be silently overwritten.
+        for later in &spec.sources[i + 1..] {
+            if source.dest.get_ref().is_within(later.dest.get_ref()) {
+                return loaded.invalid(
+                    source.dest.span(),
+                    "source.dest",
+                    format!(
+                        "`{}` lies inside source `{}` ({}), which is listed later and would overwrite it; list the outer source first",
+                        source.dest.get_ref(),
+                        later.name.get_ref(),
+                        later.dest.get_ref()
+                    ),
+                );
+            }
+        }
+        let mut sets = BTreeSet::new();
+        for set in &source.patches {
+            if !sets.insert(set.get_ref().clone()) {
+                return loaded.invalid(
+                    set.span(),
+                    "source.patches",
+                    format!("patch set `{}` is listed twice", set.get_ref()),
+                );
+            }
+        }
+    }
+    let mut wheels = BTreeSet::new();
+    for wheel in &spec.wheels {
+        let normalized = wheel
+            .name
+            .get_ref()
+            .as_str()
+            .to_lowercase()
+            .replace(['-', '.'], "_");
+        if !wheels.insert(normalized) {
+            return loaded.invalid(
+                wheel.name.span(),
+                "wheel.name",
+                format!("wheel `{}` is listed twice", wheel.name.get_ref()),
+            );
+        }
+        let version_ok = !wheel.version.is_empty()
+            && wheel.version.bytes().all(|b| {
+                b.is_ascii_alphanumeric() || matches!(b, b'.' | b'+' | b'!' | b'_' | b'-')
+            });
+        if !version_ok {
+            return loaded.invalid(
+                wheel.name.span(),
+                "wheel.version",
+                format!(
+                    "`{}` is not an exact version (write `1.3.0`, not a range)",
+                    wheel.version
+                ),
+            );
+        }
+    }
+    let mut dests = BTreeSet::new();
+    for file in &spec.files {
+        if !dests.insert(file.dest.get_ref().clone()) {
+            return loaded.invalid(
+                file.dest.span(),
+                "file.dest",
+                format!("`{}` is the destination of two files", file.dest.get_ref()),
+            );
+        }
+    }
+    let mut smokes = BTreeSet::new();
+    for smoke in &spec.smokes {
+        if !smokes.insert(smoke.name.get_ref().clone()) {
+            return loaded.invalid(
+                smoke.name.span(),
+                "smoke.name",
+                format!("smoke test `{}` is named twice", smoke.name.get_ref()),
+            );
+        }
+        if smoke.run.is_empty() {
+            return loaded.invalid(
+                smoke.name.span(),
+                "smoke.run",
+                "is empty: give the command as a list, e.g. [\"python3\", \"-c\", \"import b12x\"]"
+                    .into(),
+            );
+        }
+    }
+    for (key, table) in [("env", &spec.env), ("build.args", &spec.build.args)] {
+        for name in table.keys() {
+            let ok = !name.is_empty()
+                && !name.starts_with(|c: char| c.is_ascii_digit())
+                && name.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_');
+            if !ok {
+                return Err(Error::Invalid {
+                    path: loaded.path.clone(),
+                    location: None,
+                    key: Some(format!("{key}.{name}")),
+                    message: format!("`{name}` is not a valid variable name"),
+                    hint: None,
+                });
+            }
+        }
+    }
+    for package in &spec.build.apt {
+        if package.is_empty()
+            || !package.bytes().all(|b| {
+                b.is_ascii_alphanumeric() || matches!(b, b'.' | b'+' | b'-' | b':' | b'=' | b'~')
+            })
+        {
+            return Err(Error::Invalid {
+                path: loaded.path.clone(),
+                location: None,
+                key: Some("build.apt".into()),
+                message: format!("`{package}` is not a package name"),
+                hint: None,
+            });
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,175 @@
+//! Values checked when they are parsed, so a malformed one never gets past the spec reader:
+//! a bad commit or digest is an error at its line and column, not a surprise at build time.
+
+use serde::{Deserialize, Serialize};
+use std::fmt;
+
+fn is_lower_hex(s: &str, len: usize) -> bool {
+    s.len() == len && s.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'))
+}
+
+macro_rules! checked_string {
+    ($(#[$doc:meta])* $name:ident, $check:expr) => {
+        $(#[$doc])*
+        #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+        #[serde(try_from = "String", into = "String")]
+        pub struct $name(String);
+
+        impl TryFrom<String> for $name {
+            type Error = String;
+            fn try_from(value: String) -> Result<Self, String> {
+                let check: fn(&str) -> Result<(), String> = $check;
+                check(&value)?;
+                Ok($name(value))
+            }
+        }
+        impl From<$name> for String {
+            fn from(value: $name) -> String {
+                value.0
+            }
+        }
+        impl $name {
+            pub fn as_str(&self) -> &str {
+                &self.0
+            }
+        }
+        impl fmt::Display for $name {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str(&self.0)
+            }
+        }
+    };
+}
+
+checked_string!(
+    /// A full git commit id: 40 lowercase hex digits. A branch or tag name is never a commit.
+    GitCommit,
+    |s| if is_lower_hex(s, 40) {
+        Ok(())
+    } else {
+        Err(format!("`{s}` is not a commit: a pin must be 40 lowercase hex digits (a branch or tag is resolved by `hallmark lock`)"))
+    }
+);
+
+checked_string!(
+    /// A content digest as engines write it: `sha256:` and 64 lowercase hex digits.
+    Digest,
+    |s| match s.strip_prefix("sha256:") {
+        Some(hex) if is_lower_hex(hex, 64) => Ok(()),
+        _ => Err(format!("`{s}` is not a digest: expected `sha256:` and 64 lowercase hex digits")),
+    }
+);
+
+checked_string!(
+    /// A bare sha256: 64 lowercase hex digits (wheel hashes, checksums).
+    Sha256Hex,
+    |s| if is_lower_hex(s, 64) {
+        Ok(())
+    } else {
+        Err(format!("`{s}` is not a sha256: expected 64 lowercase hex digits"))
+    }
+);
+
+checked_string!(
+    /// A name for an image, source, wheel, smoke test or patch set: it becomes a folder name
+    /// and a path component, so it is kept to a safe alphabet.
+    Name,
+    |s| {
+        let ok = !s.is_empty()
+            && s.len() <= 128
+            && s.bytes().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-'))
+            && !s.starts_with(['.', '-']);
+        if ok {
+            Ok(())
+        } else {
+            Err(format!("`{s}` is not a valid name: use letters, digits, `.`, `_` and `-`, not starting with `.` or `-`"))
+        }
+    }
+);
+
+checked_string!(
+    /// An absolute path inside the image: no `..`, no `.`, no empty components, no spaces
+    /// (it is written into Dockerfile instructions and checksum lines).
+    ImagePath,
+    |s| {
+        if !s.starts_with('/') {
+            return Err(format!("`{s}` must be an absolute path in the image"));
+        }
+        check_components(s.trim_start_matches('/'), s)
+    }
+);
+
+checked_string!(
+    /// A path relative to the image's folder (files copied into the context): it may not
+    /// escape that folder.
+    RelativePath,
+    |s| {
+        if s.starts_with('/') {
+            return Err(format!("`{s}` must be a relative path, not an absolute one"));
+        }
+        check_components(s, s)
+    }
+);
+
+fn check_components(rest: &str, whole: &str) -> Result<(), String> {
+    if rest.is_empty() {
+        return Ok(());
+    }
+    for part in rest.trim_end_matches('/').split('/') {
+        match part {
+            ".." => return Err(format!("`{whole}` escapes with `..`")),
+            "" | "." => return Err(format!("`{whole}` has an empty or `.` component")),
+            _ if part
+                .chars()
+                .any(|c| c.is_whitespace() || c.is_control() || c == '"') =>
+            {
+                return Err(format!(
+                    "`{whole}` has whitespace, quotes or control characters"
+                ));
+            }
+            _ => {}
+        }
+    }
+    Ok(())
+}
+
+impl ImagePath {
+    /// True if `self` is `other` or lies below it.
+    pub fn is_within(&self, other: &ImagePath) -> bool {
+        let (a, b) = (self.0.trim_end_matches('/'), other.0.trim_end_matches('/'));
+        b.is_empty() || a == b || a.starts_with(&format!("{b}/"))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_branch_is_not_a_commit() {
+        assert!(GitCommit::try_from("main".to_string()).is_err());
+        assert!(GitCommit::try_from("A".repeat(40)).is_err());
+        assert!(GitCommit::try_from("a".repeat(40)).is_ok());
+    }
+
+    #[test]
+    fn image_paths_do_not_escape() {
+        assert!(ImagePath::try_from("/workspace/../etc".to_string()).is_err());
+        assert!(ImagePath::try_from("workspace".to_string()).is_err());
+        assert!(ImagePath::try_from("/a b".to_string()).is_err());
+        let vllm = ImagePath::try_from("/workspace/vllm".to_string()).unwrap();
+        let cutlass =
+            ImagePath::try_from("/workspace/vllm/build/_deps/cutlass-src".to_string()).unwrap();
+        assert!(cutlass.is_within(&vllm));
+        assert!(!vllm.is_within(&cutlass));
+        let sibling = ImagePath::try_from("/workspace/vllm2".to_string()).unwrap();
+        assert!(!sibling.is_within(&vllm));
+    }
+
+    #[test]
+    fn relative_paths_stay_inside() {
+        assert!(RelativePath::try_from("../secret".to_string()).is_err());
+        assert!(RelativePath::try_from("/etc/passwd".to_string()).is_err());
+        assert!(RelativePath::try_from("files/run.sh".to_string()).is_ok());
+    }
+}
