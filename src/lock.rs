@@ -33,38 +33,32 @@ pub fn lock(
     let mut changes = Vec::new();
 
     if let Parent::External(reference) = loaded.spec.parent() {
-        let kept = old
-            .base
-            .as_ref()
-            .filter(|b| b.reference == reference && !update);
-        let resolved = match kept {
-            Some(base) => Some(base.clone()),
-            None => None,
-        };
-        new.base = match resolved {
-            Some(base) => Some(base),
-            None => match bases.resolve(reference)? {
-                Some(base) => {
+        let current = old.base.as_ref().filter(|b| b.reference == reference);
+        new.base = Some(match (current, update) {
+            (Some(base), false) => {
+                changes.push(format!("base {reference}: kept the digest written in pins/ ({}); `--update` asks the engine", base.digest));
+                base.clone()
+            }
+            _ => match (bases.resolve(reference)?, current) {
+                (Some(base), _) => {
                     changes.push(format!("base {reference} -> {}", base.digest));
-                    Some(base)
+                    base
                 }
-                None => match old.base.as_ref().filter(|b| b.reference == reference) {
-                    Some(hand) => {
-                        changes.push(format!("base {reference}: no engine holds it; kept the digest written in pins/ ({})", hand.digest));
-                        Some(hand.clone())
-                    }
-                    None => {
-                        return Err(Error::Pin {
-                            image: image.to_string(),
-                            path: pins::path_for(&project.root, image),
-                            what: format!(
-                                "cannot pin the base `{reference}`: no reachable engine holds it; pull it on the builder, or write `[base]` with `ref` and `digest` in this file by hand"
-                            ),
-                        });
-                    }
-                },
+                (None, Some(hand)) => {
+                    changes.push(format!("base {reference}: no engine holds it; kept the digest written in pins/ ({})", hand.digest));
+                    hand.clone()
+                }
+                (None, None) => {
+                    return Err(Error::Pin {
+                        image: image.to_string(),
+                        path: pins::path_for(&project.root, image),
+                        what: format!(
+                            "cannot pin the base `{reference}`: no reachable engine holds it; load it on the builder, or write `[base]` with `ref` and `digest` in this file by hand"
+                        ),
+                    });
+                }
             },
-        };
+        });
     }
 
     for source in &loaded.spec.sources {

@@ -62,7 +62,16 @@ pub fn read_set(patches_dir: &Path, name: &Name) -> Result<PatchSet> {
         }
         let file = RelativePath::try_from(file.to_string()).map_err(invalid)?;
         let path = dir.join(file.as_str());
-        let bytes = fs_err::read(&path).map_err(|e| Error::io(&path, e))?;
+        let bytes = match fs_err::read(&path) {
+            Ok(bytes) => bytes,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                return Err(invalid(format!(
+                    "patch `{file}` is listed but {} does not exist",
+                    path.display()
+                )));
+            }
+            Err(e) => return Err(Error::io(&path, e)),
+        };
         check_touched_paths(&bytes, strip).map_err(|message| Error::Invalid {
             path: path.clone(),
             location: None,

@@ -36,7 +36,7 @@ pub struct ImageSpec {
     pub smokes: Vec<Smoke>,
 }
 
-#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "kebab-case")]
 pub struct ImageSection {
     /// Repository name of the built image; defaults to the spec's folder name.
@@ -48,6 +48,17 @@ pub struct ImageSection {
     /// Seconds since the epoch used for every mtime hallmark writes (context, labels).
     #[serde(default)]
     pub source_date_epoch: u64,
+}
+
+impl Default for ImageSection {
+    fn default() -> ImageSection {
+        ImageSection {
+            name: None,
+            tag: default_tag(),
+            platform: None,
+            source_date_epoch: 0,
+        }
+    }
 }
 
 fn default_tag() -> String {
