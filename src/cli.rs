@@ -62,4 +62,21 @@ pub enum Command {
         #[arg(long)]
         explain: bool,
     },
+    /// Build on the builder (parents first), stamp, smoke, tag.
+    Build {
+        #[arg(value_name = "IMAGE", required = true)]
+        images: Vec<String>,
+        /// Rebuild even if the builder holds an image with the same checksum.
+        #[arg(long)]
+        force: bool,
+    },
+    /// Run an image's smoke tests on a node (default: the builder).
+    Smoke {
+        image: String,
+        #[arg(long, value_name = "NODE")]
+        node: Option<String>,
+        /// Write the results as JUnit XML.
+        #[arg(long, value_name = "FILE")]
+        junit: Option<PathBuf>,
+    },
 }

@@ -1,13 +1,17 @@
 //! Each command turns flags and config into work and prints the result; the library
 //! modules do the work.
 
+use crate::build::{self, BuildSettings};
 use crate::cli::{Cli, Command, Selection};
 use crate::config::Config;
+use crate::config::NodeConfig;
+use crate::engine::Engine;
 use crate::error::{Error, Result};
 use crate::lock::{self, BaseResolver};
-use crate::pins::BasePin;
+use crate::pins::{BasePin, DigestKind};
 use crate::plan::Plan;
 use crate::project::{Project, cache_dir};
+use crate::values::Digest;
 use crate::values::Name;
 use crate::{check, context, fetch, render};
 use serde_json::json;
@@ -60,6 +64,10 @@ pub fn run(cli: Cli) -> Result<u8> {
         Command::Render { image, out } => render_command(&session, &image, out.as_deref()),
         Command::Check(selection) => check_command(&session, &selection),
         Command::Lock { images, update } => lock_command(&session, &images, update),
+        Command::Build { images, force } => build_command(&session, &images, force),
+        Command::Smoke { image, node, junit } => {
+            smoke_command(&session, &image, node.as_deref(), junit.as_deref())
+        }
     }
 }
 
@@ -130,13 +138,211 @@ fn check_command(session: &Session, selection: &Selection) -> Result<u8> {
     Err(Error::Many(problems))
 }
 
-/// Without an engine module yet, an external base keeps the digest written in pins/.
-struct NoEngine;
+fn runtime() -> Result<tokio::runtime::Runtime> {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .map_err(|e| Error::io("tokio runtime", e))
+}
 
-impl BaseResolver for NoEngine {
-    fn resolve(&self, _reference: &str) -> Result<Option<BasePin>> {
-        Ok(None)
+impl Session {
+    async fn engine(&self, node: &NodeConfig) -> Result<Engine> {
+        Engine::connect(node, self.config.ssh_config.as_deref()).await
     }
+
+    fn node(&self, name: Option<&str>) -> Result<&NodeConfig> {
+        let Some(name) = name else {
+            return Ok(&self.config.builder);
+        };
+        self.config
+            .nodes
+            .iter()
+            .chain([&self.config.builder])
+            .find(|n| n.name.as_str() == name)
+            .ok_or_else(|| Error::Usage {
+                message: format!(
+                    "no node `{name}` in {}",
+                    self.config
+                        .path
+                        .as_ref()
+                        .map_or("the default config".into(), |p| p.display().to_string())
+                ),
+                hint: Some(format!(
+                    "nodes: {}",
+                    self.config
+                        .nodes
+                        .iter()
+                        .map(|n| n.name.as_str())
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                )),
+            })
+    }
+}
+
+/// Pins an external base from the builder, when it is reachable and holds the image.
+struct EngineResolver<'a> {
+    session: &'a Session,
+    runtime: tokio::runtime::Runtime,
+}
+
+impl BaseResolver for EngineResolver<'_> {
+    fn resolve(&self, reference: &str) -> Result<Option<BasePin>> {
+        self.runtime.block_on(async {
+            let Ok(engine) = self.session.engine(&self.session.config.builder).await else {
+                return Ok(None);
+            };
+            let Some(image) = engine.inspect(reference).await? else {
+                return Ok(None);
+            };
+            let repository = reference.rsplit_once(':').map_or(reference, |(r, _)| r);
+            let repo_digest = image
+                .repo_digests
+                .unwrap_or_default()
+                .into_iter()
+                .find_map(|d| {
+                    d.split_once('@')
+                        .filter(|(r, _)| r.ends_with(repository))
+                        .map(|(_, digest)| digest.to_string())
+                });
+            let (digest, kind) = match repo_digest {
+                Some(digest) => (digest, DigestKind::RepoDigest),
+                None => (image.id.unwrap_or_default(), DigestKind::ImageId),
+            };
+            let digest =
+                Digest::try_from(digest).map_err(|e| engine.error(format!("{reference}: {e}")))?;
+            let config = image.config.unwrap_or_default();
+            Ok(Some(BasePin {
+                reference: reference.to_string(),
+                digest,
+                kind,
+                entrypoint: config.entrypoint.filter(|e| !e.is_empty()),
+                cmd: config.cmd.filter(|c| !c.is_empty()),
+            }))
+        })
+    }
+}
+
+fn build_command(session: &Session, images: &[String], force: bool) -> Result<u8> {
+    let names = session.names(images)?;
+    let plan = Plan::new(&session.project, &names)?;
+    let state_dir = session.project.state_dir();
+    let settings = BuildSettings {
+        checksum_label: &session.config.checksum_label,
+        cache: &cache_dir(),
+        state_dir: &state_dir,
+        force,
+        echo: !session.quiet && !session.json,
+    };
+    let records = runtime()?.block_on(async {
+        let engine = session.engine(&session.config.builder).await?;
+        build::build_all(&engine, &plan, &settings).await
+    })?;
+    if session.json {
+        println!("{}", serde_json::to_string_pretty(&records).expect("json"));
+    }
+    for record in &records {
+        let smoke = match record.smoke.len() {
+            0 => String::new(),
+            n => format!(", {n} smoke test(s) passed"),
+        };
+        session.note(format!(
+            "{} {}  {} ({}, {:.1} s{smoke})",
+            record.checksum,
+            record.reference,
+            record.outcome,
+            short_id(&record.image_id),
+            record.seconds
+        ));
+    }
+    Ok(0)
+}
+
+fn short_id(id: &str) -> &str {
+    let hex = id.strip_prefix("sha256:").unwrap_or(id);
+    &hex[..hex.len().min(12)]
+}
+
+fn smoke_command(
+    session: &Session,
+    image: &str,
+    node: Option<&str>,
+    junit: Option<&std::path::Path>,
+) -> Result<u8> {
+    let name = session.project.image_name(image)?;
+    let plan = Plan::new(&session.project, std::slice::from_ref(&name))?;
+    let planned = plan.get(&name);
+    let node = session.node(node)?;
+    let outcome = runtime()?.block_on(async {
+        let engine = session.engine(node).await?;
+        let ids = engine
+            .images_with_label(&session.config.checksum_label, planned.checksum.as_str())
+            .await?;
+        let Some(id) = ids.first() else {
+            return Err(engine.error(format!(
+                "holds no image with checksum {} for `{name}`",
+                planned.checksum
+            )));
+        };
+        Ok(build::smoke(&engine, planned, id).await)
+    })?;
+    if let Some(path) = junit {
+        let xml = junit_xml(&name, &node.name, &outcome);
+        fs_err::write(path, xml).map_err(|e| Error::io(path, e))?;
+    }
+    let results = outcome?;
+    if session.json {
+        println!("{}", serde_json::to_string_pretty(&results).expect("json"));
+    }
+    for result in &results {
+        session.note(format!("passed  {} ({:.1} s)", result.name, result.seconds));
+    }
+    Ok(0)
+}
+
+fn xml_escape(text: &str) -> String {
+    text.replace('&', "&amp;")
+        .replace('<', "&lt;")
+        .replace('>', "&gt;")
+        .replace('"', "&quot;")
+}
+
+/// JUnit XML for CI: one testcase per smoke test run.
+fn junit_xml(image: &Name, node: &Name, outcome: &Result<Vec<build::SmokeResult>>) -> String {
+    let mut cases = String::new();
+    let (tests, failures) = match outcome {
+        Ok(results) => {
+            for r in results {
+                cases.push_str(&format!(
+                    "    <testcase classname=\"{image}\" name=\"{}\" time=\"{:.3}\"/>\n",
+                    xml_escape(&r.name),
+                    r.seconds
+                ));
+            }
+            (results.len(), 0)
+        }
+        Err(Error::SmokeFailed {
+            smoke,
+            code,
+            output,
+            ..
+        }) => {
+            cases.push_str(&format!(
+                "    <testcase classname=\"{image}\" name=\"{}\">\n      <failure message=\"exit {code}\">{}</failure>\n    </testcase>\n",
+                xml_escape(smoke),
+                xml_escape(output)
+            ));
+            (1, 1)
+        }
+        Err(error) => {
+            cases.push_str(&format!("    <testcase classname=\"{image}\" name=\"smoke\">\n      <error message=\"{}\"/>\n    </testcase>\n", xml_escape(&error.to_string())));
+            (1, 1)
+        }
+    };
+    format!(
+        "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<testsuites>\n  <testsuite name=\"hallmark smoke {image} on {node}\" tests=\"{tests}\" failures=\"{failures}\">\n{cases}  </testsuite>\n</testsuites>\n"
+    )
 }
 
 fn lock_command(session: &Session, images: &[String], update: bool) -> Result<u8> {
@@ -145,8 +351,12 @@ fn lock_command(session: &Session, images: &[String], update: bool) -> Result<u8
     } else {
         session.names(images)?
     };
+    let resolver = EngineResolver {
+        session,
+        runtime: runtime()?,
+    };
     for name in &names {
-        let report = lock::lock(&session.project, name, update, &NoEngine, &cache_dir())?;
+        let report = lock::lock(&session.project, name, update, &resolver, &cache_dir())?;
         if report.changes.is_empty() {
             session.note(format!("{}: pins current", report.image));
         }

@@ -125,6 +125,32 @@ pub enum Error {
         hint: Option<String>,
     },
 
+    #[error("node `{node}` ({endpoint}): {message}")]
+    Engine {
+        node: String,
+        endpoint: String,
+        message: String,
+        hint: Option<String>,
+    },
+
+    #[error("image `{image}` failed to build{}", step.as_deref().map(|s| format!(" at {s}")).unwrap_or_default())]
+    BuildFailed {
+        image: String,
+        step: Option<String>,
+        message: String,
+        tail: Vec<String>,
+        log: PathBuf,
+    },
+
+    #[error("image `{image}`: smoke test `{smoke}` failed on node `{node}` (exit {code})")]
+    SmokeFailed {
+        image: String,
+        smoke: String,
+        node: String,
+        code: i64,
+        output: String,
+    },
+
     /// Several independent problems, reported together (as `check` does).
     #[error("{} problems", .0.len())]
     Many(Vec<Error>),
@@ -167,7 +193,10 @@ impl Error {
             Error::Io { .. }
             | Error::Command { .. }
             | Error::PatchDoesNotApply { .. }
-            | Error::Wheel { .. } => 1,
+            | Error::Wheel { .. }
+            | Error::Engine { .. }
+            | Error::BuildFailed { .. }
+            | Error::SmokeFailed { .. } => 1,
             Error::Many(errors) => errors.iter().map(Error::exit_code).min().unwrap_or(1),
         }
     }
@@ -177,7 +206,12 @@ impl Error {
             Error::Usage { hint, .. }
             | Error::Invalid { hint, .. }
             | Error::Lint { hint, .. }
-            | Error::Wheel { hint, .. } => hint.clone(),
+            | Error::Wheel { hint, .. }
+            | Error::Engine { hint, .. } => hint.clone(),
+            Error::BuildFailed { log, .. } => Some(format!(
+                "the whole log is in {}; the tag was not moved",
+                log.display()
+            )),
             Error::UnknownImage { known, .. } if !known.is_empty() => {
                 Some(format!("images here: {}", known.join(", ")))
             }
@@ -211,9 +245,15 @@ impl Error {
             let _ = writeln!(out, "{} | {}", l.line, l.text);
             let _ = writeln!(out, "{:gutter$} | {:>col$}", "", "^", col = l.column);
         }
+        let joined;
         let detail = match self {
             Error::Command { stderr, .. } => Some(stderr.as_str()),
             Error::PatchDoesNotApply { detail, .. } => Some(detail.as_str()),
+            Error::SmokeFailed { output, .. } => Some(output.as_str()),
+            Error::BuildFailed { message, tail, .. } => {
+                joined = format!("{}\n{message}", tail.join("\n"));
+                Some(joined.as_str())
+            }
             _ => None,
         };
         if let Some(detail) = detail.map(str::trim).filter(|d| !d.is_empty()) {

@@ -5,12 +5,14 @@
 //! checksum) -> `fetch` (sources, patches, wheels) -> `context` (deterministic tar) ->
 //! `render` (Dockerfile).
 
+pub mod build;
 pub mod check;
 pub mod checksum;
 pub mod cli;
 pub mod commands;
 pub mod config;
 pub mod context;
+pub mod engine;
 pub mod error;
 pub mod fetch;
 pub mod lock;

@@ -117,6 +117,10 @@ pub struct BuildSteps {
     /// Files that must exist once the RUN steps are done; the build fails otherwise.
     #[serde(default)]
     pub expect_files: Vec<ImagePath>,
+    /// Give RUN steps the engine's default network (apt, pip from an index). Off by
+    /// default: builds are offline, so what they use is what the pins name.
+    #[serde(default)]
+    pub network: bool,
 }
 
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
@@ -404,6 +408,15 @@ fn validate(loaded: &LoadedSpec) -> Result<()> {
                 });
             }
         }
+    }
+    if !spec.build.apt.is_empty() && !spec.build.network {
+        return Err(Error::Invalid {
+            path: loaded.path.clone(),
+            location: None,
+            key: Some("build.apt".into()),
+            message: "apt needs the network; set `network = true` in [build]".into(),
+            hint: None,
+        });
     }
     for package in &spec.build.apt {
         if package.is_empty()

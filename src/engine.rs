@@ -1,0 +1,258 @@
+//! The only module that talks to Docker, through bollard. Every body is streamed; the API
+//! version is negotiated (Debian's engine speaks 1.41, the cluster's a newer one); timeouts
+//! are long because a build of vLLM takes hours and a load of 24 GB takes minutes.
+//!
+//! `ssh://` engines go through the user's ssh (`ssh [-F config] HOST docker system
+//! dial-stdio`, as the docker CLI does), so host keys are checked by ssh itself against the
+//! configured known_hosts; hallmark never turns that off.
+
+use crate::config::NodeConfig;
+use crate::error::{Error, Result};
+use bollard::Docker;
+use bollard::models::{ContainerCreateBody, HostConfig, ImageInspect};
+use bollard::query_parameters::{
+    CreateContainerOptionsBuilder, ListImagesOptionsBuilder, LogsOptionsBuilder,
+    RemoveContainerOptionsBuilder, TagImageOptionsBuilder,
+};
+use futures_util::StreamExt;
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+
+/// Per-request timeout: long enough for a multi-hour build step.
+const TIMEOUT_SECS: u64 = 24 * 3600;
+
+pub struct Engine {
+    pub node: String,
+    pub endpoint: String,
+    pub docker: Docker,
+    /// Keeps the ssh bridge of an `ssh://` engine alive as long as the engine.
+    _bridge: Option<SshBridge>,
+}
+
+impl Engine {
+    pub async fn connect(node: &NodeConfig, ssh_config: Option<&Path>) -> Result<Engine> {
+        let endpoint = node.engine.clone();
+        let fail = |message: String| Error::Engine {
+            node: node.name.to_string(),
+            endpoint: endpoint.clone(),
+            message,
+            hint: None,
+        };
+        let (docker, bridge) = if let Some(path) = endpoint.strip_prefix("unix://") {
+            (
+                Docker::connect_with_unix(path, TIMEOUT_SECS, bollard::API_DEFAULT_VERSION),
+                None,
+            )
+        } else if endpoint.starts_with("tcp://") || endpoint.starts_with("http://") {
+            (
+                Docker::connect_with_http(&endpoint, TIMEOUT_SECS, bollard::API_DEFAULT_VERSION),
+                None,
+            )
+        } else if let Some(host) = endpoint.strip_prefix("ssh://") {
+            let bridge = SshBridge::start(host, ssh_config)
+                .map_err(|e| fail(format!("cannot start ssh: {e}")))?;
+            let docker = Docker::connect_with_unix(
+                bridge.socket.to_str().expect("utf-8 temp path"),
+                TIMEOUT_SECS,
+                bollard::API_DEFAULT_VERSION,
+            );
+            (docker, Some(bridge))
+        } else {
+            return Err(fail("unsupported engine address".into()));
+        };
+        let docker = docker.map_err(|e| fail(e.to_string()))?;
+        let docker = docker
+            .negotiate_version()
+            .await
+            .map_err(|e| Error::Engine {
+                node: node.name.to_string(),
+                endpoint: endpoint.clone(),
+                message: format!("unreachable: {e}"),
+                hint: endpoint.starts_with("ssh://").then(|| {
+                    "check `ssh HOST docker version` with the same ssh config".to_string()
+                }),
+            })?;
+        Ok(Engine {
+            node: node.name.to_string(),
+            endpoint,
+            docker,
+            _bridge: bridge,
+        })
+    }
+
+    pub fn error(&self, message: impl Into<String>) -> Error {
+        Error::Engine {
+            node: self.node.clone(),
+            endpoint: self.endpoint.clone(),
+            message: message.into(),
+            hint: None,
+        }
+    }
+
+    /// The image ids that carry `key=value` as a label.
+    pub async fn images_with_label(&self, key: &str, value: &str) -> Result<Vec<String>> {
+        let filters = HashMap::from([("label", vec![format!("{key}={value}")])]);
+        let options = ListImagesOptionsBuilder::new().filters(&filters).build();
+        let images = self
+            .docker
+            .list_images(Some(options))
+            .await
+            .map_err(|e| self.error(format!("listing images: {e}")))?;
+        let mut ids: Vec<String> = images.into_iter().map(|i| i.id).collect();
+        ids.sort();
+        ids.dedup();
+        Ok(ids)
+    }
+
+    /// `Ok(None)` when the engine does not hold the image.
+    pub async fn inspect(&self, reference: &str) -> Result<Option<ImageInspect>> {
+        match self.docker.inspect_image(reference).await {
+            Ok(image) => Ok(Some(image)),
+            Err(bollard::errors::Error::DockerResponseServerError {
+                status_code: 404, ..
+            }) => Ok(None),
+            Err(e) => Err(self.error(format!("inspecting {reference}: {e}"))),
+        }
+    }
+
+    pub async fn tag(&self, image_id: &str, reference: &str) -> Result<()> {
+        let (repo, tag) = reference.rsplit_once(':').expect("references carry a tag");
+        let options = TagImageOptionsBuilder::new().repo(repo).tag(tag).build();
+        self.docker
+            .tag_image(image_id, Some(options))
+            .await
+            .map_err(|e| self.error(format!("tagging {reference}: {e}")))
+    }
+
+    /// Runs `command` in a new container from `image` with no network; returns the exit
+    /// code and the combined output. The container is removed whatever happens.
+    pub async fn run_once(&self, image: &str, command: &[String]) -> Result<(i64, String)> {
+        let body = ContainerCreateBody {
+            image: Some(image.to_string()),
+            cmd: Some(command.to_vec()),
+            entrypoint: Some(Vec::new()),
+            network_disabled: Some(true),
+            host_config: Some(HostConfig {
+                network_mode: Some("none".into()),
+                ..Default::default()
+            }),
+            ..Default::default()
+        };
+        let options = CreateContainerOptionsBuilder::new().build();
+        let created = self
+            .docker
+            .create_container(Some(options), body)
+            .await
+            .map_err(|e| self.error(format!("creating a container from {image}: {e}")))?;
+        let outcome = self.run_created(&created.id).await;
+        let remove = RemoveContainerOptionsBuilder::new().force(true).build();
+        let _ = self
+            .docker
+            .remove_container(&created.id, Some(remove))
+            .await;
+        outcome
+    }
+
+    async fn run_created(&self, id: &str) -> Result<(i64, String)> {
+        self.docker
+            .start_container(id, None::<bollard::query_parameters::StartContainerOptions>)
+            .await
+            .map_err(|e| self.error(format!("starting container {id}: {e}")))?;
+        let mut wait = self
+            .docker
+            .wait_container(id, None::<bollard::query_parameters::WaitContainerOptions>);
+        let code = match wait.next().await {
+            Some(Ok(response)) => response.status_code,
+            Some(Err(bollard::errors::Error::DockerContainerWaitError { code, .. })) => code,
+            Some(Err(e)) => return Err(self.error(format!("waiting for container {id}: {e}"))),
+            None => return Err(self.error(format!("container {id} vanished"))),
+        };
+        let options = LogsOptionsBuilder::new().stdout(true).stderr(true).build();
+        let mut logs = self.docker.logs(id, Some(options));
+        let mut output = String::new();
+        while let Some(chunk) = logs.next().await {
+            match chunk {
+                Ok(chunk) => output.push_str(&chunk.to_string()),
+                Err(e) => {
+                    return Err(self.error(format!("reading the output of container {id}: {e}")));
+                }
+            }
+        }
+        Ok((code, output))
+    }
+}
+
+/// A private unix socket whose every connection is carried by `ssh HOST docker system
+/// dial-stdio`. Dropped with the engine: the listener task ends and the socket is removed.
+struct SshBridge {
+    socket: PathBuf,
+    _dir: tempfile::TempDir,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl SshBridge {
+    fn start(host: &str, ssh_config: Option<&Path>) -> std::io::Result<SshBridge> {
+        let dir = tempfile::Builder::new().prefix("hallmark-ssh").tempdir()?;
+        let socket = dir.path().join("docker.sock");
+        let listener = tokio::net::UnixListener::bind(&socket)?;
+        let (destination, port) = match host.rsplit_once(':') {
+            Some((h, p)) if p.chars().all(|c| c.is_ascii_digit()) => {
+                (h.to_string(), Some(p.to_string()))
+            }
+            _ => (host.to_string(), None),
+        };
+        let ssh_config = ssh_config.map(Path::to_path_buf);
+        let task = tokio::spawn(async move {
+            while let Ok((mut client, _)) = listener.accept().await {
+                let mut ssh = tokio::process::Command::new("ssh");
+                if let Some(config) = &ssh_config {
+                    ssh.arg("-F").arg(config);
+                }
+                if let Some(port) = &port {
+                    ssh.args(["-p", port]);
+                }
+                // BatchMode: never wait for a password or a host-key prompt; an unknown or
+                // changed host key is an error, not a question.
+                ssh.args([
+                    "-o",
+                    "BatchMode=yes",
+                    "--",
+                    &destination,
+                    "docker",
+                    "system",
+                    "dial-stdio",
+                ])
+                .stdin(std::process::Stdio::piped())
+                .stdout(std::process::Stdio::piped())
+                .stderr(std::process::Stdio::inherit())
+                .kill_on_drop(true);
+                let Ok(mut child) = ssh.spawn() else { continue };
+                tokio::spawn(async move {
+                    let (mut stdin, mut stdout) = (
+                        child.stdin.take().expect("piped"),
+                        child.stdout.take().expect("piped"),
+                    );
+                    let (mut read, mut write) = client.split();
+                    let up = async {
+                        let _ = tokio::io::copy(&mut read, &mut stdin).await;
+                        drop(stdin);
+                    };
+                    let down = tokio::io::copy(&mut stdout, &mut write);
+                    let _ = tokio::join!(up, down);
+                    let _ = child.kill().await;
+                });
+            }
+        });
+        Ok(SshBridge {
+            socket,
+            _dir: dir,
+            task,
+        })
+    }
+}
+
+impl Drop for SshBridge {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
