@@ -12,6 +12,7 @@ use crate::render::{self, PARENT_ARG};
 use bollard::query_parameters::BuildImageOptionsBuilder;
 use futures_util::StreamExt;
 use serde::Serialize;
+use sha2::{Digest as _, Sha256};
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -33,6 +34,8 @@ pub struct BuildRecord {
     pub pins: BTreeMap<String, String>,
     pub smoke: Vec<SmokeResult>,
     pub log: Option<PathBuf>,
+    /// sha256 of the context tar as streamed to the engine (absent when up to date).
+    pub context_sha256: Option<String>,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -115,6 +118,7 @@ async fn build_one(
         pins: pins_of(image),
         smoke: Vec::new(),
         log: None,
+        context_sha256: None,
     };
 
     let existing = engine
@@ -163,7 +167,8 @@ async fn build_one(
         .buildargs(&args)
         .build();
 
-    let body = context_stream(image.clone(), dockerfile, fetched);
+    let (context_digest, digest_receiver) = tokio::sync::oneshot::channel();
+    let body = context_stream(image.clone(), dockerfile, fetched, context_digest);
     let mut stream = engine
         .docker
         .build_image(options, None, Some(bollard::body_stream(body)));
@@ -242,6 +247,7 @@ async fn build_one(
         ));
     }
 
+    record.context_sha256 = digest_receiver.await.ok();
     record.smoke = smoke(engine, image, &id).await?;
     engine.tag(&id, &reference).await?;
     record.image_id = id;
@@ -303,16 +309,25 @@ fn context_stream(
     image: PlannedImage,
     dockerfile: String,
     fetched: fetch::Fetched,
+    digest: tokio::sync::oneshot::Sender<String>,
 ) -> impl futures_util::Stream<Item = bytes::Bytes> + Send + 'static {
     let (sender, receiver) = tokio::sync::mpsc::channel::<bytes::Bytes>(8);
     std::thread::spawn(move || {
-        let writer = ChannelWriter { sender };
+        let writer = ChannelWriter {
+            sender,
+            hasher: Sha256::new(),
+        };
         let writer = std::io::BufWriter::with_capacity(256 * 1024, writer);
-        // A failure here ends the stream early; the engine then reports a truncated context.
-        if let Err(e) = context::write(&image, &dockerfile, &fetched, writer)
-            .and_then(|mut w| w.flush().map_err(|e| Error::io(&image.loaded.path, e)))
-        {
-            eprintln!("{}", e.render());
+        let written = context::write(&image, &dockerfile, &fetched, writer).and_then(|w| {
+            w.into_inner()
+                .map_err(|e| Error::io(&image.loaded.path, e.into_error()))
+        });
+        match written {
+            Ok(writer) => {
+                let _ = digest.send(hex::encode(writer.hasher.finalize()));
+            }
+            // The stream ends early; the engine then reports a truncated context.
+            Err(e) => eprintln!("{}", e.render()),
         }
     });
     futures_util::stream::unfold(receiver, |mut receiver| async move {
@@ -322,10 +337,12 @@ fn context_stream(
 
 struct ChannelWriter {
     sender: tokio::sync::mpsc::Sender<bytes::Bytes>,
+    hasher: Sha256,
 }
 
 impl Write for ChannelWriter {
     fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.hasher.update(buf);
         self.sender
             .blocking_send(bytes::Bytes::copy_from_slice(buf))
             .map_err(|_| {

@@ -77,7 +77,7 @@ pub fn inherited_entrypoint(plan: &Plan, image: &PlannedImage) -> Option<Vec<Str
 }
 
 /// Spec mistakes that parse but would ship a broken image.
-fn lints(plan: &Plan, image: &PlannedImage) -> Vec<Error> {
+pub fn lints(plan: &Plan, image: &PlannedImage) -> Vec<Error> {
     let mut found = Vec::new();
     let container = &image.loaded.spec.container;
     let Some(baked) = inherited_entrypoint(plan, image).filter(|e| !e.is_empty()) else {

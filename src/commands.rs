@@ -227,6 +227,17 @@ impl BaseResolver for EngineResolver<'_> {
 fn build_command(session: &Session, images: &[String], force: bool) -> Result<u8> {
     let names = session.names(images)?;
     let plan = Plan::new(&session.project, &names)?;
+    // The lints cost nothing and a wrong ENTRYPOINT costs a deployment: refuse before building.
+    let mut problems: Vec<Error> = plan
+        .order
+        .iter()
+        .flat_map(|n| check::lints(&plan, plan.get(n)))
+        .collect();
+    match problems.len() {
+        0 => {}
+        1 => return Err(problems.remove(0)),
+        _ => return Err(Error::Many(problems)),
+    }
     let state_dir = session.project.state_dir();
     let settings = BuildSettings {
         checksum_label: &session.config.checksum_label,
