@@ -51,7 +51,12 @@ impl Document {
     }
 
     pub fn line(&mut self, line: String) {
-        debug_assert!(!line.contains('\n'));
+        // Every value on a line is validated on parse to hold no newline; a line with one would
+        // make two documents hash alike, so it is a bug worth stopping for.
+        assert!(
+            !line.contains('\n'),
+            "checksum line with a newline: {line:?}"
+        );
         self.lines.push(line);
     }
 
@@ -64,4 +69,29 @@ impl Document {
 
 pub fn sha256_hex(bytes: &[u8]) -> String {
     hex::encode(Sha256::digest(bytes))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The canonical JSON sorts keys; a dependency enabling serde_json's `preserve_order`
+    /// would silently change every checksum, so this pins it down.
+    #[test]
+    fn spec_json_has_sorted_keys() {
+        #[derive(Serialize)]
+        struct Unsorted {
+            zebra: u8,
+            apple: std::collections::HashMap<&'static str, u8>,
+        }
+        let mut doc = Document::new();
+        doc.spec(&Unsorted {
+            zebra: 1,
+            apple: [("b", 2), ("a", 1)].into_iter().collect(),
+        });
+        assert_eq!(
+            doc.text(),
+            "hallmark-checksum v1\nspec {\"apple\":{\"a\":1,\"b\":2},\"zebra\":1}\n"
+        );
+    }
 }

@@ -196,14 +196,18 @@ impl BaseResolver for EngineResolver<'_> {
             let Some(image) = engine.inspect(reference).await? else {
                 return Ok(None);
             };
-            let repository = reference.rsplit_once(':').map_or(reference, |(r, _)| r);
+            // `host:5000/repo:tag` -> `host:5000/repo`: a colon followed by a `/` is a port.
+            let repository = reference
+                .rsplit_once(':')
+                .filter(|(_, tag)| !tag.contains('/'))
+                .map_or(reference, |(r, _)| r);
             let repo_digest = image
                 .repo_digests
                 .unwrap_or_default()
                 .into_iter()
                 .find_map(|d| {
                     d.split_once('@')
-                        .filter(|(r, _)| r.ends_with(repository))
+                        .filter(|(r, _)| *r == repository || r.ends_with(&format!("/{repository}")))
                         .map(|(_, digest)| digest.to_string())
                 });
             let (digest, kind) = match repo_digest {

@@ -90,7 +90,7 @@ impl Config {
             }
         }
         for node in nodes.iter().chain([&builder]) {
-            let scheme_ok = ["unix://", "tcp://", "ssh://", "http://"]
+            let scheme_ok = ["unix://", "tcp://", "ssh://"]
                 .iter()
                 .any(|s| node.engine.starts_with(s));
             if !scheme_ok {

@@ -77,6 +77,10 @@ pub fn read(root: &Path, image: &Name) -> Result<Pins> {
                 if !wheel.file.ends_with(".whl")
                     || wheel_stem(distribution) != wheel_stem(wheel.name.as_str())
                     || wheel.file.contains(['/', '\\'])
+                    || wheel
+                        .file
+                        .chars()
+                        .any(|c| c.is_whitespace() || c.is_control())
                 {
                     return Err(Error::Invalid {
                         path,

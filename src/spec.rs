@@ -367,6 +367,16 @@ fn validate(loaded: &LoadedSpec) -> Result<()> {
     }
     let mut dests = BTreeSet::new();
     for file in &spec.files {
+        if file.dest.get_ref().as_str().ends_with('/') {
+            return loaded.invalid(
+                file.dest.span(),
+                "file.dest",
+                format!(
+                    "`{}` must name the file or folder to create, without a trailing `/`",
+                    file.dest.get_ref()
+                ),
+            );
+        }
         if !dests.insert(file.dest.get_ref().clone()) {
             return loaded.invalid(
                 file.dest.span(),
@@ -391,6 +401,46 @@ fn validate(loaded: &LoadedSpec) -> Result<()> {
                 "is empty: give the command as a list, e.g. [\"python3\", \"-c\", \"import b12x\"]"
                     .into(),
             );
+        }
+    }
+    if let Some(user) = &spec.container.user {
+        let ok = !user.is_empty()
+            && user
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'-' | b'.' | b':'));
+        if !ok {
+            return Err(Error::Invalid {
+                path: loaded.path.clone(),
+                location: None,
+                key: Some("container.user".into()),
+                message: format!("`{user}` is not a user: write `name`, `uid` or `uid:gid`"),
+                hint: None,
+            });
+        }
+    }
+    let repository = loaded.repository();
+    if repository.bytes().any(|b| b.is_ascii_uppercase()) {
+        return Err(Error::Invalid {
+            path: loaded.path.clone(),
+            location: None,
+            key: Some("image.name".into()),
+            message: format!("`{repository}` has capitals; image repositories are lowercase"),
+            hint: Some("rename the folder or set `name` in [image]".into()),
+        });
+    }
+    for key in spec.labels.keys() {
+        if key.is_empty()
+            || key
+                .chars()
+                .any(|c| c.is_whitespace() || c.is_control() || c == '"' || c == '=')
+        {
+            return Err(Error::Invalid {
+                path: loaded.path.clone(),
+                location: None,
+                key: Some(format!("labels.{key}")),
+                message: format!("`{key}` is not a label key"),
+                hint: None,
+            });
         }
     }
     for (key, table) in [("env", &spec.env), ("build.args", &spec.build.args)] {

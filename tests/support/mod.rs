@@ -141,3 +141,98 @@ impl GitRepo {
 pub fn one_line_patch(file: &str, old: &str, new: &str) -> String {
     format!("--- a/{file}\n+++ b/{file}\n@@ -1 +1 @@\n-{old}\n+{new}\n")
 }
+
+/// A running testbed (scripts/testbed): the one named by `HALLMARK_TESTBED`, else one this
+/// test binary starts under `target/testbed` and leaves running for the next test run
+/// (`scripts/testbed down --dir target/testbed` stops it). No engine is a failure, not a skip.
+pub struct Testbed {
+    pub dir: PathBuf,
+    pub env: std::collections::HashMap<String, String>,
+}
+
+impl Testbed {
+    pub fn get() -> &'static Testbed {
+        static TESTBED: std::sync::OnceLock<Testbed> = std::sync::OnceLock::new();
+        TESTBED.get_or_init(|| {
+            let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+            let dir = match std::env::var_os("HALLMARK_TESTBED") {
+                Some(dir) => PathBuf::from(dir),
+                None => root.join("target/testbed"),
+            };
+            let script = root.join("scripts/testbed");
+            let running = Command::new(&script).args(["status", "--dir"]).arg(&dir).output().is_ok_and(|o| o.status.success());
+            if !running {
+                let status = Command::new(&script).args(["up", "--nodes", "4", "--dir"]).arg(&dir).status().unwrap();
+                assert!(status.success(), "scripts/testbed up failed: the engine tests need real engines (run `scripts/testbed install` as root first)");
+            }
+            let text = std::fs::read_to_string(dir.join("testbed.env")).expect("testbed.env");
+            let env = text
+                .lines()
+                .filter_map(|l| l.split_once('='))
+                .map(|(k, v)| (k.trim().to_string(), v.trim().trim_matches('"').to_string()))
+                .collect();
+            Testbed { dir, env }
+        })
+    }
+
+    pub fn config(&self) -> PathBuf {
+        self.dir.join("hallmark.toml")
+    }
+
+    pub fn endpoint(&self, node: &str) -> String {
+        let key = format!("HMTB_{}", node.to_uppercase());
+        let local = format!("{key}_LOCAL");
+        self.env
+            .get(&local)
+            .or_else(|| self.env.get(&key))
+            .unwrap_or_else(|| panic!("no {key} in testbed.env"))
+            .clone()
+    }
+
+    /// The docker CLI against one daemon of the testbed (reached locally, ssh nodes too).
+    pub fn docker(&self, node: &str, args: &[&str]) -> Output {
+        Command::new("docker")
+            .arg("-H")
+            .arg(self.endpoint(node))
+            .args(args)
+            .output()
+            .unwrap()
+    }
+
+    pub fn docker_ok(&self, node: &str, args: &[&str]) -> String {
+        let output = self.docker(node, args);
+        assert!(
+            output.status.success(),
+            "docker {args:?} on {node}: {}",
+            String::from_utf8_lossy(&output.stderr)
+        );
+        String::from_utf8_lossy(&output.stdout).trim().to_string()
+    }
+
+    /// Writes a hallmark.toml whose builder is `builder`, for builds on another engine.
+    pub fn config_with_builder(&self, dir: &Path, builder: &str) -> PathBuf {
+        let path = dir.join(format!("hallmark-{builder}.toml"));
+        let text = format!(
+            "[builder]\nname = \"{builder}\"\nengine = \"{}\"\n",
+            self.endpoint(builder)
+        );
+        std::fs::write(&path, text).unwrap();
+        path
+    }
+}
+
+/// A fresh unique word, so tests sharing a builder never share a checksum.
+pub fn unique() -> String {
+    use std::sync::atomic::{AtomicU32, Ordering};
+    static COUNTER: AtomicU32 = AtomicU32::new(0);
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .subsec_nanos();
+    format!(
+        "{}-{}-{}",
+        std::process::id(),
+        nanos,
+        COUNTER.fetch_add(1, Ordering::SeqCst)
+    )
+}

@@ -1,0 +1,281 @@
+//! Builds on real engines of the testbed (scripts/testbed): nothing here is mocked.
+
+mod support;
+
+use support::{GitRepo, TestProject, Testbed, one_line_patch, unique};
+
+const HELLO_PINS: &str = include_str!("../pins/hello.toml");
+
+/// The repository's `hello`, made unique to this test by one env value.
+fn hello_project() -> TestProject {
+    let project = TestProject::new();
+    let spec = include_str!("../images/hello/image.toml");
+    project
+        .write(
+            "images/hello/image.toml",
+            &format!("{spec}\n[labels]\n\"test.run\" = \"{}\"\n", unique()),
+        )
+        .write(
+            "images/hello/hello.sh",
+            include_str!("../images/hello/hello.sh"),
+        )
+        .write("pins/hello.toml", HELLO_PINS);
+    let script = project.root().join("images/hello/hello.sh");
+    std::fs::set_permissions(script, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    project
+}
+
+fn build_json(project: &TestProject, config: &std::path::Path, image: &str) -> serde_json::Value {
+    let run = project.run(&[
+        "--config",
+        config.to_str().unwrap(),
+        "--json",
+        "build",
+        image,
+    ]);
+    run.success();
+    let records: serde_json::Value = serde_json::from_str(&run.stdout()).unwrap();
+    records.as_array().unwrap().last().unwrap().clone()
+}
+
+fn label(testbed: &Testbed, node: &str, image: &str) -> String {
+    testbed.docker_ok(
+        node,
+        &[
+            "image",
+            "inspect",
+            "--format",
+            "{{index .Config.Labels \"hallmark.checksum\"}}",
+            image,
+        ],
+    )
+}
+
+#[test]
+fn hello_builds_smokes_and_is_up_to_date_the_second_time() {
+    let testbed = Testbed::get();
+    let project = hello_project();
+    let config = testbed.config();
+    let checksum = project.run(&["checksum", "hello"]).success().stdout()[..64].to_string();
+
+    let first = build_json(&project, &config, "hello");
+    assert_eq!(first["outcome"], "built");
+    assert_eq!(first["checksum"], checksum.as_str());
+    assert_eq!(first["smoke"].as_array().unwrap().len(), 2);
+    assert_eq!(label(testbed, "builder", "hello:latest"), checksum);
+    let log = std::fs::read_to_string(first["log"].as_str().unwrap()).unwrap();
+    assert!(log.contains("Step 1/"), "{log}");
+    let records = std::fs::read_dir(project.root().join(".hallmark/records"))
+        .unwrap()
+        .count();
+    assert_eq!(records, 1);
+
+    let images_before = testbed.docker_ok("builder", &["images", "-aq", "--no-trunc"]);
+    let second = build_json(&project, &config, "hello");
+    assert_eq!(second["outcome"], "up-to-date");
+    assert_eq!(second["image_id"], first["image_id"]);
+    let images_after = testbed.docker_ok("builder", &["images", "-aq", "--no-trunc"]);
+    let count = |s: &str| s.lines().filter(|l| !l.is_empty()).count();
+    assert!(
+        count(&images_after) <= count(&images_before),
+        "a second build created images"
+    );
+
+    let junit = project.root().join("smoke.xml");
+    project
+        .run(&[
+            "--config",
+            config.to_str().unwrap(),
+            "smoke",
+            "hello",
+            "--junit",
+            junit.to_str().unwrap(),
+        ])
+        .success();
+    let xml = std::fs::read_to_string(junit).unwrap();
+    assert!(xml.contains("tests=\"2\" failures=\"0\""), "{xml}");
+}
+
+#[test]
+fn patched_source_and_real_wheel_on_the_debian_base() {
+    let testbed = Testbed::get();
+    let project = TestProject::new();
+    let upstream = GitRepo::new(project.root(), "upstream");
+    upstream.commit(&[("greeting.txt", "hello\n")], "first");
+    upstream.git(&["tag", "v1"]);
+    let marker = unique();
+    project
+        .write(
+            "images/app/image.toml",
+            &format!(
+                r#"
+[from]
+ref = "hallmark-testbed/python:bookworm"
+
+[[source]]
+name = "upstream"
+git = "{}"
+rev = "v1"
+dest = "/opt/upstream"
+patches = ["fix"]
+
+[[wheel]]
+name = "b12x"
+version = "1.3.0"
+
+[env]
+MARKER = "{marker}"
+
+[[smoke]]
+name = "b12x imports"
+run = ["python3", "-c", "import b12x"]
+
+[[smoke]]
+name = "patched"
+run = ["grep", "-qx", "hello, world!", "/opt/upstream/greeting.txt"]
+"#,
+                upstream.url()
+            ),
+        )
+        .write("patches/fix/series", "0001-world.patch\n0002-comma.patch\n")
+        .write(
+            "patches/fix/0001-world.patch",
+            &one_line_patch("greeting.txt", "hello", "hello world"),
+        )
+        .write(
+            "patches/fix/0002-comma.patch",
+            &one_line_patch("greeting.txt", "hello world", "hello, world!"),
+        );
+    let config = testbed.config();
+    let lock = project.run(&["--config", config.to_str().unwrap(), "lock", "app"]);
+    lock.success();
+    let pins = project.read("pins/app.toml");
+    assert!(pins.contains("kind = \"image-id\""), "{pins}");
+    assert!(
+        pins.contains("c97d88635521a7fdd4f67717c1835a017d0dcea49d49cc7aa5b4299f290d19e3"),
+        "{pins}"
+    );
+
+    let record = build_json(&project, &config, "app");
+    assert_eq!(record["outcome"], "built");
+    let checksum = project.run(&["checksum", "app"]).success().stdout()[..64].to_string();
+    assert_eq!(label(testbed, "builder", "app:latest"), checksum);
+    let content = testbed.docker_ok(
+        "builder",
+        &[
+            "run",
+            "--rm",
+            "--network",
+            "none",
+            "app:latest",
+            "cat",
+            "/opt/upstream/greeting.txt",
+        ],
+    );
+    assert_eq!(content, "hello, world!");
+    let shown = testbed.docker_ok(
+        "builder",
+        &[
+            "run",
+            "--rm",
+            "--network",
+            "none",
+            "app:latest",
+            "python3",
+            "-m",
+            "pip",
+            "show",
+            "b12x",
+        ],
+    );
+    assert!(shown.contains("Version: 1.3.0"), "{shown}");
+}
+
+#[test]
+fn two_engines_get_the_same_label_and_the_same_context_bytes() {
+    let testbed = Testbed::get();
+    let output = std::process::Command::new(
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts/testbed"),
+    )
+    .args(["load-bases", "--dir"])
+    .arg(&testbed.dir)
+    .args(["--node", "node3"])
+    .output()
+    .unwrap();
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let project = hello_project();
+    let on_builder = build_json(&project, &testbed.config(), "hello");
+    let other = testbed.config_with_builder(project.root(), "node3");
+    let on_node3 = build_json(&project, &other, "hello");
+    assert_eq!(on_builder["checksum"], on_node3["checksum"]);
+    assert_eq!(on_builder["outcome"], "built");
+    assert_eq!(on_node3["outcome"], "built");
+    assert!(on_builder["context_sha256"].is_string());
+    assert_eq!(on_builder["context_sha256"], on_node3["context_sha256"]);
+    assert_eq!(
+        label(testbed, "node3", "hello:latest"),
+        on_builder["checksum"].as_str().unwrap()
+    );
+}
+
+#[test]
+fn a_failing_run_step_names_the_step_and_keeps_the_previous_tag() {
+    let testbed = Testbed::get();
+    let project = hello_project();
+    let config = testbed.config();
+    let first = build_json(&project, &config, "hello");
+    let spec = project.read("images/hello/image.toml");
+    let broken = spec.replace(
+        "run = [\"hello > /etc/hello.txt\"]",
+        "run = [\"hello > /etc/hello.txt\", \"echo boom-from-the-step && exit 3\"]",
+    );
+    assert_ne!(spec, broken);
+    project.write("images/hello/image.toml", &broken);
+    let run = project.run(&["--config", config.to_str().unwrap(), "build", "hello"]);
+    assert_eq!(run.code(), 1, "{}", run.stderr());
+    let err = run.stderr();
+    assert!(err.contains("failed to build at Step 7/"), "{err}");
+    assert!(
+        err.contains("RUN echo boom-from-the-step && exit 3"),
+        "{err}"
+    );
+    assert!(err.contains(".hallmark/logs/hello-"), "{err}");
+    let tagged = testbed.docker_ok(
+        "builder",
+        &["image", "inspect", "--format", "{{.Id}}", "hello:latest"],
+    );
+    assert_eq!(tagged, first["image_id"].as_str().unwrap());
+}
+
+#[test]
+fn a_cmd_repeating_the_parents_entrypoint_is_refused_before_any_build() {
+    let testbed = Testbed::get();
+    let project = hello_project();
+    let spec = project.read("images/hello/image.toml");
+    project.write(
+        "images/hello/image.toml",
+        &spec.replace("cmd = [\"hello\"]", "entrypoint = [\"vllm\", \"serve\"]"),
+    );
+    project.write(
+        "images/served/image.toml",
+        "[from]\nimage = \"hello\"\n\n[container]\ncmd = [\"vllm\", \"serve\", \"/models/m\"]\n",
+    );
+    let check = project.run(&["check", "served"]);
+    assert_eq!(check.code(), 2, "{}", check.stderr());
+    assert!(
+        check.stderr().contains("vllm serve vllm serve /models/m"),
+        "{}",
+        check.stderr()
+    );
+    let config = testbed.config();
+    let build = project.run(&["--config", config.to_str().unwrap(), "build", "served"]);
+    assert_eq!(build.code(), 2, "{}", build.stderr());
+    assert!(
+        !project.root().join(".hallmark/logs").exists(),
+        "nothing may be built"
+    );
+}
