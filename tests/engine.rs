@@ -6,15 +6,16 @@ use support::{GitRepo, TestProject, Testbed, one_line_patch, unique};
 
 const HELLO_PINS: &str = include_str!("../pins/hello.toml");
 
-/// The repository's `hello`, made unique to this test by one env value.
-fn hello_project() -> TestProject {
+/// The repository's `hello`, under a repository name and label of its own, so tests that
+/// share a builder share neither a tag nor a checksum. Returns the project and the tag.
+fn hello_project() -> (TestProject, String) {
     let project = TestProject::new();
     let spec = include_str!("../images/hello/image.toml");
+    let run = unique();
+    let spec =
+        format!("{spec}\n[image]\nname = \"hello-{run}\"\n\n[labels]\n\"test.run\" = \"{run}\"\n");
     project
-        .write(
-            "images/hello/image.toml",
-            &format!("{spec}\n[labels]\n\"test.run\" = \"{}\"\n", unique()),
-        )
+        .write("images/hello/image.toml", &spec)
         .write(
             "images/hello/hello.sh",
             include_str!("../images/hello/hello.sh"),
@@ -22,7 +23,7 @@ fn hello_project() -> TestProject {
         .write("pins/hello.toml", HELLO_PINS);
     let script = project.root().join("images/hello/hello.sh");
     std::fs::set_permissions(script, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
-    project
+    (project, format!("hello-{run}:latest"))
 }
 
 fn build_json(project: &TestProject, config: &std::path::Path, image: &str) -> serde_json::Value {
@@ -54,7 +55,7 @@ fn label(testbed: &Testbed, node: &str, image: &str) -> String {
 #[test]
 fn hello_builds_smokes_and_is_up_to_date_the_second_time() {
     let testbed = Testbed::get();
-    let project = hello_project();
+    let (project, tag) = hello_project();
     let config = testbed.config();
     let checksum = project.run(&["checksum", "hello"]).success().stdout()[..64].to_string();
 
@@ -62,7 +63,7 @@ fn hello_builds_smokes_and_is_up_to_date_the_second_time() {
     assert_eq!(first["outcome"], "built");
     assert_eq!(first["checksum"], checksum.as_str());
     assert_eq!(first["smoke"].as_array().unwrap().len(), 2);
-    assert_eq!(label(testbed, "builder", "hello:latest"), checksum);
+    assert_eq!(label(testbed, "builder", &tag), checksum);
     let log = std::fs::read_to_string(first["log"].as_str().unwrap()).unwrap();
     assert!(log.contains("Step 1/"), "{log}");
     let records = std::fs::read_dir(project.root().join(".hallmark/records"))
@@ -207,7 +208,7 @@ fn two_engines_get_the_same_label_and_the_same_context_bytes() {
         "{}",
         String::from_utf8_lossy(&output.stderr)
     );
-    let project = hello_project();
+    let (project, tag) = hello_project();
     let on_builder = build_json(&project, &testbed.config(), "hello");
     let other = testbed.config_with_builder(project.root(), "node3");
     let on_node3 = build_json(&project, &other, "hello");
@@ -217,7 +218,7 @@ fn two_engines_get_the_same_label_and_the_same_context_bytes() {
     assert!(on_builder["context_sha256"].is_string());
     assert_eq!(on_builder["context_sha256"], on_node3["context_sha256"]);
     assert_eq!(
-        label(testbed, "node3", "hello:latest"),
+        label(testbed, "node3", &tag),
         on_builder["checksum"].as_str().unwrap()
     );
 }
@@ -225,7 +226,7 @@ fn two_engines_get_the_same_label_and_the_same_context_bytes() {
 #[test]
 fn a_failing_run_step_names_the_step_and_keeps_the_previous_tag() {
     let testbed = Testbed::get();
-    let project = hello_project();
+    let (project, tag) = hello_project();
     let config = testbed.config();
     let first = build_json(&project, &config, "hello");
     let spec = project.read("images/hello/image.toml");
@@ -246,7 +247,7 @@ fn a_failing_run_step_names_the_step_and_keeps_the_previous_tag() {
     assert!(err.contains(".hallmark/logs/hello-"), "{err}");
     let tagged = testbed.docker_ok(
         "builder",
-        &["image", "inspect", "--format", "{{.Id}}", "hello:latest"],
+        &["image", "inspect", "--format", "{{.Id}}", &tag],
     );
     assert_eq!(tagged, first["image_id"].as_str().unwrap());
 }
@@ -254,7 +255,7 @@ fn a_failing_run_step_names_the_step_and_keeps_the_previous_tag() {
 #[test]
 fn a_cmd_repeating_the_parents_entrypoint_is_refused_before_any_build() {
     let testbed = Testbed::get();
-    let project = hello_project();
+    let (project, _tag) = hello_project();
     let spec = project.read("images/hello/image.toml");
     project.write(
         "images/hello/image.toml",
