@@ -121,16 +121,36 @@ async fn build_one(
         context_sha256: None,
     };
 
-    let existing = engine
-        .images_with_label(settings.checksum_label, &checksum)
-        .await?;
-    if let (Some(id), false) = (existing.first(), settings.force) {
-        // Up to date; the tag may still point elsewhere (an older build), so set it.
-        engine.tag(id, &reference).await?;
-        record.image_id = id.clone();
-        record.size = engine.inspect(id).await?.and_then(|i| i.size);
-        record.seconds = started.elapsed().as_secs_f64();
-        return Ok(record);
+    if !settings.force {
+        // The common case costs one call: the tag already names an image with this checksum.
+        let tagged = engine.inspect(&reference).await?;
+        let labels = tagged
+            .as_ref()
+            .and_then(|i| i.config.as_ref())
+            .and_then(|c| c.labels.as_ref());
+        let up_to_date = match (labels.and_then(|l| l.get(settings.checksum_label)), &tagged) {
+            (Some(label), Some(image)) if *label == checksum => {
+                Some((image.id.clone().unwrap_or_default(), image.size))
+            }
+            _ => match engine
+                .images_with_label(settings.checksum_label, &checksum)
+                .await?
+                .first()
+            {
+                // Built before, but the tag moved (to an older build): point it back.
+                Some(id) => {
+                    engine.tag(id, &reference).await?;
+                    Some((id.clone(), engine.inspect(id).await?.and_then(|i| i.size)))
+                }
+                None => None,
+            },
+        };
+        if let Some((id, size)) = up_to_date {
+            record.image_id = id;
+            record.size = size;
+            record.seconds = started.elapsed().as_secs_f64();
+            return Ok(record);
+        }
     }
 
     let dockerfile = render::dockerfile(image, settings.checksum_label, parent_tag)?;
