@@ -4,7 +4,7 @@
 //! move: a failed build or smoke leaves the previous image under the tag.
 
 use crate::context;
-use crate::engine::Engine;
+use crate::engine::{self, Engine};
 use crate::error::{Error, Result};
 use crate::fetch;
 use crate::plan::{Plan, PlannedImage};
@@ -12,7 +12,6 @@ use crate::render::{self, PARENT_ARG};
 use bollard::query_parameters::BuildImageOptionsBuilder;
 use futures_util::StreamExt;
 use serde::Serialize;
-use sha2::{Digest as _, Sha256};
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -323,57 +322,19 @@ fn write_record(state_dir: &Path, record: &BuildRecord) -> Result<()> {
     fs_err::write(&path, text).map_err(|e| Error::io(&path, e))
 }
 
-/// The context as a stream of chunks: a thread writes the tar into a bounded channel, so at
-/// most a few chunks are in memory whatever the size of the sources.
+/// The context as a stream of chunks, written by a thread; its sha256 arrives on `digest`.
 fn context_stream(
     image: PlannedImage,
     dockerfile: String,
     fetched: fetch::Fetched,
     digest: tokio::sync::oneshot::Sender<String>,
 ) -> impl futures_util::Stream<Item = bytes::Bytes> + Send + 'static {
-    let (sender, receiver) = tokio::sync::mpsc::channel::<bytes::Bytes>(8);
-    std::thread::spawn(move || {
-        let writer = ChannelWriter {
-            sender,
-            hasher: Sha256::new(),
-        };
-        let writer = std::io::BufWriter::with_capacity(256 * 1024, writer);
-        let written = context::write(&image, &dockerfile, &fetched, writer).and_then(|w| {
-            w.into_inner()
-                .map_err(|e| Error::io(&image.loaded.path, e.into_error()))
-        });
-        match written {
-            Ok(writer) => {
-                let _ = digest.send(hex::encode(writer.hasher.finalize()));
-            }
-            // The stream ends early; the engine then reports a truncated context.
-            Err(e) => eprintln!("{}", e.render()),
-        }
-    });
-    futures_util::stream::unfold(receiver, |mut receiver| async move {
-        receiver.recv().await.map(|chunk| (chunk, receiver))
-    })
-}
-
-struct ChannelWriter {
-    sender: tokio::sync::mpsc::Sender<bytes::Bytes>,
-    hasher: Sha256,
-}
-
-impl Write for ChannelWriter {
-    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        self.hasher.update(buf);
-        self.sender
-            .blocking_send(bytes::Bytes::copy_from_slice(buf))
-            .map_err(|_| {
-                std::io::Error::new(
-                    std::io::ErrorKind::BrokenPipe,
-                    "the engine stopped reading the context",
-                )
-            })?;
-        Ok(buf.len())
-    }
-    fn flush(&mut self) -> std::io::Result<()> {
+    engine::body_from_writer(None, move |writer| {
+        let writer = context::write(&image, &dockerfile, &fetched, writer)?;
+        writer
+            .flush()
+            .map_err(|e| Error::io(&image.loaded.path, e))?;
+        let _ = digest.send(writer.get_ref().sha256());
         Ok(())
-    }
+    })
 }

@@ -79,4 +79,31 @@ pub enum Command {
         #[arg(long, value_name = "FILE")]
         junit: Option<PathBuf>,
     },
+    /// Ship images from the builder to the nodes: only missing layers, verified after load.
+    Distribute {
+        #[arg(value_name = "IMAGE", required = true)]
+        images: Vec<String>,
+        /// Only these nodes (comma-separated).
+        #[arg(long, value_name = "NODE,...", value_delimiter = ',')]
+        to: Vec<String>,
+        /// Transfer to all nodes at once (ssh host keys are settled first, one node at a time).
+        #[arg(long)]
+        parallel: bool,
+        /// Send every layer, as `docker save | docker load` would.
+        #[arg(long)]
+        full: bool,
+    },
+    /// Exit 0 only if every node holds the expected image (label and content fingerprint).
+    Verify {
+        #[arg(value_name = "IMAGE", required = true)]
+        images: Vec<String>,
+        #[arg(long, value_name = "NODE,...", value_delimiter = ',')]
+        nodes: Vec<String>,
+    },
+    /// Images by nodes: current, stale, mismatch, missing, unreachable.
+    Status,
+    /// Each node: reachable, engine version, image store, images.
+    Nodes,
+    /// Remove layers from the layer store that no image of this project on the builder uses.
+    Prune,
 }

@@ -15,8 +15,12 @@ use bollard::query_parameters::{
     RemoveContainerOptionsBuilder, TagImageOptionsBuilder,
 };
 use futures_util::StreamExt;
+use sha2::{Digest as _, Sha256};
 use std::collections::HashMap;
+use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 /// Per-request timeout: long enough for a multi-hour build step.
 const TIMEOUT_SECS: u64 = 24 * 3600;
@@ -254,5 +258,108 @@ impl SshBridge {
 impl Drop for SshBridge {
     fn drop(&mut self) {
         self.task.abort();
+    }
+}
+
+/// A `Write` whose bytes become the chunks of a request body: a bounded channel, so at most
+/// a few chunks are in memory whatever the size of what is written. It hashes and counts
+/// what passes (the context's sha256, a transfer's progress).
+pub struct ChannelWriter {
+    sender: tokio::sync::mpsc::Sender<bytes::Bytes>,
+    hasher: Sha256,
+    written: Option<Arc<AtomicU64>>,
+}
+
+impl ChannelWriter {
+    pub fn sha256(&self) -> String {
+        hex::encode(self.hasher.clone().finalize())
+    }
+}
+
+impl Write for ChannelWriter {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.hasher.update(buf);
+        self.sender
+            .blocking_send(bytes::Bytes::copy_from_slice(buf))
+            .map_err(|_| {
+                std::io::Error::new(std::io::ErrorKind::BrokenPipe, "the engine stopped reading")
+            })?;
+        if let Some(counter) = &self.written {
+            counter.fetch_add(buf.len() as u64, Ordering::Relaxed);
+        }
+        Ok(buf.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+/// A request body produced by `produce` on its own thread through a buffered
+/// `ChannelWriter`. If `produce` fails, the body ends early (the engine then reports a
+/// truncated stream) and the error is printed.
+pub fn body_from_writer(
+    written: Option<Arc<AtomicU64>>,
+    produce: impl FnOnce(&mut std::io::BufWriter<ChannelWriter>) -> Result<()> + Send + 'static,
+) -> impl futures_util::Stream<Item = bytes::Bytes> + Send + 'static {
+    let (sender, receiver) = tokio::sync::mpsc::channel::<bytes::Bytes>(8);
+    std::thread::spawn(move || {
+        let writer = ChannelWriter {
+            sender,
+            hasher: Sha256::new(),
+            written,
+        };
+        let mut buffered = std::io::BufWriter::with_capacity(256 * 1024, writer);
+        let outcome = produce(&mut buffered)
+            .and_then(|()| buffered.flush().map_err(|e| Error::io("request body", e)));
+        if let Err(e) = outcome {
+            eprint!("{}", e.render());
+        }
+    });
+    futures_util::stream::unfold(receiver, |mut receiver| async move {
+        receiver.recv().await.map(|chunk| (chunk, receiver))
+    })
+}
+
+/// A blocking `Read` over a byte stream from the engine (an image export), fed by a task.
+pub struct StreamReader {
+    receiver: tokio::sync::mpsc::Receiver<std::io::Result<bytes::Bytes>>,
+    current: bytes::Bytes,
+}
+
+impl StreamReader {
+    pub fn new<S, E>(stream: S) -> StreamReader
+    where
+        S: futures_util::Stream<Item = std::result::Result<bytes::Bytes, E>> + Send + 'static,
+        E: std::fmt::Display + Send + 'static,
+    {
+        let (sender, receiver) = tokio::sync::mpsc::channel(8);
+        tokio::spawn(async move {
+            let mut stream = std::pin::pin!(stream);
+            while let Some(item) = stream.next().await {
+                let item = item.map_err(|e| std::io::Error::other(e.to_string()));
+                let failed = item.is_err();
+                if sender.send(item).await.is_err() || failed {
+                    break;
+                }
+            }
+        });
+        StreamReader {
+            receiver,
+            current: bytes::Bytes::new(),
+        }
+    }
+}
+
+impl Read for StreamReader {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        while self.current.is_empty() {
+            match self.receiver.blocking_recv() {
+                Some(chunk) => self.current = chunk?,
+                None => return Ok(0),
+            }
+        }
+        let n = buf.len().min(self.current.len());
+        buf[..n].copy_from_slice(&self.current.split_to(n));
+        Ok(n)
     }
 }

@@ -21,8 +21,11 @@ pub mod pins;
 pub mod plan;
 pub mod project;
 pub mod render;
+pub mod ship;
 pub mod spec;
+pub mod store;
 pub mod values;
+pub mod verify;
 
 use clap::Parser;
 use std::process::ExitCode;

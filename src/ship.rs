@@ -1,0 +1,497 @@
+//! `hallmark distribute`: moves an image from the builder to the nodes.
+//!
+//! The builder's export is read once into the layer store (`store.rs`). For each node,
+//! hallmark asks which layer chains it already holds and streams an archive in the layout
+//! Docker 25+ `docker save` writes (OCI `index.json` and blobs, plus the docker-compatible
+//! `manifest.json`) whose manifests list every layer but which carries only the layers the
+//! node lacks; Docker 20.10 and the containerd image store both load it. A node that refuses
+//! a thin archive gets a full one, and is remembered. `docker load` moves the tag only once
+//! the image is complete, so a cut transfer leaves the node's previous image in place.
+
+use crate::engine::{self, Engine, StreamReader};
+use crate::error::{Error, Result};
+use crate::store::{LayerStore, StoredImage};
+use crate::verify::{self, Holding};
+use bollard::query_parameters::{ImportImageOptionsBuilder, ListImagesOptionsBuilder};
+use futures_util::StreamExt;
+use serde::Serialize;
+use sha2::{Digest as _, Sha256};
+use std::collections::{BTreeMap, HashSet};
+use std::io::Write;
+use std::path::Path;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Instant;
+
+#[derive(Debug, Clone, Serialize)]
+pub struct NodeOutcome {
+    pub node: String,
+    /// `skipped`, `thin`, `full` or `failed`.
+    pub action: &'static str,
+    /// Layer bytes sent (what the node lacked); `archive_bytes` adds the metadata.
+    pub layer_bytes: u64,
+    pub archive_bytes: u64,
+    pub layers_sent: usize,
+    pub seconds: f64,
+    pub verified: bool,
+    pub error: Option<String>,
+}
+
+pub struct ShipSettings<'a> {
+    pub checksum_label: &'a str,
+    pub full: bool,
+    pub parallel: bool,
+    pub state_dir: &'a Path,
+    pub progress: bool,
+}
+
+/// The image as the builder holds it: what every node must end up with.
+pub struct Shipment {
+    pub reference: String,
+    pub checksum: String,
+    pub image_id: String,
+    pub fingerprint: String,
+    pub config_digest: String,
+}
+
+/// Finds the image on the builder; it must carry the expected checksum.
+pub async fn shipment(
+    builder: &Engine,
+    reference: &str,
+    label_key: &str,
+    checksum: &str,
+) -> Result<Shipment> {
+    let image = builder.inspect(reference).await?.ok_or_else(|| {
+        builder.error(format!(
+            "does not hold {reference}; run `hallmark build` first"
+        ))
+    })?;
+    let found = verify::label(&image, label_key);
+    if found.map(String::as_str) != Some(checksum) {
+        return Err(builder.error(format!(
+            "{reference} carries checksum {}, the spec says {checksum}; run `hallmark build` first",
+            found.map_or("(none)", String::as_str)
+        )));
+    }
+    let image_id = image.id.clone().unwrap_or_default();
+    let config_digest = match &image.descriptor {
+        // The containerd store's id is the manifest digest; its config digest is elsewhere.
+        Some(_) => String::new(),
+        None => image_id.clone(),
+    };
+    Ok(Shipment {
+        reference: reference.to_string(),
+        checksum: checksum.to_string(),
+        fingerprint: verify::fingerprint(&image),
+        image_id,
+        config_digest,
+    })
+}
+
+/// The image in the layer store, exported from the builder only if it is not there yet.
+pub async fn stored(
+    builder: &Engine,
+    store: &Arc<LayerStore>,
+    shipment: &Shipment,
+) -> Result<StoredImage> {
+    if let Some(image) = (!shipment.config_digest.is_empty())
+        .then(|| store.image(&shipment.config_digest))
+        .flatten()
+    {
+        return Ok(image);
+    }
+    let export = builder.docker.export_image(&shipment.image_id);
+    let reader = StreamReader::new(export);
+    let store = Arc::clone(store);
+    let image = tokio::task::spawn_blocking(move || store.ingest(reader))
+        .await
+        .expect("ingest does not panic")?;
+    Ok(image)
+}
+
+/// `sha256:` chain IDs of every layer prefix of every image the node holds.
+async fn held_chains(engine: &Engine) -> Result<HashSet<String>> {
+    let images = engine
+        .docker
+        .list_images(Some(ListImagesOptionsBuilder::new().build()))
+        .await
+        .map_err(|e| engine.error(format!("listing images: {e}")))?;
+    let mut chains = HashSet::new();
+    for summary in images {
+        if let Some(image) = engine.inspect(&summary.id).await? {
+            let layers = image.root_fs.and_then(|r| r.layers).unwrap_or_default();
+            chains.extend(chain_ids(&layers));
+        }
+    }
+    Ok(chains)
+}
+
+/// The OCI chain ID of each prefix: what both image stores key layers by.
+pub fn chain_ids(diff_ids: &[String]) -> Vec<String> {
+    let mut chains: Vec<String> = Vec::with_capacity(diff_ids.len());
+    for diff_id in diff_ids {
+        let chain = match chains.last() {
+            None => diff_id.clone(),
+            Some(parent) => format!(
+                "sha256:{}",
+                hex::encode(Sha256::digest(format!("{parent} {diff_id}").as_bytes()))
+            ),
+        };
+        chains.push(chain);
+    }
+    chains
+}
+
+/// Distributes one image to `nodes` (already connected); one outcome per node, in order.
+pub async fn distribute(
+    builder: &Engine,
+    nodes: &[Engine],
+    store: &Arc<LayerStore>,
+    shipment: &Shipment,
+    settings: &ShipSettings<'_>,
+) -> Result<Vec<NodeOutcome>> {
+    let mut full_nodes = remembered_full_nodes(settings.state_dir);
+    let bars = indicatif::MultiProgress::with_draw_target(if settings.progress {
+        indicatif::ProgressDrawTarget::stderr()
+    } else {
+        indicatif::ProgressDrawTarget::hidden()
+    });
+    let mut stored_image: Option<StoredImage> = None;
+    let mut plans = Vec::new();
+    // Decide per node first (cheap inspects), so the export happens only if a node needs it.
+    for node in nodes {
+        let decision = match verify::holding(
+            node,
+            &shipment.reference,
+            settings.checksum_label,
+            &shipment.checksum,
+            &shipment.fingerprint,
+        )
+        .await
+        {
+            Ok(h) if h.state == Holding::Current => Decision::Skip,
+            Ok(_) => Decision::Send,
+            Err(e) => Decision::Failed(e.to_string()),
+        };
+        if matches!(decision, Decision::Send) && stored_image.is_none() {
+            stored_image = Some(stored(builder, store, shipment).await?);
+        }
+        plans.push(decision);
+    }
+    let transfers = nodes.iter().zip(plans).map(|(node, decision)| {
+        let full = settings.full || full_nodes.contains_key(&node.node);
+        let bar = bars.add(indicatif::ProgressBar::new(0));
+        let image = stored_image.clone();
+        async move {
+            let started = Instant::now();
+            let mut outcome = match decision {
+                Decision::Skip => NodeOutcome::new(&node.node, "skipped", true),
+                Decision::Failed(error) => NodeOutcome::failed(&node.node, error),
+                Decision::Send => {
+                    let image = image.expect("stored before sending");
+                    send_and_verify(node, store, &image, shipment, settings, full, bar).await
+                }
+            };
+            outcome.seconds = started.elapsed().as_secs_f64();
+            outcome
+        }
+    });
+    let outcomes: Vec<NodeOutcome> = if settings.parallel {
+        futures_util::future::join_all(transfers).await
+    } else {
+        let mut outcomes = Vec::new();
+        for transfer in transfers {
+            outcomes.push(transfer.await);
+        }
+        outcomes
+    };
+    let _ = bars.clear();
+    let mut changed = false;
+    for outcome in &outcomes {
+        if outcome.action == "full"
+            && !settings.full
+            && full_nodes
+                .insert(outcome.node.clone(), "full".into())
+                .is_none()
+        {
+            changed = true;
+        }
+    }
+    if changed {
+        remember_full_nodes(settings.state_dir, &full_nodes)?;
+    }
+    Ok(outcomes)
+}
+
+enum Decision {
+    Skip,
+    Send,
+    Failed(String),
+}
+
+impl NodeOutcome {
+    fn new(node: &str, action: &'static str, verified: bool) -> NodeOutcome {
+        NodeOutcome {
+            node: node.to_string(),
+            action,
+            layer_bytes: 0,
+            archive_bytes: 0,
+            layers_sent: 0,
+            seconds: 0.0,
+            verified,
+            error: None,
+        }
+    }
+
+    fn failed(node: &str, error: String) -> NodeOutcome {
+        NodeOutcome {
+            error: Some(error),
+            ..NodeOutcome::new(node, "failed", false)
+        }
+    }
+}
+
+async fn send_and_verify(
+    node: &Engine,
+    store: &Arc<LayerStore>,
+    image: &StoredImage,
+    shipment: &Shipment,
+    settings: &ShipSettings<'_>,
+    full: bool,
+    bar: indicatif::ProgressBar,
+) -> NodeOutcome {
+    let first_missing = if full {
+        0
+    } else {
+        match held_chains(node).await {
+            Ok(held) => chain_ids(&image.diff_ids())
+                .iter()
+                .take_while(|c| held.contains(*c))
+                .count(),
+            Err(e) => return NodeOutcome::failed(&node.node, e.to_string()),
+        }
+    };
+    let mut attempt = send(node, store, image, &shipment.reference, first_missing, &bar).await;
+    let mut action = if first_missing == 0 { "full" } else { "thin" };
+    // The containerd store keeps blobs under the digest they arrived with; when it cannot
+    // find a layer by ours, a full archive is the way in.
+    if let (Err(_), true) = (&attempt, first_missing > 0) {
+        attempt = send(node, store, image, &shipment.reference, 0, &bar).await;
+        action = "full";
+    }
+    bar.finish_and_clear();
+    let (layer_bytes, archive_bytes) = match attempt {
+        Ok(sent) => sent,
+        Err(e) => return NodeOutcome::failed(&node.node, e.to_string()),
+    };
+    let verified = verify::holding(
+        node,
+        &shipment.reference,
+        settings.checksum_label,
+        &shipment.checksum,
+        &shipment.fingerprint,
+    )
+    .await;
+    let mut outcome = NodeOutcome::new(&node.node, action, false);
+    outcome.layer_bytes = layer_bytes;
+    outcome.archive_bytes = archive_bytes;
+    outcome.layers_sent = image.layers.len() - if action == "full" { 0 } else { first_missing };
+    match verified {
+        Ok(h) if h.state == Holding::Current => outcome.verified = true,
+        Ok(h) => {
+            outcome.error = Some(format!(
+                "loaded, but the node reports {:?} for {}",
+                h.state, shipment.reference
+            ))
+        }
+        Err(e) => outcome.error = Some(format!("loaded, but cannot verify: {e}")),
+    }
+    if outcome.error.is_some() {
+        outcome.action = "failed";
+    }
+    outcome
+}
+
+/// Streams an archive holding `image`'s layers from `first` on into `node`'s load.
+async fn send(
+    node: &Engine,
+    store: &Arc<LayerStore>,
+    image: &StoredImage,
+    reference: &str,
+    first: usize,
+    bar: &indicatif::ProgressBar,
+) -> Result<(u64, u64)> {
+    let layer_bytes: u64 = image.layers[first..].iter().map(|l| l.blob.size).sum();
+    bar.set_length(layer_bytes);
+    bar.set_position(0);
+    bar.set_style(
+        indicatif::ProgressStyle::with_template(
+            "{prefix:>10} {bytes:>10}/{total_bytes:<10} {binary_bytes_per_sec:>12} eta {eta}",
+        )
+        .expect("valid template"),
+    );
+    bar.set_prefix(node.node.clone());
+    let written = Arc::new(AtomicU64::new(0));
+    let (store, image_owned, reference_owned) =
+        (Arc::clone(store), image.clone(), reference.to_string());
+    let body = engine::body_from_writer(Some(Arc::clone(&written)), move |writer| {
+        write_archive(&store, &image_owned, &reference_owned, first, writer)
+            .map_err(|e| Error::io(store.root.clone(), e))
+    });
+    let ticker = {
+        let (bar, written) = (bar.clone(), Arc::clone(&written));
+        tokio::spawn(async move {
+            loop {
+                bar.set_position(
+                    written
+                        .load(Ordering::Relaxed)
+                        .min(bar.length().unwrap_or(0)),
+                );
+                tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+            }
+        })
+    };
+    let options = ImportImageOptionsBuilder::new().quiet(true).build();
+    let mut load =
+        node.docker
+            .import_image_stream(options, body.map(Ok::<_, std::io::Error>), None);
+    let mut failure = None;
+    while let Some(item) = load.next().await {
+        match item {
+            Ok(info) => {
+                if let Some(message) = info.error_detail.and_then(|d| d.message) {
+                    failure = Some(message);
+                }
+            }
+            Err(e) => {
+                failure = Some(e.to_string());
+                break;
+            }
+        }
+    }
+    ticker.abort();
+    match failure {
+        Some(message) => Err(node.error(format!("load of {reference} failed: {message}"))),
+        None => Ok((layer_bytes, written.load(Ordering::Relaxed))),
+    }
+}
+
+/// `docker.io/library/hello:latest` from `hello:latest`, as the containerd store names images.
+fn qualified(reference: &str) -> String {
+    let first = reference.split('/').next().unwrap_or_default();
+    let has_registry = reference.contains('/')
+        && (first.contains('.') || first.contains(':') || first == "localhost");
+    match (has_registry, reference.contains('/')) {
+        (true, _) => reference.to_string(),
+        (false, true) => format!("docker.io/{reference}"),
+        (false, false) => format!("docker.io/library/{reference}"),
+    }
+}
+
+/// The archive: OCI layout plus docker `manifest.json`, every layer listed, the layers from
+/// `first` on included.
+fn write_archive(
+    store: &LayerStore,
+    image: &StoredImage,
+    reference: &str,
+    first: usize,
+    out: &mut impl Write,
+) -> std::io::Result<()> {
+    let mut tar = tar::Builder::new(out);
+    let add =
+        |tar: &mut tar::Builder<&mut _>, path: &str, size: u64, data: &mut dyn std::io::Read| {
+            let mut header = tar::Header::new_gnu();
+            header.set_mode(0o444);
+            header.set_size(size);
+            header.set_mtime(0);
+            header.set_entry_type(tar::EntryType::Regular);
+            tar.append_data(&mut header, path, data)
+        };
+    let blob_path = |digest: &str| format!("blobs/sha256/{}", digest.trim_start_matches("sha256:"));
+    let layout = br#"{"imageLayoutVersion":"1.0.0"}"#;
+    add(
+        &mut tar,
+        "oci-layout",
+        layout.len() as u64,
+        &mut &layout[..],
+    )?;
+    let mut config = fs_err::File::open(store.blob_path(&image.config.digest))?;
+    add(
+        &mut tar,
+        &blob_path(&image.config.digest),
+        image.config.size,
+        &mut config,
+    )?;
+    for layer in &image.layers[first..] {
+        let mut file = fs_err::File::open(store.blob_path(&layer.blob.digest))?;
+        add(
+            &mut tar,
+            &blob_path(&layer.blob.digest),
+            layer.blob.size,
+            &mut file,
+        )?;
+    }
+    let descriptor = |blob: &crate::store::Blob| serde_json::json!({"mediaType": blob.media_type, "digest": blob.digest, "size": blob.size});
+    let manifest = serde_json::json!({
+        "schemaVersion": 2,
+        "mediaType": "application/vnd.oci.image.manifest.v1+json",
+        "config": descriptor(&image.config),
+        "layers": image.layers.iter().map(|l| descriptor(&l.blob)).collect::<Vec<_>>(),
+    })
+    .to_string();
+    let manifest_digest = format!(
+        "sha256:{}",
+        hex::encode(Sha256::digest(manifest.as_bytes()))
+    );
+    add(
+        &mut tar,
+        &blob_path(&manifest_digest),
+        manifest.len() as u64,
+        &mut manifest.as_bytes(),
+    )?;
+    let tag = reference.rsplit_once(':').map_or("latest", |(_, t)| t);
+    let index = serde_json::json!({
+        "schemaVersion": 2,
+        "mediaType": "application/vnd.oci.image.index.v1+json",
+        "manifests": [{
+            "mediaType": "application/vnd.oci.image.manifest.v1+json",
+            "digest": manifest_digest,
+            "size": manifest.len(),
+            "annotations": {"io.containerd.image.name": qualified(reference), "org.opencontainers.image.ref.name": tag},
+        }],
+    })
+    .to_string();
+    add(
+        &mut tar,
+        "index.json",
+        index.len() as u64,
+        &mut index.as_bytes(),
+    )?;
+    let docker_manifest = serde_json::json!([{
+        "Config": blob_path(&image.config.digest),
+        "RepoTags": [reference],
+        "Layers": image.layers.iter().map(|l| blob_path(&l.blob.digest)).collect::<Vec<_>>(),
+    }])
+    .to_string();
+    add(
+        &mut tar,
+        "manifest.json",
+        docker_manifest.len() as u64,
+        &mut docker_manifest.as_bytes(),
+    )?;
+    tar.finish()
+}
+
+fn remembered_full_nodes(state_dir: &Path) -> BTreeMap<String, String> {
+    fs_err::read_to_string(state_dir.join("full-archive-nodes.json"))
+        .ok()
+        .and_then(|t| serde_json::from_str(&t).ok())
+        .unwrap_or_default()
+}
+
+fn remember_full_nodes(state_dir: &Path, nodes: &BTreeMap<String, String>) -> Result<()> {
+    fs_err::create_dir_all(state_dir).map_err(|e| Error::io(state_dir, e))?;
+    let path = state_dir.join("full-archive-nodes.json");
+    fs_err::write(&path, serde_json::to_string_pretty(nodes).expect("json"))
+        .map_err(|e| Error::io(&path, e))
+}

@@ -1,0 +1,306 @@
+//! The layer store: a content-addressed copy of the layers of images hallmark ships, on the
+//! machine hallmark runs on (the builder). An image is exported from the engine once, read as
+//! a stream whatever the archive layout (`docker save` of Docker 20.10 writes `<id>/layer.tar`,
+//! Docker 25 and later an OCI layout), and each file lands under its sha256. Thin archives for
+//! the nodes are then written from here, so the export, not repeated per node, is the cost.
+//!
+//! Disk cost: one copy of every layer of every image shipped, until `hallmark prune`.
+//! Archive paths are never used to write: only digests name files, so a hostile archive cannot
+//! place a file outside the store.
+
+use crate::error::{Error, Result};
+use serde::{Deserialize, Serialize};
+use sha2::{Digest as _, Sha256};
+use std::collections::HashMap;
+use std::io::{Read, Write};
+use std::path::{Path, PathBuf};
+
+pub const LAYER_TAR: &str = "application/vnd.oci.image.layer.v1.tar";
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct Blob {
+    pub digest: String,
+    pub size: u64,
+    pub media_type: String,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct StoredLayer {
+    pub diff_id: String,
+    pub blob: Blob,
+}
+
+/// One image in the store: its config and its layers in order.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct StoredImage {
+    pub config: Blob,
+    pub layers: Vec<StoredLayer>,
+}
+
+impl StoredImage {
+    pub fn diff_ids(&self) -> Vec<String> {
+        self.layers.iter().map(|l| l.diff_id.clone()).collect()
+    }
+}
+
+pub struct LayerStore {
+    pub root: PathBuf,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "PascalCase")]
+struct ArchiveManifest {
+    config: String,
+    layers: Vec<String>,
+}
+
+#[derive(Deserialize)]
+struct ConfigRootFs {
+    rootfs: RootFs,
+}
+
+#[derive(Deserialize)]
+struct RootFs {
+    diff_ids: Vec<String>,
+}
+
+impl LayerStore {
+    pub fn open(cache: &Path) -> LayerStore {
+        LayerStore {
+            root: cache.join("store"),
+        }
+    }
+
+    pub fn blob_path(&self, digest: &str) -> PathBuf {
+        self.root
+            .join("blobs/sha256")
+            .join(digest.trim_start_matches("sha256:"))
+    }
+
+    fn record_path(&self, config_digest: &str) -> PathBuf {
+        self.root.join("images").join(format!(
+            "{}.json",
+            config_digest.trim_start_matches("sha256:")
+        ))
+    }
+
+    /// The stored image whose config has `config_digest`, if every blob is still here.
+    pub fn image(&self, config_digest: &str) -> Option<StoredImage> {
+        let text = fs_err::read_to_string(self.record_path(config_digest)).ok()?;
+        let image: StoredImage = serde_json::from_str(&text).ok()?;
+        let complete = std::iter::once(&image.config)
+            .chain(image.layers.iter().map(|l| &l.blob))
+            .all(|b| self.blob_path(&b.digest).is_file());
+        complete.then_some(image)
+    }
+
+    /// Reads a `docker save` archive as a stream into the store.
+    pub fn ingest(&self, archive: impl Read) -> Result<StoredImage> {
+        let invalid = |message: String| Error::Io {
+            path: self.root.clone(),
+            source: std::io::Error::new(
+                std::io::ErrorKind::InvalidData,
+                format!("image archive: {message}"),
+            ),
+        };
+        let mut files: HashMap<String, (String, u64)> = HashMap::new();
+        let mut links: Vec<(String, String)> = Vec::new();
+        let mut archive = tar::Archive::new(archive);
+        for entry in archive.entries().map_err(|e| invalid(e.to_string()))? {
+            let mut entry = entry.map_err(|e| invalid(e.to_string()))?;
+            let path = normalize(
+                &entry
+                    .path()
+                    .map_err(|e| invalid(e.to_string()))?
+                    .to_string_lossy(),
+            );
+            match entry.header().entry_type() {
+                tar::EntryType::Regular | tar::EntryType::Continuous => {
+                    let stored = self.store_blob(&mut entry)?;
+                    files.insert(path, stored);
+                }
+                tar::EntryType::Symlink | tar::EntryType::Link => {
+                    let target = entry
+                        .link_name()
+                        .map_err(|e| invalid(e.to_string()))?
+                        .unwrap_or_default();
+                    let target = target.to_string_lossy();
+                    let base = if entry.header().entry_type() == tar::EntryType::Symlink {
+                        path.rsplit_once('/').map_or("", |(dir, _)| dir).to_string()
+                    } else {
+                        String::new()
+                    };
+                    links.push((path, normalize(&format!("{base}/{target}"))));
+                }
+                _ => {}
+            }
+        }
+        for (path, target) in links {
+            if let Some(stored) = files.get(&target).cloned() {
+                files.insert(path, stored);
+            }
+        }
+        let lookup = |path: &str| {
+            files
+                .get(&normalize(path))
+                .cloned()
+                .ok_or_else(|| invalid(format!("`{path}` is named but not in the archive")))
+        };
+        let (manifest_digest, _) = lookup("manifest.json")?;
+        let manifest_bytes = fs_err::read(self.blob_path(&manifest_digest))
+            .map_err(|e| Error::io(self.blob_path(&manifest_digest), e))?;
+        let manifests: Vec<ArchiveManifest> = serde_json::from_slice(&manifest_bytes)
+            .map_err(|e| invalid(format!("manifest.json: {e}")))?;
+        let [manifest] = manifests.as_slice() else {
+            return Err(invalid(format!(
+                "expected one image, manifest.json lists {}",
+                manifests.len()
+            )));
+        };
+        let (config_digest, config_size) = lookup(&manifest.config)?;
+        let config_bytes = fs_err::read(self.blob_path(&config_digest))
+            .map_err(|e| Error::io(self.blob_path(&config_digest), e))?;
+        let config: ConfigRootFs = serde_json::from_slice(&config_bytes)
+            .map_err(|e| invalid(format!("image config: {e}")))?;
+        if config.rootfs.diff_ids.len() != manifest.layers.len() {
+            return Err(invalid(format!(
+                "the config lists {} layers, manifest.json {}",
+                config.rootfs.diff_ids.len(),
+                manifest.layers.len()
+            )));
+        }
+        let mut layers = Vec::new();
+        for (diff_id, path) in config.rootfs.diff_ids.iter().zip(&manifest.layers) {
+            let (digest, size) = lookup(path)?;
+            let media_type = if &digest == diff_id {
+                LAYER_TAR.to_string()
+            } else {
+                self.sniff_compression(&digest)?
+            };
+            layers.push(StoredLayer {
+                diff_id: diff_id.clone(),
+                blob: Blob {
+                    digest,
+                    size,
+                    media_type,
+                },
+            });
+        }
+        let image = StoredImage {
+            config: Blob {
+                digest: config_digest.clone(),
+                size: config_size,
+                media_type: "application/vnd.oci.image.config.v1+json".into(),
+            },
+            layers,
+        };
+        let record = self.record_path(&config_digest);
+        write_atomically(
+            &record,
+            serde_json::to_string_pretty(&image)
+                .expect("serializes")
+                .as_bytes(),
+        )?;
+        Ok(image)
+    }
+
+    fn sniff_compression(&self, digest: &str) -> Result<String> {
+        let mut magic = [0u8; 4];
+        let path = self.blob_path(digest);
+        let mut file = fs_err::File::open(&path).map_err(|e| Error::io(&path, e))?;
+        let n = file.read(&mut magic).map_err(|e| Error::io(&path, e))?;
+        Ok(match &magic[..n] {
+            [0x1f, 0x8b, ..] => format!("{LAYER_TAR}+gzip"),
+            [0x28, 0xb5, 0x2f, 0xfd] => format!("{LAYER_TAR}+zstd"),
+            _ => LAYER_TAR.to_string(),
+        })
+    }
+
+    /// Copies `data` into the store under its sha256; returns `(sha256:<hex>, size)`.
+    fn store_blob(&self, data: &mut impl Read) -> Result<(String, u64)> {
+        let tmp_dir = self.root.join("tmp");
+        fs_err::create_dir_all(&tmp_dir).map_err(|e| Error::io(&tmp_dir, e))?;
+        let mut tmp =
+            tempfile::NamedTempFile::new_in(&tmp_dir).map_err(|e| Error::io(&tmp_dir, e))?;
+        let mut hasher = Sha256::new();
+        let mut size = 0u64;
+        let mut buffer = vec![0u8; 1 << 20];
+        loop {
+            let n = data
+                .read(&mut buffer)
+                .map_err(|e| Error::io(tmp.path(), e))?;
+            if n == 0 {
+                break;
+            }
+            hasher.update(&buffer[..n]);
+            tmp.write_all(&buffer[..n])
+                .map_err(|e| Error::io(tmp.path(), e))?;
+            size += n as u64;
+        }
+        let digest = format!("sha256:{}", hex::encode(hasher.finalize()));
+        let target = self.blob_path(&digest);
+        if !target.is_file() {
+            let dir = target.parent().expect("blobs live in a folder");
+            fs_err::create_dir_all(dir).map_err(|e| Error::io(dir, e))?;
+            tmp.persist(&target)
+                .map_err(|e| Error::io(&target, e.error))?;
+        }
+        Ok((digest, size))
+    }
+
+    /// Removes every stored image and blob not used by `keep` (config digests).
+    pub fn prune(&self, keep: &[String]) -> Result<(usize, u64)> {
+        let mut used = std::collections::HashSet::new();
+        for digest in keep {
+            if let Some(image) = self.image(digest) {
+                used.insert(image.config.digest.clone());
+                used.extend(image.layers.iter().map(|l| l.blob.digest.clone()));
+            }
+        }
+        let (mut removed, mut bytes) = (0, 0);
+        let images = self.root.join("images");
+        for entry in fs_err::read_dir(&images).into_iter().flatten().flatten() {
+            let name = entry
+                .file_name()
+                .to_string_lossy()
+                .trim_end_matches(".json")
+                .to_string();
+            if !used.contains(&format!("sha256:{name}")) {
+                let _ = fs_err::remove_file(entry.path());
+            }
+        }
+        let blobs = self.root.join("blobs/sha256");
+        for entry in fs_err::read_dir(&blobs).into_iter().flatten().flatten() {
+            let digest = format!("sha256:{}", entry.file_name().to_string_lossy());
+            if !used.contains(&digest) {
+                bytes += entry.metadata().map(|m| m.len()).unwrap_or(0);
+                fs_err::remove_file(entry.path()).map_err(|e| Error::io(entry.path(), e))?;
+                removed += 1;
+            }
+        }
+        Ok((removed, bytes))
+    }
+}
+
+fn normalize(path: &str) -> String {
+    let mut parts: Vec<&str> = Vec::new();
+    for part in path.split('/') {
+        match part {
+            "" | "." => {}
+            ".." => {
+                parts.pop();
+            }
+            _ => parts.push(part),
+        }
+    }
+    parts.join("/")
+}
+
+fn write_atomically(path: &Path, bytes: &[u8]) -> Result<()> {
+    let dir = path.parent().expect("a folder");
+    fs_err::create_dir_all(dir).map_err(|e| Error::io(dir, e))?;
+    let mut tmp = tempfile::NamedTempFile::new_in(dir).map_err(|e| Error::io(dir, e))?;
+    tmp.write_all(bytes).map_err(|e| Error::io(path, e))?;
+    tmp.persist(path).map_err(|e| Error::io(path, e.error))?;
+    Ok(())
+}
