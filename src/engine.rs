@@ -64,7 +64,7 @@ impl Engine {
         } else {
             return Err(fail("unsupported engine address".into()));
         };
-        let docker = docker.map_err(|e| fail(e.to_string()))?;
+        let docker = docker.map_err(|e| fail(format!("unreachable: {e}")))?;
         let docker = docker
             .negotiate_version()
             .await

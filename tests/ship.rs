@@ -1,0 +1,363 @@
+//! Shipping on the testbed: a builder and four nodes (node1 on the containerd image store,
+//! node4 over ssh). The tests here change node state (they kill a daemon), so they run one at
+//! a time.
+
+mod support;
+
+use serde_json::Value;
+use std::sync::Mutex;
+use support::{TestProject, Testbed, unique};
+
+static NODES: Mutex<()> = Mutex::new(());
+
+const MIB: u64 = 1024 * 1024;
+
+/// A 256 MiB base of random data and a wrapper adding a 4 MiB layer, under names of their own.
+fn project(base_mib: u64, suffix: &str) -> TestProject {
+    let project = TestProject::new();
+    let run = unique();
+    project
+        .write("pins/base.toml", include_str!("../pins/hello.toml"))
+        .write(
+            "images/base/image.toml",
+            &format!(
+                "[image]\nname = \"base-{run}\"\n\n[from]\nref = \"hallmark-testbed/busybox:latest\"\n\n[build]\nrun = [\"head -c {} /dev/urandom > /base.bin\"]\n",
+                base_mib * MIB
+            ),
+        )
+        .write(
+            "images/wrap/image.toml",
+            &format!(
+                "[image]\nname = \"wrap-{run}\"\n\n[from]\nimage = \"base\"\n\n[build]\nrun = [\"head -c {} /dev/urandom > /wrap.bin\"]\n\n[env]\nVERSION = \"{suffix}\"\n\n[[smoke]]\nname = \"has its layer\"\nrun = [\"test\", \"-s\", \"/wrap.bin\"]\n",
+                4 * MIB
+            ),
+        );
+    project
+}
+
+fn hallmark_json(project: &TestProject, config: &std::path::Path, args: &[&str]) -> (i32, Value) {
+    let mut all = vec!["--config", config.to_str().unwrap(), "--json"];
+    all.extend_from_slice(args);
+    let run = project.run(&all);
+    let value = serde_json::from_str(&run.stdout())
+        .unwrap_or_else(|_| panic!("not json: {}\n{}", run.stdout(), run.stderr()));
+    (run.code(), value)
+}
+
+fn nodes_of(report: &Value) -> Vec<Value> {
+    report
+        .as_array()
+        .unwrap()
+        .iter()
+        .flat_map(|i| i["nodes"].as_array().unwrap().clone())
+        .collect()
+}
+
+fn reference(project: &TestProject, image: &str) -> String {
+    let spec = project.read(&format!("images/{image}/image.toml"));
+    let name = spec
+        .lines()
+        .find_map(|l| l.strip_prefix("name = "))
+        .unwrap()
+        .trim_matches('"')
+        .to_string();
+    format!("{name}:latest")
+}
+
+fn layer_count(testbed: &Testbed, node: &str, image: &str) -> usize {
+    testbed
+        .docker_ok(
+            node,
+            &[
+                "image",
+                "inspect",
+                "--format",
+                "{{len .RootFS.Layers}}",
+                image,
+            ],
+        )
+        .parse()
+        .unwrap()
+}
+
+#[test]
+fn thin_update_full_copy_skip_and_a_daemon_killed_mid_transfer() {
+    let _serial = NODES.lock().unwrap_or_else(|e| e.into_inner());
+    let testbed = Testbed::get();
+    let config = testbed.config();
+    let project = project(256, "v1");
+    let (base, wrap) = (reference(&project, "base"), reference(&project, "wrap"));
+    project
+        .run(&["--config", config.to_str().unwrap(), "-q", "build", "wrap"])
+        .success();
+
+    // Every node first holds the base (a full copy where it has nothing of it).
+    let (code, report) = hallmark_json(&project, &config, &["distribute", "base"]);
+    assert_eq!(code, 0, "{report}");
+    for node in nodes_of(&report) {
+        assert_eq!(node["verified"], true, "{node}");
+    }
+
+    // The thin update: only the wrapper's layer crosses, to every node.
+    let new_layers =
+        layer_count(testbed, "builder", &wrap) - layer_count(testbed, "builder", &base);
+    assert_eq!(new_layers, 1);
+    let (code, report) = hallmark_json(&project, &config, &["distribute", "wrap"]);
+    assert_eq!(code, 0, "{report}");
+    let nodes = nodes_of(&report);
+    assert_eq!(nodes.len(), 4);
+    for node in &nodes {
+        assert_eq!(node["action"], "thin", "{node}");
+        assert_eq!(node["layers_sent"], new_layers, "{node}");
+        let layer = node["layer_bytes"].as_u64().unwrap();
+        let archive = node["archive_bytes"].as_u64().unwrap();
+        assert!((4 * MIB..5 * MIB).contains(&layer), "{node}");
+        assert!(
+            archive as f64 <= 1.1 * layer as f64,
+            "sent {archive} for {layer} missing: {node}"
+        );
+        assert_eq!(node["verified"], true, "{node}");
+    }
+    for node in ["node1", "node2", "node3", "node4"] {
+        testbed.docker_ok(
+            node,
+            &[
+                "run",
+                "--rm",
+                "--network",
+                "none",
+                &wrap,
+                "test",
+                "-s",
+                "/wrap.bin",
+            ],
+        );
+    }
+
+    // Again: nothing to do anywhere.
+    let (code, report) = hallmark_json(&project, &config, &["distribute", "wrap"]);
+    assert_eq!(code, 0);
+    assert!(
+        nodes_of(&report)
+            .iter()
+            .all(|n| n["action"] == "skipped" && n["archive_bytes"] == 0),
+        "{report}"
+    );
+
+    // --full: a new version goes whole to every node, as `docker save | docker load` would.
+    let spec = project.read("images/wrap/image.toml");
+    project.write("images/wrap/image.toml", &spec.replace("\"v1\"", "\"v2\""));
+    project
+        .run(&["--config", config.to_str().unwrap(), "-q", "build", "wrap"])
+        .success();
+    let (code, report) = hallmark_json(&project, &config, &["distribute", "wrap", "--full"]);
+    assert_eq!(code, 0, "{report}");
+    for node in nodes_of(&report) {
+        assert_eq!(node["action"], "full", "{node}");
+        assert!(
+            node["archive_bytes"].as_u64().unwrap() >= 260 * MIB,
+            "{node}"
+        );
+    }
+    let v2 = testbed.docker_ok("node2", &["image", "inspect", "--format", "{{.Id}}", &wrap]);
+
+    // v3, whole again, and node2's daemon killed while it loads: node2 fails alone and keeps v2.
+    project.write("images/wrap/image.toml", &spec.replace("\"v1\"", "\"v3\""));
+    project
+        .run(&["--config", config.to_str().unwrap(), "-q", "build", "wrap"])
+        .success();
+    let tmp = testbed.dir.join("node2/data/tmp");
+    let child = support::hallmark()
+        .args([
+            "--config",
+            config.to_str().unwrap(),
+            "--json",
+            "distribute",
+            "wrap",
+            "--full",
+        ])
+        .current_dir(project.root())
+        .env("HALLMARK_CACHE", project.root().join(".test-cache"))
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let pid = testbed.env["HMTB_NODE2_PID"].clone();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(120);
+    // Wait for node2's load to begin (the daemon unpacks into its tmp folder), then kill it.
+    loop {
+        let loading = std::fs::read_dir(&tmp)
+            .map(|d| {
+                d.flatten().any(|e| {
+                    e.file_name()
+                        .to_string_lossy()
+                        .starts_with("docker-import-")
+                })
+            })
+            .unwrap_or(false);
+        if loading {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "node2 never started loading"
+        );
+        std::thread::yield_now();
+    }
+    assert!(
+        std::process::Command::new("kill")
+            .args(["-9", &pid])
+            .status()
+            .unwrap()
+            .success()
+    );
+    let output = child.wait_with_output().unwrap();
+    assert_eq!(
+        output.status.code(),
+        Some(1),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let report: Value = serde_json::from_slice(&output.stdout).unwrap();
+    for node in nodes_of(&report) {
+        if node["node"] == "node2" {
+            assert_eq!(node["action"], "failed", "{node}");
+            assert!(node["error"].as_str().unwrap().contains("node2"), "{node}");
+        } else {
+            assert_eq!(node["verified"], true, "{node}");
+        }
+    }
+    let restart = std::process::Command::new(
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts/testbed"),
+    )
+    .args(["restart-node", "--dir"])
+    .arg(&testbed.dir)
+    .args(["--node", "node2"])
+    .output()
+    .unwrap();
+    assert!(
+        restart.status.success(),
+        "{}",
+        String::from_utf8_lossy(&restart.stderr)
+    );
+    assert_eq!(
+        testbed.docker_ok("node2", &["image", "inspect", "--format", "{{.Id}}", &wrap]),
+        v2,
+        "node2 lost its previous image"
+    );
+
+    // The re-run finishes node2 only.
+    let (code, report) = hallmark_json(&project, &config, &["distribute", "wrap"]);
+    assert_eq!(code, 0, "{report}");
+    for node in nodes_of(&report) {
+        let expected = if node["node"] == "node2" {
+            "thin"
+        } else {
+            "skipped"
+        };
+        assert_eq!(node["action"], expected, "{node}");
+        assert_eq!(node["verified"], true, "{node}");
+    }
+    let (code, _) = hallmark_json(&project, &config, &["verify", "wrap"]);
+    assert_eq!(code, 0);
+}
+
+#[test]
+fn verify_fails_on_a_node_whose_content_differs_under_the_same_label() {
+    let _serial = NODES.lock().unwrap_or_else(|e| e.into_inner());
+    let testbed = Testbed::get();
+    let config = testbed.config();
+    let project = project(1, "forged");
+    let wrap = reference(&project, "wrap");
+    project
+        .run(&["--config", config.to_str().unwrap(), "-q", "build", "wrap"])
+        .success();
+    let (code, _) = hallmark_json(
+        &project,
+        &config,
+        &["distribute", "wrap", "--to", "node2,node3"],
+    );
+    assert_eq!(code, 0);
+    let label = testbed.docker_ok(
+        "builder",
+        &[
+            "image",
+            "inspect",
+            "--format",
+            "{{index .Config.Labels \"hallmark.checksum\"}}",
+            &wrap,
+        ],
+    );
+    // node3 gets an image with the same label and other content, under the same tag.
+    let forged = project.root().join("forged");
+    std::fs::create_dir_all(&forged).unwrap();
+    std::fs::write(
+        forged.join("Dockerfile"),
+        format!("FROM {wrap}\nRUN echo forged > /wrap.bin\nLABEL hallmark.checksum={label}\n"),
+    )
+    .unwrap();
+    let built = std::process::Command::new("docker")
+        .args(["-H", &testbed.endpoint("node3"), "build", "-q", "-t", &wrap])
+        .arg(&forged)
+        .env("DOCKER_BUILDKIT", "0")
+        .output()
+        .unwrap();
+    assert!(
+        built.status.success(),
+        "{}",
+        String::from_utf8_lossy(&built.stderr)
+    );
+    let (code, report) = hallmark_json(
+        &project,
+        &config,
+        &["verify", "wrap", "--nodes", "node2,node3"],
+    );
+    assert_eq!(code, 1, "{report}");
+    let states: Vec<(String, String)> = report
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| {
+            (
+                r["node"].as_str().unwrap().into(),
+                r["state"].as_str().unwrap().into(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        states,
+        vec![
+            ("node2".into(), "current".into()),
+            ("node3".into(), "mismatch".into())
+        ]
+    );
+}
+
+#[test]
+fn an_unreachable_node_fails_alone() {
+    let _serial = NODES.lock().unwrap_or_else(|e| e.into_inner());
+    let testbed = Testbed::get();
+    let project = project(1, "unreachable");
+    let mut config = std::fs::read_to_string(testbed.config()).unwrap();
+    config.push_str("\n[[node]]\nname = \"gone\"\nengine = \"unix:///nonexistent/docker.sock\"\n");
+    let path = project.root().join("hallmark.toml");
+    std::fs::write(&path, config).unwrap();
+    project
+        .run(&["--config", path.to_str().unwrap(), "-q", "build", "wrap"])
+        .success();
+    let (code, report) = hallmark_json(
+        &project,
+        &path,
+        &["distribute", "wrap", "--to", "node3,gone", "--parallel"],
+    );
+    assert_eq!(code, 1, "{report}");
+    let nodes = nodes_of(&report);
+    let gone = nodes.iter().find(|n| n["node"] == "gone").unwrap();
+    assert_eq!(gone["action"], "failed");
+    assert!(
+        gone["error"].as_str().unwrap().contains("unreachable"),
+        "{gone}"
+    );
+    let node3 = nodes.iter().find(|n| n["node"] == "node3").unwrap();
+    assert_eq!(node3["verified"], true, "{node3}");
+}
