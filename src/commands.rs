@@ -467,6 +467,7 @@ fn distribute_command(
                     layers_sent: 0,
                     seconds: 0.0,
                     verified: false,
+                    fell_back_to_full: false,
                     error: Some(error.clone()),
                 });
             }

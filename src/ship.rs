@@ -34,6 +34,8 @@ pub struct NodeOutcome {
     pub layers_sent: usize,
     pub seconds: f64,
     pub verified: bool,
+    /// A thin archive was refused and a full one sent instead (remembered for next time).
+    pub fell_back_to_full: bool,
     pub error: Option<String>,
 }
 
@@ -208,8 +210,8 @@ pub async fn distribute(
     let _ = bars.clear();
     let mut changed = false;
     for outcome in &outcomes {
-        if outcome.action == "full"
-            && !settings.full
+        if outcome.fell_back_to_full
+            && outcome.verified
             && full_nodes
                 .insert(outcome.node.clone(), "full".into())
                 .is_none()
@@ -239,6 +241,7 @@ impl NodeOutcome {
             layers_sent: 0,
             seconds: 0.0,
             verified,
+            fell_back_to_full: false,
             error: None,
         }
     }
@@ -273,11 +276,13 @@ async fn send_and_verify(
     };
     let mut attempt = send(node, store, image, &shipment.reference, first_missing, &bar).await;
     let mut action = if first_missing == 0 { "full" } else { "thin" };
+    let mut fell_back = false;
     // The containerd store keeps blobs under the digest they arrived with; when it cannot
     // find a layer by ours, a full archive is the way in.
     if let (Err(_), true) = (&attempt, first_missing > 0) {
         attempt = send(node, store, image, &shipment.reference, 0, &bar).await;
         action = "full";
+        fell_back = true;
     }
     bar.finish_and_clear();
     let (layer_bytes, archive_bytes) = match attempt {
@@ -293,6 +298,7 @@ async fn send_and_verify(
     )
     .await;
     let mut outcome = NodeOutcome::new(&node.node, action, false);
+    outcome.fell_back_to_full = fell_back;
     outcome.layer_bytes = layer_bytes;
     outcome.archive_bytes = archive_bytes;
     outcome.layers_sent = image.layers.len() - if action == "full" { 0 } else { first_missing };

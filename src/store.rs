@@ -116,7 +116,16 @@ impl LayerStore {
             );
             match entry.header().entry_type() {
                 tar::EntryType::Regular | tar::EntryType::Continuous => {
-                    let stored = self.store_blob(&mut entry)?;
+                    // An OCI layout names blobs by digest: one the store holds is only hashed
+                    // on the way through (to check the name), not written again.
+                    let known = path
+                        .strip_prefix("blobs/sha256/")
+                        .map(|hex| format!("sha256:{hex}"))
+                        .filter(|d| self.blob_path(d).is_file());
+                    let stored = match known {
+                        Some(digest) => self.verify_blob(&mut entry, &digest)?,
+                        None => self.store_blob(&mut entry)?,
+                    };
                     files.insert(path, stored);
                 }
                 tar::EntryType::Symlink | tar::EntryType::Link => {
@@ -214,6 +223,34 @@ impl LayerStore {
             [0x28, 0xb5, 0x2f, 0xfd] => format!("{LAYER_TAR}+zstd"),
             _ => LAYER_TAR.to_string(),
         })
+    }
+
+    /// Reads `data` through, checking it is the blob `digest` the store already holds.
+    fn verify_blob(&self, data: &mut impl Read, digest: &str) -> Result<(String, u64)> {
+        let mut hasher = Sha256::new();
+        let mut size = 0u64;
+        let mut buffer = vec![0u8; 1 << 20];
+        loop {
+            let n = data
+                .read(&mut buffer)
+                .map_err(|e| Error::io(&self.root, e))?;
+            if n == 0 {
+                break;
+            }
+            hasher.update(&buffer[..n]);
+            size += n as u64;
+        }
+        let actual = format!("sha256:{}", hex::encode(hasher.finalize()));
+        if actual != digest {
+            return Err(Error::Io {
+                path: self.blob_path(digest),
+                source: std::io::Error::new(
+                    std::io::ErrorKind::InvalidData,
+                    format!("image archive: blob named {digest} has digest {actual}"),
+                ),
+            });
+        }
+        Ok((actual, size))
     }
 
     /// Copies `data` into the store under its sha256; returns `(sha256:<hex>, size)`.

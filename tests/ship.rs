@@ -361,3 +361,88 @@ fn an_unreachable_node_fails_alone() {
     let node3 = nodes.iter().find(|n| n["node"] == "node3").unwrap();
     assert_eq!(node3["verified"], true, "{node3}");
 }
+
+/// A testbed of its own, stopped when dropped.
+struct OwnTestbed {
+    dir: tempfile::TempDir,
+}
+
+impl OwnTestbed {
+    fn up(args: &[&str]) -> OwnTestbed {
+        let dir = tempfile::Builder::new().prefix("hmtb").tempdir().unwrap();
+        let status = std::process::Command::new(
+            std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts/testbed"),
+        )
+        .arg("up")
+        .args(args)
+        .arg("--dir")
+        .arg(dir.path())
+        .status()
+        .unwrap();
+        assert!(status.success(), "scripts/testbed up {args:?} failed");
+        OwnTestbed { dir }
+    }
+}
+
+impl Drop for OwnTestbed {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new(
+            std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts/testbed"),
+        )
+        .args(["down", "--dir"])
+        .arg(self.dir.path())
+        .status();
+    }
+}
+
+#[test]
+fn thin_update_from_a_builder_on_the_containerd_store() {
+    let testbed = OwnTestbed::up(&["--nodes", "2", "--builder-store", "containerd"]);
+    let config = testbed.dir.path().join("hallmark.toml");
+    let project = project(64, "containerd");
+    let wrap = reference(&project, "wrap");
+    project
+        .run(&["--config", config.to_str().unwrap(), "-q", "build", "wrap"])
+        .success();
+    let (code, report) = hallmark_json(&project, &config, &["distribute", "base"]);
+    assert_eq!(code, 0, "{report}");
+    let (code, report) = hallmark_json(&project, &config, &["distribute", "wrap"]);
+    assert_eq!(code, 0, "{report}");
+    let nodes = nodes_of(&report);
+    assert_eq!(nodes.len(), 2);
+    for node in &nodes {
+        assert_eq!(node["action"], "thin", "{node}");
+        let layer = node["layer_bytes"].as_u64().unwrap();
+        let archive = node["archive_bytes"].as_u64().unwrap();
+        assert!(layer < 5 * MIB, "{node}");
+        assert!(archive as f64 <= 1.1 * layer as f64, "{node}");
+        assert_eq!(node["verified"], true, "{node}");
+    }
+    let env = std::fs::read_to_string(testbed.dir.path().join("testbed.env")).unwrap();
+    for key in ["HMTB_NODE1_LOCAL", "HMTB_NODE2_LOCAL"] {
+        let endpoint = env
+            .lines()
+            .find_map(|l| l.strip_prefix(&format!("{key}=")))
+            .unwrap();
+        let run = std::process::Command::new("docker")
+            .args([
+                "-H",
+                endpoint,
+                "run",
+                "--rm",
+                "--network",
+                "none",
+                &wrap,
+                "test",
+                "-s",
+                "/wrap.bin",
+            ])
+            .output()
+            .unwrap();
+        assert!(
+            run.status.success(),
+            "{key}: {}",
+            String::from_utf8_lossy(&run.stderr)
+        );
+    }
+}
