@@ -401,6 +401,21 @@ fn thin_update_from_a_builder_on_the_containerd_store() {
     let config = testbed.dir.path().join("hallmark.toml");
     let project = project(64, "containerd");
     let wrap = reference(&project, "wrap");
+    // A local image's pin is its image id, which the containerd store computes otherwise
+    // (the manifest digest, not the config digest): pin the base against this builder.
+    let lock = project.run(&[
+        "--config",
+        config.to_str().unwrap(),
+        "lock",
+        "--update",
+        "base",
+    ]);
+    lock.success();
+    assert!(
+        !project.read("pins/base.toml").contains("1e096cc00b11"),
+        "{}",
+        lock.stderr()
+    );
     project
         .run(&["--config", config.to_str().unwrap(), "-q", "build", "wrap"])
         .success();
