@@ -396,6 +396,21 @@ fn lock_command(session: &Session, images: &[String], update: bool) -> Result<u8
 }
 
 impl Session {
+    /// The builder's image for `image`, checked against its checksum.
+    async fn shipment(
+        &self,
+        builder: &Engine,
+        image: &crate::plan::PlannedImage,
+    ) -> Result<ship::Shipment> {
+        ship::shipment(
+            builder,
+            &image.loaded.reference(),
+            &self.config.checksum_label,
+            image.checksum.as_str(),
+        )
+        .await
+    }
+
     fn selected_nodes(&self, names: &[String]) -> Result<Vec<NodeConfig>> {
         if names.is_empty() {
             return Ok(self.config.nodes.clone());
@@ -449,13 +464,7 @@ fn distribute_command(
         }
         for name in &names {
             let image = plan.get(name);
-            let shipment = ship::shipment(
-                &builder,
-                &image.loaded.reference(),
-                &session.config.checksum_label,
-                image.checksum.as_str(),
-            )
-            .await?;
+            let shipment = session.shipment(&builder, image).await?;
             let mut outcomes =
                 ship::distribute(&builder, &engines, &store, &shipment, &settings).await?;
             for (node, error) in &unreachable {
@@ -516,13 +525,7 @@ fn verify_command(session: &Session, images: &[String], nodes: &[String]) -> Res
         let mut rows = Vec::new();
         for name in &names {
             let image = plan.get(name);
-            let shipment = ship::shipment(
-                &builder,
-                &image.loaded.reference(),
-                &session.config.checksum_label,
-                image.checksum.as_str(),
-            )
-            .await?;
+            let shipment = session.shipment(&builder, image).await?;
             for (node, engine) in nodes.iter().zip(&connected) {
                 let holding = match engine {
                     Ok(engine) => verify::holding(

@@ -227,20 +227,8 @@ impl LayerStore {
 
     /// Reads `data` through, checking it is the blob `digest` the store already holds.
     fn verify_blob(&self, data: &mut impl Read, digest: &str) -> Result<(String, u64)> {
-        let mut hasher = Sha256::new();
-        let mut size = 0u64;
-        let mut buffer = vec![0u8; 1 << 20];
-        loop {
-            let n = data
-                .read(&mut buffer)
-                .map_err(|e| Error::io(&self.root, e))?;
-            if n == 0 {
-                break;
-            }
-            hasher.update(&buffer[..n]);
-            size += n as u64;
-        }
-        let actual = format!("sha256:{}", hex::encode(hasher.finalize()));
+        let (actual, size) =
+            copy_hashing(data, &mut std::io::sink()).map_err(|e| Error::io(&self.root, e))?;
         if actual != digest {
             return Err(Error::Io {
                 path: self.blob_path(digest),
@@ -259,22 +247,7 @@ impl LayerStore {
         fs_err::create_dir_all(&tmp_dir).map_err(|e| Error::io(&tmp_dir, e))?;
         let mut tmp =
             tempfile::NamedTempFile::new_in(&tmp_dir).map_err(|e| Error::io(&tmp_dir, e))?;
-        let mut hasher = Sha256::new();
-        let mut size = 0u64;
-        let mut buffer = vec![0u8; 1 << 20];
-        loop {
-            let n = data
-                .read(&mut buffer)
-                .map_err(|e| Error::io(tmp.path(), e))?;
-            if n == 0 {
-                break;
-            }
-            hasher.update(&buffer[..n]);
-            tmp.write_all(&buffer[..n])
-                .map_err(|e| Error::io(tmp.path(), e))?;
-            size += n as u64;
-        }
-        let digest = format!("sha256:{}", hex::encode(hasher.finalize()));
+        let (digest, size) = copy_hashing(data, &mut tmp).map_err(|e| Error::io(tmp.path(), e))?;
         let target = self.blob_path(&digest);
         if !target.is_file() {
             let dir = target.parent().expect("blobs live in a folder");
@@ -316,6 +289,22 @@ impl LayerStore {
             }
         }
         Ok((removed, bytes))
+    }
+}
+
+/// Copies `data` to `sink`, returning its `sha256:<hex>` and size.
+fn copy_hashing(data: &mut impl Read, sink: &mut impl Write) -> std::io::Result<(String, u64)> {
+    let mut hasher = Sha256::new();
+    let mut size = 0u64;
+    let mut buffer = vec![0u8; 1 << 20];
+    loop {
+        let n = data.read(&mut buffer)?;
+        if n == 0 {
+            return Ok((format!("sha256:{}", hex::encode(hasher.finalize())), size));
+        }
+        hasher.update(&buffer[..n]);
+        sink.write_all(&buffer[..n])?;
+        size += n as u64;
     }
 }
 
