@@ -332,7 +332,7 @@ impl StreamReader {
         S: futures_util::Stream<Item = std::result::Result<bytes::Bytes, E>> + Send + 'static,
         E: std::fmt::Display + Send + 'static,
     {
-        let (sender, receiver) = tokio::sync::mpsc::channel(8);
+        let (sender, reader) = StreamReader::channel();
         tokio::spawn(async move {
             let mut stream = std::pin::pin!(stream);
             while let Some(item) = stream.next().await {
@@ -343,10 +343,22 @@ impl StreamReader {
                 }
             }
         });
-        StreamReader {
-            receiver,
-            current: bytes::Bytes::new(),
-        }
+        reader
+    }
+
+    /// A reader fed through the returned sender, by whoever holds it.
+    pub fn channel() -> (
+        tokio::sync::mpsc::Sender<std::io::Result<bytes::Bytes>>,
+        StreamReader,
+    ) {
+        let (sender, receiver) = tokio::sync::mpsc::channel(8);
+        (
+            sender,
+            StreamReader {
+                receiver,
+                current: bytes::Bytes::new(),
+            },
+        )
     }
 }
 

@@ -53,7 +53,8 @@ pub struct Shipment {
     pub checksum: String,
     pub image_id: String,
     pub fingerprint: String,
-    pub config_digest: String,
+    /// The layers in order, as the builder reports them: enough to plan before exporting.
+    pub diff_ids: Vec<String>,
 }
 
 /// Finds the image on the builder; it must carry the expected checksum.
@@ -76,39 +77,93 @@ pub async fn shipment(
         )));
     }
     let image_id = image.id.clone().unwrap_or_default();
-    let config_digest = match &image.descriptor {
-        // The containerd store's id is the manifest digest; its config digest is elsewhere.
-        Some(_) => String::new(),
-        None => image_id.clone(),
-    };
     Ok(Shipment {
         reference: reference.to_string(),
         checksum: checksum.to_string(),
         fingerprint: verify::fingerprint(&image),
+        diff_ids: image
+            .root_fs
+            .as_ref()
+            .and_then(|r| r.layers.clone())
+            .unwrap_or_default(),
         image_id,
-        config_digest,
     })
 }
 
-/// The image in the layer store, exported from the builder only if it is not there yet.
-pub async fn stored(
+/// The image in the layer store, if it is there already.
+fn in_store(store: &LayerStore, shipment: &Shipment) -> Option<StoredImage> {
+    store.image(&shipment.image_id)
+}
+
+/// Exports the image from the builder into the store. With `direct`, the same export stream
+/// also goes, as it comes, into that node's load (a full copy): the first node's transfer
+/// overlaps the export instead of waiting for it. Bounded channels on both sides.
+async fn export(
     builder: &Engine,
     store: &Arc<LayerStore>,
     shipment: &Shipment,
-) -> Result<StoredImage> {
-    if let Some(image) = (!shipment.config_digest.is_empty())
-        .then(|| store.image(&shipment.config_digest))
-        .flatten()
-    {
-        return Ok(image);
-    }
-    let export = builder.docker.export_image(&shipment.image_id);
-    let reader = StreamReader::new(export);
-    let store = Arc::clone(store);
-    let image = tokio::task::spawn_blocking(move || store.ingest(reader))
-        .await
-        .expect("ingest does not panic")?;
-    Ok(image)
+    direct: Option<(&Engine, &indicatif::ProgressBar)>,
+) -> (Result<StoredImage>, Option<Result<(u64, u64)>>) {
+    let (ingest_sender, reader) = StreamReader::channel();
+    let (node_sender, node_receiver) = tokio::sync::mpsc::channel::<bytes::Bytes>(8);
+    let sent = Arc::new(AtomicU64::new(0));
+    // By tag, so the archive names it and a node loading it directly gets the tag too.
+    let mut stream = builder.docker.export_image(&shipment.reference);
+    let forward = {
+        let sent = Arc::clone(&sent);
+        let mut node_sender = direct.is_some().then_some(node_sender);
+        async move {
+            while let Some(chunk) = stream.next().await {
+                let chunk = chunk.map_err(|e| std::io::Error::other(e.to_string()));
+                if let (Ok(bytes), Some(sender)) = (&chunk, &node_sender) {
+                    sent.fetch_add(bytes.len() as u64, Ordering::Relaxed);
+                    // A node that stops reading does not stop the export into the store.
+                    if sender.send(bytes.clone()).await.is_err() {
+                        node_sender = None;
+                    }
+                }
+                let failed = chunk.is_err();
+                if ingest_sender.send(chunk).await.is_err() || failed {
+                    break;
+                }
+            }
+        }
+    };
+    let ingest = {
+        let store = Arc::clone(store);
+        async move {
+            tokio::task::spawn_blocking(move || store.ingest(reader))
+                .await
+                .expect("ingest does not panic")
+        }
+    };
+    let load = async {
+        let (node, bar) = direct?;
+        let body = futures_util::stream::unfold(node_receiver, |mut r| async move {
+            r.recv().await.map(|c| (c, r))
+        });
+        Some(
+            load_into(node, &shipment.reference, body, &sent, bar)
+                .await
+                .map(|()| {
+                    let bytes = sent.load(Ordering::Relaxed);
+                    (bytes, bytes)
+                }),
+        )
+    };
+    let ((), stored, loaded) = tokio::join!(forward, ingest, load);
+    // The export went by tag: if the tag moved since the inspect, the layers say so.
+    let stored = stored.and_then(|image| {
+        if image.diff_ids() != shipment.diff_ids {
+            return Err(builder.error(format!(
+                "{} moved during the export; run distribute again",
+                shipment.reference
+            )));
+        }
+        store.remember(&shipment.image_id, &image)?;
+        Ok(image)
+    });
+    (stored, loaded)
 }
 
 /// `sha256:` chain IDs of every layer prefix of every image the node holds.
@@ -158,55 +213,101 @@ pub async fn distribute(
     } else {
         indicatif::ProgressDrawTarget::hidden()
     });
-    let mut stored_image: Option<StoredImage> = None;
-    let mut plans = Vec::new();
-    // Decide per node first (cheap inspects), so the export happens only if a node needs it.
-    for node in nodes {
-        let decision = match verify::holding(
-            node,
-            &shipment.reference,
-            settings.checksum_label,
-            &shipment.checksum,
-            &shipment.fingerprint,
-        )
-        .await
-        {
-            Ok(h) if h.state == Holding::Current => Decision::Skip,
-            Ok(_) => Decision::Send,
-            Err(e) => Decision::Failed(e.to_string()),
-        };
-        if matches!(decision, Decision::Send) && stored_image.is_none() {
-            stored_image = Some(stored(builder, store, shipment).await?);
-        }
-        plans.push(decision);
-    }
-    let transfers = nodes.iter().zip(plans).map(|(node, decision)| {
+    // Read-only questions first, to every node at once: does it hold the image, and which
+    // of its layers. Transfers come after, serially unless --parallel.
+    let chains = chain_ids(&shipment.diff_ids);
+    let decisions = futures_util::future::join_all(nodes.iter().map(|node| {
         let full = settings.full || full_nodes.contains_key(&node.node);
-        let bar = bars.add(indicatif::ProgressBar::new(0));
-        let image = stored_image.clone();
+        let chains = &chains;
         async move {
-            let started = Instant::now();
-            let mut outcome = match decision {
-                Decision::Skip => NodeOutcome::new(&node.node, "skipped", true),
-                Decision::Failed(error) => NodeOutcome::failed(&node.node, error),
-                Decision::Send => {
-                    let image = image.expect("stored before sending");
-                    send_and_verify(node, store, &image, shipment, settings, full, bar).await
-                }
-            };
-            outcome.seconds = started.elapsed().as_secs_f64();
-            outcome
+            match verify::holding(
+                node,
+                &shipment.reference,
+                settings.checksum_label,
+                &shipment.checksum,
+                &shipment.fingerprint,
+            )
+            .await
+            {
+                Ok(h) if h.state == Holding::Current => Decision::Skip,
+                Ok(_) if full => Decision::Send { first_missing: 0 },
+                Ok(_) => match held_chains(node).await {
+                    Ok(held) => Decision::Send {
+                        first_missing: chains.iter().take_while(|c| held.contains(*c)).count(),
+                    },
+                    Err(e) => Decision::Failed(e.to_string()),
+                },
+                Err(e) => Decision::Failed(e.to_string()),
+            }
         }
-    });
-    let outcomes: Vec<NodeOutcome> = if settings.parallel {
+    }))
+    .await;
+
+    let mut outcomes: Vec<Option<NodeOutcome>> = vec![None; nodes.len()];
+    let mut stored_image = None;
+    if decisions.iter().any(|d| matches!(d, Decision::Send { .. })) {
+        stored_image = in_store(store, shipment);
+        if stored_image.is_none() {
+            // The first node that needs everything takes the export as it streams.
+            let direct = decisions
+                .iter()
+                .position(|d| matches!(d, Decision::Send { first_missing: 0 }));
+            let bar = bars.add(indicatif::ProgressBar::new(0));
+            let started = Instant::now();
+            let (stored, loaded) =
+                export(builder, store, shipment, direct.map(|i| (&nodes[i], &bar))).await;
+            bar.finish_and_clear();
+            stored_image = Some(stored?);
+            if let (Some(i), Some(Ok((layer_bytes, archive_bytes)))) = (direct, loaded) {
+                let mut outcome = verified(&nodes[i], shipment, settings, "full").await;
+                outcome.layer_bytes = layer_bytes;
+                outcome.archive_bytes = archive_bytes;
+                outcome.layers_sent = shipment.diff_ids.len();
+                outcome.seconds = started.elapsed().as_secs_f64();
+                outcomes[i] = Some(outcome);
+            }
+            // A direct load that failed is tried again below, from the store.
+        }
+    }
+    let transfers = nodes
+        .iter()
+        .zip(decisions)
+        .enumerate()
+        .filter(|(i, _)| outcomes[*i].is_none())
+        .map(|(i, (node, decision))| {
+            let bar = bars.add(indicatif::ProgressBar::new(0));
+            let image = stored_image.clone();
+            async move {
+                let started = Instant::now();
+                let mut outcome = match decision {
+                    Decision::Skip => NodeOutcome::new(&node.node, "skipped", true),
+                    Decision::Failed(error) => NodeOutcome::failed(&node.node, error),
+                    Decision::Send { first_missing } => {
+                        let image = image.expect("stored before sending");
+                        send_and_verify(node, store, &image, shipment, settings, first_missing, bar)
+                            .await
+                    }
+                };
+                outcome.seconds = started.elapsed().as_secs_f64();
+                (i, outcome)
+            }
+        });
+    let done: Vec<(usize, NodeOutcome)> = if settings.parallel {
         futures_util::future::join_all(transfers).await
     } else {
-        let mut outcomes = Vec::new();
+        let mut done = Vec::new();
         for transfer in transfers {
-            outcomes.push(transfer.await);
+            done.push(transfer.await);
         }
-        outcomes
+        done
     };
+    for (i, outcome) in done {
+        outcomes[i] = Some(outcome);
+    }
+    let outcomes: Vec<NodeOutcome> = outcomes
+        .into_iter()
+        .map(|o| o.expect("every node has an outcome"))
+        .collect();
     let _ = bars.clear();
     let mut changed = false;
     for outcome in &outcomes {
@@ -227,7 +328,10 @@ pub async fn distribute(
 
 enum Decision {
     Skip,
-    Send,
+    /// Send the layers from `first_missing` on (0: all of them).
+    Send {
+        first_missing: usize,
+    },
     Failed(String),
 }
 
@@ -260,20 +364,9 @@ async fn send_and_verify(
     image: &StoredImage,
     shipment: &Shipment,
     settings: &ShipSettings<'_>,
-    full: bool,
+    first_missing: usize,
     bar: indicatif::ProgressBar,
 ) -> NodeOutcome {
-    let first_missing = if full {
-        0
-    } else {
-        match held_chains(node).await {
-            Ok(held) => chain_ids(&image.diff_ids())
-                .iter()
-                .take_while(|c| held.contains(*c))
-                .count(),
-            Err(e) => return NodeOutcome::failed(&node.node, e.to_string()),
-        }
-    };
     let mut attempt = send(node, store, image, &shipment.reference, first_missing, &bar).await;
     let mut action = if first_missing == 0 { "full" } else { "thin" };
     let mut fell_back = false;
@@ -289,7 +382,22 @@ async fn send_and_verify(
         Ok(sent) => sent,
         Err(e) => return NodeOutcome::failed(&node.node, e.to_string()),
     };
-    let verified = verify::holding(
+    let mut outcome = verified(node, shipment, settings, action).await;
+    outcome.fell_back_to_full = fell_back;
+    outcome.layer_bytes = layer_bytes;
+    outcome.archive_bytes = archive_bytes;
+    outcome.layers_sent = image.layers.len() - if action == "full" { 0 } else { first_missing };
+    outcome
+}
+
+/// The outcome of a load: `action` if the node now holds the image, `failed` otherwise.
+async fn verified(
+    node: &Engine,
+    shipment: &Shipment,
+    settings: &ShipSettings<'_>,
+    action: &'static str,
+) -> NodeOutcome {
+    let holding = verify::holding(
         node,
         &shipment.reference,
         settings.checksum_label,
@@ -298,11 +406,7 @@ async fn send_and_verify(
     )
     .await;
     let mut outcome = NodeOutcome::new(&node.node, action, false);
-    outcome.fell_back_to_full = fell_back;
-    outcome.layer_bytes = layer_bytes;
-    outcome.archive_bytes = archive_bytes;
-    outcome.layers_sent = image.layers.len() - if action == "full" { 0 } else { first_missing };
-    match verified {
+    match holding {
         Ok(h) if h.state == Holding::Current => outcome.verified = true,
         Ok(h) => {
             outcome.error = Some(format!(
@@ -329,6 +433,25 @@ async fn send(
 ) -> Result<(u64, u64)> {
     let layer_bytes: u64 = image.layers[first..].iter().map(|l| l.blob.size).sum();
     bar.set_length(layer_bytes);
+    let written = Arc::new(AtomicU64::new(0));
+    let (store, image_owned, reference_owned) =
+        (Arc::clone(store), image.clone(), reference.to_string());
+    let body = engine::body_from_writer(Some(Arc::clone(&written)), move |writer| {
+        write_archive(&store, &image_owned, &reference_owned, first, writer)
+            .map_err(|e| Error::io(store.root.clone(), e))
+    });
+    load_into(node, reference, body, &written, bar).await?;
+    Ok((layer_bytes, written.load(Ordering::Relaxed)))
+}
+
+/// `docker load` of `body` into `node`, with a progress bar fed by the `sent` counter.
+async fn load_into(
+    node: &Engine,
+    reference: &str,
+    body: impl futures_util::Stream<Item = bytes::Bytes> + Send + 'static,
+    sent: &Arc<AtomicU64>,
+    bar: &indicatif::ProgressBar,
+) -> Result<()> {
     bar.set_position(0);
     bar.set_style(
         indicatif::ProgressStyle::with_template(
@@ -337,22 +460,11 @@ async fn send(
         .expect("valid template"),
     );
     bar.set_prefix(node.node.clone());
-    let written = Arc::new(AtomicU64::new(0));
-    let (store, image_owned, reference_owned) =
-        (Arc::clone(store), image.clone(), reference.to_string());
-    let body = engine::body_from_writer(Some(Arc::clone(&written)), move |writer| {
-        write_archive(&store, &image_owned, &reference_owned, first, writer)
-            .map_err(|e| Error::io(store.root.clone(), e))
-    });
     let ticker = {
-        let (bar, written) = (bar.clone(), Arc::clone(&written));
+        let (bar, sent) = (bar.clone(), Arc::clone(sent));
         tokio::spawn(async move {
             loop {
-                bar.set_position(
-                    written
-                        .load(Ordering::Relaxed)
-                        .min(bar.length().unwrap_or(0)),
-                );
+                bar.set_position(sent.load(Ordering::Relaxed));
                 tokio::time::sleep(std::time::Duration::from_millis(100)).await;
             }
         })
@@ -378,7 +490,7 @@ async fn send(
     ticker.abort();
     match failure {
         Some(message) => Err(node.error(format!("load of {reference} failed: {message}"))),
-        None => Ok((layer_bytes, written.load(Ordering::Relaxed))),
+        None => Ok(()),
     }
 }
 

@@ -77,16 +77,17 @@ impl LayerStore {
             .join(digest.trim_start_matches("sha256:"))
     }
 
-    fn record_path(&self, config_digest: &str) -> PathBuf {
-        self.root.join("images").join(format!(
-            "{}.json",
-            config_digest.trim_start_matches("sha256:")
-        ))
+    fn record_path(&self, image_id: &str) -> PathBuf {
+        self.root
+            .join("images")
+            .join(format!("{}.json", image_id.trim_start_matches("sha256:")))
     }
 
-    /// The stored image whose config has `config_digest`, if every blob is still here.
-    pub fn image(&self, config_digest: &str) -> Option<StoredImage> {
-        let text = fs_err::read_to_string(self.record_path(config_digest)).ok()?;
+    /// The stored image the builder knows as `image_id`, if every blob is still here.
+    /// (The id is the config digest on the classic store, the manifest digest on the
+    /// containerd store.)
+    pub fn image(&self, image_id: &str) -> Option<StoredImage> {
+        let text = fs_err::read_to_string(self.record_path(image_id)).ok()?;
         let image: StoredImage = serde_json::from_str(&text).ok()?;
         let complete = std::iter::once(&image.config)
             .chain(image.layers.iter().map(|l| &l.blob))
@@ -203,14 +204,13 @@ impl LayerStore {
             },
             layers,
         };
-        let record = self.record_path(&config_digest);
-        write_atomically(
-            &record,
-            serde_json::to_string_pretty(&image)
-                .expect("serializes")
-                .as_bytes(),
-        )?;
         Ok(image)
+    }
+
+    /// Records `image` under the builder's id for it, for the next distribute.
+    pub fn remember(&self, image_id: &str, image: &StoredImage) -> Result<()> {
+        let text = serde_json::to_string_pretty(image).expect("serializes");
+        write_atomically(&self.record_path(image_id), text.as_bytes())
     }
 
     fn sniff_compression(&self, digest: &str) -> Result<String> {
@@ -258,7 +258,7 @@ impl LayerStore {
         Ok((digest, size))
     }
 
-    /// Removes every stored image and blob not used by `keep` (config digests).
+    /// Removes every stored image and blob not used by `keep` (the builder's image ids).
     pub fn prune(&self, keep: &[String]) -> Result<(usize, u64)> {
         let mut used = std::collections::HashSet::new();
         for digest in keep {
