@@ -106,10 +106,17 @@ pub fn read_set(patches_dir: &Path, name: &Name) -> Result<PatchSet> {
 fn check_touched_paths(bytes: &[u8], strip: u32) -> Result<(), String> {
     let text = String::from_utf8_lossy(bytes);
     let mut touched = 0;
-    for line in text.lines() {
+    let lines: Vec<&str> = text.lines().collect();
+    for (i, line) in lines.iter().enumerate() {
+        // A file header is a `--- ` line right before a `+++ ` line; a removed line that
+        // happens to start with `-- ` inside a hunk is content, not a path.
+        let header = (line.starts_with("--- ")
+            && lines.get(i + 1).is_some_and(|n| n.starts_with("+++ ")))
+            || (line.starts_with("+++ ") && i > 0 && lines[i - 1].starts_with("--- "));
         let path = if let Some(rest) = line
             .strip_prefix("--- ")
             .or_else(|| line.strip_prefix("+++ "))
+            .filter(|_| header)
         {
             rest.split('\t').next().unwrap_or_default().trim()
         } else if let Some(rest) = line
@@ -159,5 +166,8 @@ mod tests {
         let abs = b"--- /etc/passwd\n+++ /etc/passwd\n@@ -1 +1 @@\n-a\n+b\n";
         assert!(check_touched_paths(abs, 1).is_err());
         assert!(check_touched_paths(b"hello\n", 1).is_err());
+        // A removed line reading `-- /abs` is content, not a header.
+        let content = b"--- a/x.sql\n+++ b/x.sql\n@@ -1,2 +1 @@\n--- /etc/passwd\n a\n";
+        assert!(check_touched_paths(content, 1).is_ok());
     }
 }
