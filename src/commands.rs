@@ -24,6 +24,7 @@ pub struct Session {
     pub config: Config,
     pub json: bool,
     pub quiet: bool,
+    pub verbose: bool,
 }
 
 impl Session {
@@ -61,6 +62,7 @@ pub fn run(cli: Cli) -> Result<u8> {
         config,
         json: cli.json,
         quiet: cli.quiet,
+        verbose: cli.verbose,
     };
     match cli.command {
         Command::Checksum { selection, explain } => checksum(&session, &selection, explain),
@@ -396,19 +398,30 @@ fn lock_command(session: &Session, images: &[String], update: bool) -> Result<u8
 }
 
 impl Session {
-    /// The builder's image for `image`, checked against its checksum.
+    /// The builder's image for `image`, checked against its checksum, with the names of
+    /// the images most likely to share its layers: its parents, up to the external base.
     async fn shipment(
         &self,
         builder: &Engine,
+        plan: &Plan,
         image: &crate::plan::PlannedImage,
     ) -> Result<ship::Shipment> {
-        ship::shipment(
+        let mut shipment = ship::shipment(
             builder,
             &image.loaded.reference(),
             &self.config.checksum_label,
             image.checksum.as_str(),
         )
-        .await
+        .await?;
+        let mut current = image;
+        while let Some(parent) = &current.parent {
+            current = plan.get(parent);
+            shipment.related.push(current.loaded.reference());
+        }
+        if let Some(base) = &current.pins.base {
+            shipment.related.push(base.reference.clone());
+        }
+        Ok(shipment)
     }
 
     fn selected_nodes(&self, names: &[String]) -> Result<Vec<NodeConfig>> {
@@ -445,6 +458,7 @@ fn distribute_command(
         full,
         parallel,
         state_dir: &state_dir,
+        verbose: session.verbose,
         progress: !session.quiet
             && !session.json
             && std::io::IsTerminal::is_terminal(&std::io::stderr()),
@@ -464,7 +478,7 @@ fn distribute_command(
         }
         for name in &names {
             let image = plan.get(name);
-            let shipment = session.shipment(&builder, image).await?;
+            let shipment = session.shipment(&builder, &plan, image).await?;
             let mut outcomes =
                 ship::distribute(&builder, &engines, &store, &shipment, &settings).await?;
             for (node, error) in &unreachable {
@@ -525,7 +539,7 @@ fn verify_command(session: &Session, images: &[String], nodes: &[String]) -> Res
         let mut rows = Vec::new();
         for name in &names {
             let image = plan.get(name);
-            let shipment = session.shipment(&builder, image).await?;
+            let shipment = session.shipment(&builder, &plan, image).await?;
             for (node, engine) in nodes.iter().zip(&connected) {
                 let holding = match engine {
                     Ok(engine) => verify::holding(

@@ -192,6 +192,8 @@ struct SshBridge {
     socket: PathBuf,
     _dir: tempfile::TempDir,
     task: tokio::task::JoinHandle<()>,
+    /// `ssh ... -O exit HOST`: the command that stops the control master.
+    exit: Vec<String>,
 }
 
 impl SshBridge {
@@ -205,16 +207,32 @@ impl SshBridge {
             }
             _ => (host.to_string(), None),
         };
-        let ssh_config = ssh_config.map(Path::to_path_buf);
+        // One ssh connection carries every API connection to the node (a control master in
+        // the bridge's private folder): the handshake and host-key check happen once.
+        let mut options = Vec::new();
+        if let Some(config) = ssh_config {
+            options.extend(["-F".into(), config.display().to_string()]);
+        }
+        if let Some(port) = &port {
+            options.extend(["-p".into(), port.clone()]);
+        }
+        let control = dir.path().join("control");
+        options.extend(["-o".into(), format!("ControlPath={}", control.display())]);
+        let exit = options
+            .iter()
+            .cloned()
+            .chain(["-O".into(), "exit".into(), destination.clone()])
+            .collect();
+        options.extend([
+            "-o".into(),
+            "ControlMaster=auto".into(),
+            "-o".into(),
+            "ControlPersist=yes".into(),
+        ]);
         let task = tokio::spawn(async move {
             while let Ok((mut client, _)) = listener.accept().await {
                 let mut ssh = tokio::process::Command::new("ssh");
-                if let Some(config) = &ssh_config {
-                    ssh.arg("-F").arg(config);
-                }
-                if let Some(port) = &port {
-                    ssh.args(["-p", port]);
-                }
+                ssh.args(&options);
                 // BatchMode: never wait for a password or a host-key prompt; an unknown or
                 // changed host key is an error, not a question.
                 ssh.args([
@@ -251,6 +269,7 @@ impl SshBridge {
             socket,
             _dir: dir,
             task,
+            exit,
         })
     }
 }
@@ -258,6 +277,13 @@ impl SshBridge {
 impl Drop for SshBridge {
     fn drop(&mut self) {
         self.task.abort();
+        // Ends the control master (if one was started); its socket goes with the folder.
+        let _ = std::process::Command::new("ssh")
+            .args(&self.exit)
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .status();
     }
 }
 

@@ -45,6 +45,8 @@ pub struct ShipSettings<'a> {
     pub parallel: bool,
     pub state_dir: &'a Path,
     pub progress: bool,
+    /// Say on stderr how long each phase took.
+    pub verbose: bool,
 }
 
 /// The image as the builder holds it: what every node must end up with.
@@ -55,6 +57,8 @@ pub struct Shipment {
     pub fingerprint: String,
     /// The layers in order, as the builder reports them: enough to plan before exporting.
     pub diff_ids: Vec<String>,
+    /// Images likely to share layers with this one (its tag, its parents), asked first.
+    pub related: Vec<String>,
 }
 
 /// Finds the image on the builder; it must carry the expected checksum.
@@ -86,6 +90,7 @@ pub async fn shipment(
             .as_ref()
             .and_then(|r| r.layers.clone())
             .unwrap_or_default(),
+        related: vec![reference.to_string()],
         image_id,
     })
 }
@@ -166,21 +171,40 @@ async fn export(
     (stored, loaded)
 }
 
-/// `sha256:` chain IDs of every layer prefix of every image the node holds.
-async fn held_chains(engine: &Engine) -> Result<HashSet<String>> {
+/// How many of `chains` (the image's layer chains, in order) the node already holds.
+///
+/// The images most likely to share layers are asked first, by name: the image's own tag (an
+/// older build) and its parents. Only if none of them is there are all the node's images
+/// inspected, which on a node with hundreds of images takes seconds.
+async fn held_prefix(engine: &Engine, chains: &[String], related: &[String]) -> Result<usize> {
+    let prefix_of = |layers: Vec<String>| {
+        let held: HashSet<String> = chain_ids(&layers).into_iter().collect();
+        chains.iter().take_while(|c| held.contains(*c)).count()
+    };
+    let mut best = None;
+    for reference in related {
+        if let Some(image) = engine.inspect(reference).await? {
+            let layers = image.root_fs.and_then(|r| r.layers).unwrap_or_default();
+            best = best.max(Some(prefix_of(layers)));
+        }
+    }
+    if let Some(best) = best {
+        return Ok(best);
+    }
     let images = engine
         .docker
         .list_images(Some(ListImagesOptionsBuilder::new().build()))
         .await
         .map_err(|e| engine.error(format!("listing images: {e}")))?;
-    let mut chains = HashSet::new();
+    let mut best = 0;
     for summary in images {
         if let Some(image) = engine.inspect(&summary.id).await? {
-            let layers = image.root_fs.and_then(|r| r.layers).unwrap_or_default();
-            chains.extend(chain_ids(&layers));
+            best = best.max(prefix_of(
+                image.root_fs.and_then(|r| r.layers).unwrap_or_default(),
+            ));
         }
     }
-    Ok(chains)
+    Ok(best)
 }
 
 /// The OCI chain ID of each prefix: what both image stores key layers by.
@@ -215,6 +239,12 @@ pub async fn distribute(
     });
     // Read-only questions first, to every node at once: does it hold the image, and which
     // of its layers. Transfers come after, serially unless --parallel.
+    let phase = Instant::now();
+    let say = |what: String| {
+        if settings.verbose {
+            eprintln!("{:>7.2} s  {what}", phase.elapsed().as_secs_f64());
+        }
+    };
     let chains = chain_ids(&shipment.diff_ids);
     let decisions = futures_util::future::join_all(nodes.iter().map(|node| {
         let full = settings.full || full_nodes.contains_key(&node.node);
@@ -231,10 +261,8 @@ pub async fn distribute(
             {
                 Ok(h) if h.state == Holding::Current => Decision::Skip,
                 Ok(_) if full => Decision::Send { first_missing: 0 },
-                Ok(_) => match held_chains(node).await {
-                    Ok(held) => Decision::Send {
-                        first_missing: chains.iter().take_while(|c| held.contains(*c)).count(),
-                    },
+                Ok(_) => match held_prefix(node, chains, &shipment.related).await {
+                    Ok(first_missing) => Decision::Send { first_missing },
                     Err(e) => Decision::Failed(e.to_string()),
                 },
                 Err(e) => Decision::Failed(e.to_string()),
@@ -243,6 +271,7 @@ pub async fn distribute(
     }))
     .await;
 
+    say(format!("asked {} nodes what they hold", nodes.len()));
     let mut outcomes: Vec<Option<NodeOutcome>> = vec![None; nodes.len()];
     let mut stored_image = None;
     if decisions.iter().any(|d| matches!(d, Decision::Send { .. })) {
@@ -257,6 +286,10 @@ pub async fn distribute(
             let (stored, loaded) =
                 export(builder, store, shipment, direct.map(|i| (&nodes[i], &bar))).await;
             bar.finish_and_clear();
+            say(format!(
+                "exported {} from the builder into the layer store",
+                shipment.reference
+            ));
             stored_image = Some(stored?);
             if let (Some(i), Some(Ok((layer_bytes, archive_bytes)))) = (direct, loaded) {
                 let mut outcome = verified(&nodes[i], shipment, settings, "full").await;
@@ -302,6 +335,10 @@ pub async fn distribute(
         done
     };
     for (i, outcome) in done {
+        say(format!(
+            "{}: {} ({:.2} s)",
+            outcome.node, outcome.action, outcome.seconds
+        ));
         outcomes[i] = Some(outcome);
     }
     let outcomes: Vec<NodeOutcome> = outcomes
