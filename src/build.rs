@@ -3,12 +3,14 @@
 //! the engine, the image is built untagged, its smoke tests run, and only then does the tag
 //! move: a failed build or smoke leaves the previous image under the tag.
 
+use crate::assemble;
 use crate::context;
 use crate::engine::{self, Engine};
 use crate::error::{Error, Result};
 use crate::fetch;
 use crate::plan::{Plan, PlannedImage};
 use crate::render::{self, PARENT_ARG};
+use crate::store::LayerStore;
 use bollard::query_parameters::BuildImageOptionsBuilder;
 use futures_util::StreamExt;
 use serde::Serialize;
@@ -152,6 +154,73 @@ async fn build_one(
         }
     }
 
+    let id = if assemble::assemblable(&image.loaded.spec) {
+        record.outcome = "assembled";
+        let parent = parent_id
+            .clone()
+            .unwrap_or_else(|| render::parent_reference(image, parent_tag));
+        let store = std::sync::Arc::new(LayerStore::open(settings.cache));
+        assemble::assemble(
+            engine,
+            &store,
+            image,
+            &parent,
+            settings.checksum_label,
+            parent_tag,
+        )
+        .await?
+    } else {
+        record.outcome = "built";
+        engine_build(
+            engine,
+            image,
+            parent_tag,
+            parent_id.as_deref(),
+            settings,
+            &mut record,
+        )
+        .await?
+    };
+
+    // The label the engine holds must be the one we computed: the image says what it is.
+    let inspected = engine
+        .inspect(&id)
+        .await?
+        .ok_or_else(|| engine.error(format!("the new image {id} is gone")))?;
+    let stamped = inspected
+        .config
+        .as_ref()
+        .and_then(|c| c.labels.as_ref())
+        .and_then(|l| l.get(settings.checksum_label));
+    if stamped != Some(&checksum) {
+        return Err(engine.error(format!(
+            "the new image {id} of `{}` carries {:?} as `{}`, not {checksum}; does the template keep the LABEL?",
+            image.name(),
+            stamped,
+            settings.checksum_label
+        )));
+    }
+
+    record.smoke = smoke(engine, image, &id).await?;
+    engine.tag(&id, &reference).await?;
+    record.image_id = id;
+    record.size = inspected.size;
+    record.seconds = started.elapsed().as_secs_f64();
+    write_record(settings.state_dir, &record)?;
+    Ok(record)
+}
+
+/// Builds `image` with the engine's builder from its rendered Dockerfile and streamed
+/// context; returns the new (untagged) image's id. Streams the log to `record.log`.
+async fn engine_build(
+    engine: &Engine,
+    image: &PlannedImage,
+    parent_tag: Option<&str>,
+    parent_id: Option<&str>,
+    settings: &BuildSettings<'_>,
+    record: &mut BuildRecord,
+) -> Result<String> {
+    let checksum = image.checksum.to_string();
     let dockerfile = render::dockerfile(image, settings.checksum_label, parent_tag)?;
     let fetched = fetch::fetch(settings.cache, image)?;
     let log_path =
@@ -166,8 +235,8 @@ async fn build_one(
         "SOURCE_DATE_EPOCH".to_string(),
         image.loaded.spec.image.source_date_epoch.to_string(),
     )]);
-    if let Some(id) = &parent_id {
-        args.insert(PARENT_ARG.to_string(), id.clone());
+    if let Some(id) = parent_id {
+        args.insert(PARENT_ARG.to_string(), id.to_string());
     }
     for (key, value) in &image.loaded.spec.build.args {
         args.insert(key.clone(), value.clone());
@@ -245,36 +314,8 @@ async fn build_one(
         return Err(fail("the engine reported no image id".into(), step, tail));
     };
 
-    // The label the engine holds must be the one we computed: the image says what it is.
-    let inspected = engine
-        .inspect(&id)
-        .await?
-        .ok_or_else(|| engine.error(format!("the built image {id} is gone")))?;
-    let stamped = inspected
-        .config
-        .as_ref()
-        .and_then(|c| c.labels.as_ref())
-        .and_then(|l| l.get(settings.checksum_label));
-    if stamped != Some(&checksum) {
-        return Err(fail(
-            format!(
-                "the built image carries {:?} as `{}`, not {checksum}; does the template keep the LABEL?",
-                stamped, settings.checksum_label
-            ),
-            None,
-            VecDeque::new(),
-        ));
-    }
-
     record.context_sha256 = digest_receiver.await.ok();
-    record.smoke = smoke(engine, image, &id).await?;
-    engine.tag(&id, &reference).await?;
-    record.image_id = id;
-    record.outcome = "built";
-    record.size = inspected.size;
-    record.seconds = started.elapsed().as_secs_f64();
-    write_record(settings.state_dir, &record)?;
-    Ok(record)
+    Ok(id)
 }
 
 /// Runs every smoke test of `image` in a container from `image_id`; the first failure stops.

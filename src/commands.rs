@@ -117,6 +117,15 @@ fn render_command(session: &Session, image: &str, out: Option<&std::path::Path>)
         session.parent_tag(&plan, &name).as_deref(),
     )?;
     print!("{dockerfile}");
+    if crate::assemble::assemblable(&planned.loaded.spec) {
+        session.note(format!(
+            "hallmark: `{name}` only adds files and metadata to its parent: `hallmark build` assembles it without running a build (the Dockerfile above gives the same content)"
+        ));
+    } else {
+        session.note(format!(
+            "hallmark: `{name}` is built by the engine's builder from the Dockerfile above"
+        ));
+    }
     if let Some(dir) = out {
         let fetched = fetch::fetch(&cache_dir(), planned)?;
         context::unpack_into(planned, &dockerfile, &fetched, dir)?;

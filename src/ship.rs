@@ -171,6 +171,31 @@ async fn export(
     (stored, loaded)
 }
 
+/// The builder's image `reference` in the layer store, exported once if it is not there.
+pub async fn stored_image(
+    builder: &Engine,
+    store: &Arc<LayerStore>,
+    reference: &str,
+) -> Result<(String, StoredImage)> {
+    let image = builder
+        .inspect(reference)
+        .await?
+        .ok_or_else(|| builder.error(format!("does not hold {reference}")))?;
+    let shipment = Shipment {
+        reference: reference.to_string(),
+        checksum: String::new(),
+        image_id: image.id.clone().unwrap_or_default(),
+        fingerprint: String::new(),
+        diff_ids: image.root_fs.and_then(|r| r.layers).unwrap_or_default(),
+        related: Vec::new(),
+    };
+    if let Some(stored) = in_store(store, &shipment) {
+        return Ok((shipment.image_id, stored));
+    }
+    let (stored, _) = export(builder, store, &shipment, None).await;
+    Ok((shipment.image_id, stored?))
+}
+
 /// How many of `chains` (the image's layer chains, in order) the node already holds.
 ///
 /// The images most likely to share layers are asked first, by name: the image's own tag (an
@@ -460,7 +485,7 @@ async fn verified(
 }
 
 /// Streams an archive holding `image`'s layers from `first` on into `node`'s load.
-async fn send(
+pub async fn send(
     node: &Engine,
     store: &Arc<LayerStore>,
     image: &StoredImage,
@@ -531,6 +556,26 @@ async fn load_into(
     }
 }
 
+/// The OCI manifest hallmark writes for `image`, and its digest (the image's id on a
+/// containerd image store).
+pub fn oci_manifest(image: &StoredImage) -> (String, String) {
+    let descriptor = |blob: &crate::store::Blob| serde_json::json!({"mediaType": blob.media_type, "digest": blob.digest, "size": blob.size});
+    let manifest = serde_json::json!({
+        "schemaVersion": 2,
+        "mediaType": "application/vnd.oci.image.manifest.v1+json",
+        "config": descriptor(&image.config),
+        "layers": image.layers.iter().map(|l| descriptor(&l.blob)).collect::<Vec<_>>(),
+    })
+    .to_string();
+    (
+        format!(
+            "sha256:{}",
+            hex::encode(Sha256::digest(manifest.as_bytes()))
+        ),
+        manifest,
+    )
+}
+
 /// `docker.io/library/hello:latest` from `hello:latest`, as the containerd store names images.
 fn qualified(reference: &str) -> String {
     let first = reference.split('/').next().unwrap_or_default();
@@ -586,25 +631,21 @@ fn write_archive(
             &mut file,
         )?;
     }
-    let descriptor = |blob: &crate::store::Blob| serde_json::json!({"mediaType": blob.media_type, "digest": blob.digest, "size": blob.size});
-    let manifest = serde_json::json!({
-        "schemaVersion": 2,
-        "mediaType": "application/vnd.oci.image.manifest.v1+json",
-        "config": descriptor(&image.config),
-        "layers": image.layers.iter().map(|l| descriptor(&l.blob)).collect::<Vec<_>>(),
-    })
-    .to_string();
-    let manifest_digest = format!(
-        "sha256:{}",
-        hex::encode(Sha256::digest(manifest.as_bytes()))
-    );
+    let (manifest_digest, manifest) = oci_manifest(image);
     add(
         &mut tar,
         &blob_path(&manifest_digest),
         manifest.len() as u64,
         &mut manifest.as_bytes(),
     )?;
-    let tag = reference.rsplit_once(':').map_or("latest", |(_, t)| t);
+    // An empty reference loads the image untagged (assembly tags it after its smoke tests).
+    let annotations = match reference {
+        "" => serde_json::json!({}),
+        _ => {
+            let tag = reference.rsplit_once(':').map_or("latest", |(_, t)| t);
+            serde_json::json!({"io.containerd.image.name": qualified(reference), "org.opencontainers.image.ref.name": tag})
+        }
+    };
     let index = serde_json::json!({
         "schemaVersion": 2,
         "mediaType": "application/vnd.oci.image.index.v1+json",
@@ -612,7 +653,7 @@ fn write_archive(
             "mediaType": "application/vnd.oci.image.manifest.v1+json",
             "digest": manifest_digest,
             "size": manifest.len(),
-            "annotations": {"io.containerd.image.name": qualified(reference), "org.opencontainers.image.ref.name": tag},
+            "annotations": annotations,
         }],
     })
     .to_string();
@@ -624,7 +665,7 @@ fn write_archive(
     )?;
     let docker_manifest = serde_json::json!([{
         "Config": blob_path(&image.config.digest),
-        "RepoTags": [reference],
+        "RepoTags": if reference.is_empty() { vec![] } else { vec![reference] },
         "Layers": image.layers.iter().map(|l| blob_path(&l.blob.digest)).collect::<Vec<_>>(),
     }])
     .to_string();

@@ -207,6 +207,38 @@ impl LayerStore {
         Ok(image)
     }
 
+    /// Adds a blob written by `write` (a layer or a config hallmark makes); returns its
+    /// descriptor's digest and size.
+    pub fn add_blob(
+        &self,
+        write: impl FnOnce(&mut dyn Write) -> std::io::Result<()>,
+    ) -> Result<(String, u64)> {
+        let tmp_dir = self.root.join("tmp");
+        fs_err::create_dir_all(&tmp_dir).map_err(|e| Error::io(&tmp_dir, e))?;
+        let tmp = tempfile::NamedTempFile::new_in(&tmp_dir).map_err(|e| Error::io(&tmp_dir, e))?;
+        let mut hashing = HashingWriter {
+            inner: std::io::BufWriter::new(tmp),
+            hasher: Sha256::new(),
+            size: 0,
+        };
+        write(&mut hashing)
+            .and_then(|()| hashing.inner.flush())
+            .map_err(|e| Error::io(&tmp_dir, e))?;
+        let digest = format!("sha256:{}", hex::encode(hashing.hasher.finalize()));
+        let tmp = hashing
+            .inner
+            .into_inner()
+            .map_err(|e| Error::io(&tmp_dir, e.into_error()))?;
+        let target = self.blob_path(&digest);
+        if !target.is_file() {
+            let dir = target.parent().expect("blobs live in a folder");
+            fs_err::create_dir_all(dir).map_err(|e| Error::io(dir, e))?;
+            tmp.persist(&target)
+                .map_err(|e| Error::io(&target, e.error))?;
+        }
+        Ok((digest, hashing.size))
+    }
+
     /// Records `image` under the builder's id for it, for the next distribute.
     pub fn remember(&self, image_id: &str, image: &StoredImage) -> Result<()> {
         let text = serde_json::to_string_pretty(image).expect("serializes");
@@ -289,6 +321,24 @@ impl LayerStore {
             }
         }
         Ok((removed, bytes))
+    }
+}
+
+struct HashingWriter<W: Write> {
+    inner: W,
+    hasher: Sha256,
+    size: u64,
+}
+
+impl<W: Write> Write for HashingWriter<W> {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        let n = self.inner.write(buf)?;
+        self.hasher.update(&buf[..n]);
+        self.size += n as u64;
+        Ok(n)
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        self.inner.flush()
     }
 }
 

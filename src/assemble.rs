@@ -1,0 +1,201 @@
+//! Assembly: an image that only adds files, env and metadata to a parent is made by hallmark
+//! itself, as ko, jib and apko do: the new layer is a deterministic tar written into the layer
+//! store, the config is the parent's own config blob with the changes applied, and the result
+//! is loaded into the builder as a thin archive. No container runs, the same inputs give the
+//! same image config digest on any engine, and the new layer is already in the store for
+//! shipping, so distributing it exports nothing.
+//!
+//! Specs with sources, RUN steps, apt packages, expected files or wheels go through the
+//! engine's builder (wheels: see the issue on installing them as pip would).
+
+use crate::engine::Engine;
+use crate::error::{Error, Result};
+use crate::plan::PlannedImage;
+use crate::render::{self, rfc3339};
+use crate::ship;
+use crate::spec::ImageSpec;
+use crate::store::{Blob, LAYER_TAR, LayerStore, StoredImage, StoredLayer};
+use serde_json::{Value, json};
+use std::io::Write;
+use std::sync::Arc;
+
+/// True when nothing in the spec needs a container to run.
+pub fn assemblable(spec: &ImageSpec) -> bool {
+    spec.sources.is_empty()
+        && spec.wheels.is_empty()
+        && spec.build.apt.is_empty()
+        && spec.build.run.is_empty()
+        && spec.build.expect_files.is_empty()
+}
+
+/// Assembles `image` on top of the builder's `parent` (an exact image id or digest
+/// reference) and loads it, untagged, into the builder. Returns the builder's id for it.
+pub async fn assemble(
+    builder: &Engine,
+    store: &Arc<LayerStore>,
+    image: &PlannedImage,
+    parent: &str,
+    checksum_label: &str,
+    parent_tag: Option<&str>,
+) -> Result<String> {
+    let (_, parent_image) = ship::stored_image(builder, store, parent).await?;
+    let config_path = store.blob_path(&parent_image.config.digest);
+    let parent_config = fs_err::read(&config_path).map_err(|e| Error::io(&config_path, e))?;
+    let mut config: Value = serde_json::from_slice(&parent_config).map_err(|e| Error::Io {
+        path: config_path.clone(),
+        source: std::io::Error::new(
+            std::io::ErrorKind::InvalidData,
+            format!("parent config: {e}"),
+        ),
+    })?;
+
+    let spec = &image.loaded.spec;
+    let created = rfc3339(spec.image.source_date_epoch);
+    let mut layers = parent_image.layers.clone();
+    let mut history = Vec::new();
+    if !image.files.is_empty() {
+        let (digest, size) = store.add_blob(|out| write_files_layer(image, out))?;
+        layers.push(StoredLayer {
+            diff_id: digest.clone(),
+            blob: Blob {
+                digest,
+                size,
+                media_type: LAYER_TAR.into(),
+            },
+        });
+        let dests: Vec<&str> = image.files.iter().map(|f| f.dest.as_str()).collect();
+        history.push(json!({"created": created, "created_by": format!("hallmark: COPY {}", dests.join(" ")), "comment": "assembled by hallmark"}));
+    }
+    history.push(json!({"created": created, "created_by": "hallmark: config (env, labels, entrypoint, cmd)", "comment": "assembled by hallmark", "empty_layer": true}));
+
+    let labels = render::stamped_labels(image, checksum_label, parent_tag);
+    apply(&mut config, spec, &labels, &created, &layers, history);
+    let bytes = serde_json::to_vec(&config).expect("config serializes");
+    let (digest, size) = store.add_blob(|out| out.write_all(&bytes))?;
+    let stored = StoredImage {
+        config: Blob {
+            digest,
+            size,
+            media_type: "application/vnd.oci.image.config.v1+json".into(),
+        },
+        layers,
+    };
+
+    let hidden = indicatif::ProgressBar::hidden();
+    ship::send(
+        builder,
+        store,
+        &stored,
+        "",
+        parent_image.layers.len(),
+        &hidden,
+    )
+    .await?;
+    // The classic store names an image by its config digest, the containerd store by its
+    // manifest digest.
+    let (manifest_digest, _) = ship::oci_manifest(&stored);
+    for id in [stored.config.digest.clone(), manifest_digest] {
+        if builder.inspect(&id).await?.is_some() {
+            store.remember(&id, &stored)?;
+            return Ok(id);
+        }
+    }
+    Err(builder.error(format!(
+        "the assembled image of `{}` was loaded but cannot be found",
+        image.name()
+    )))
+}
+
+/// The parent's config with the spec's changes, as a Dockerfile would make them.
+fn apply(
+    config: &mut Value,
+    spec: &ImageSpec,
+    labels: &std::collections::BTreeMap<String, String>,
+    created: &str,
+    layers: &[StoredLayer],
+    history: Vec<Value>,
+) {
+    let object = config
+        .as_object_mut()
+        .expect("an image config is an object");
+    object.insert("created".into(), json!(created));
+    // The parent's build container says nothing about this image.
+    object.remove("container");
+    object.remove("container_config");
+    let runtime = object.entry("config").or_insert_with(|| json!({}));
+    if !runtime.is_object() {
+        *runtime = json!({});
+    }
+    let runtime = runtime.as_object_mut().expect("made an object");
+    let mut env: Vec<String> = runtime
+        .get("Env")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .filter_map(|v| v.as_str().map(String::from))
+        .collect();
+    for (key, value) in &spec.env {
+        let entry = format!("{key}={value}");
+        match env
+            .iter_mut()
+            .find(|e| e.split_once('=').map_or(e.as_str(), |(k, _)| k) == key)
+        {
+            Some(existing) => *existing = entry,
+            None => env.push(entry),
+        }
+    }
+    runtime.insert("Env".into(), json!(env));
+    let container = &spec.container;
+    if let Some(entrypoint) = &container.entrypoint {
+        runtime.insert("Entrypoint".into(), json!(entrypoint));
+        // As in a Dockerfile, a new ENTRYPOINT drops the inherited CMD.
+        runtime.insert("Cmd".into(), json!(container.cmd));
+    } else if let Some(cmd) = &container.cmd {
+        runtime.insert("Cmd".into(), json!(cmd));
+    }
+    if let Some(workdir) = &container.workdir {
+        runtime.insert("WorkingDir".into(), json!(workdir.as_str()));
+    }
+    if let Some(user) = &container.user {
+        runtime.insert("User".into(), json!(user));
+    }
+    let mut all_labels: std::collections::BTreeMap<String, Value> = runtime
+        .get("Labels")
+        .and_then(Value::as_object)
+        .map(|m| m.clone().into_iter().collect())
+        .unwrap_or_default();
+    for (key, value) in labels {
+        all_labels.insert(key.clone(), json!(value));
+    }
+    runtime.insert("Labels".into(), json!(all_labels));
+    let diff_ids: Vec<&str> = layers.iter().map(|l| l.diff_id.as_str()).collect();
+    object.insert(
+        "rootfs".into(),
+        json!({"type": "layers", "diff_ids": diff_ids}),
+    );
+    let mut all_history: Vec<Value> = object
+        .get("history")
+        .and_then(Value::as_array)
+        .cloned()
+        .unwrap_or_default();
+    all_history.extend(history);
+    object.insert("history".into(), json!(all_history));
+}
+
+/// The files of the spec at their destinations: sorted, one mtime, uid/gid 0, 0644/0755.
+/// No folder entries: folders the parent has keep their owner and mode.
+fn write_files_layer(image: &PlannedImage, out: &mut dyn Write) -> std::io::Result<()> {
+    let mut tar = tar::Builder::new(out);
+    for file in &image.files {
+        let mut data = fs_err::File::open(&file.src)?;
+        let mut header = tar::Header::new_gnu();
+        header.set_entry_type(tar::EntryType::Regular);
+        header.set_mode(file.mode());
+        header.set_size(data.metadata()?.len());
+        header.set_mtime(image.loaded.spec.image.source_date_epoch);
+        header.set_uid(0);
+        header.set_gid(0);
+        tar.append_data(&mut header, file.dest.trim_start_matches('/'), &mut data)?;
+    }
+    tar.finish()
+}
