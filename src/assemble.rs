@@ -5,16 +5,21 @@
 //! same image config digest on any engine, and the new layer is already in the store for
 //! shipping, so distributing it exports nothing.
 //!
-//! Specs with sources, RUN steps, apt packages, expected files or wheels go through the
-//! engine's builder (wheels: see the issue on installing them as pip would).
+//! Wheels are installed as pip would (`wheel.rs`) into their own layer, with the Python paths
+//! of the parent, asked once (one `python3 -c` in a container from the parent, the only
+//! container an assembly may run) and kept in the layer store by the parent's image id.
+//! Specs with sources, RUN steps, apt packages or expected files go through the engine's
+//! builder.
 
 use crate::engine::Engine;
 use crate::error::{Error, Result};
+use crate::fetch;
 use crate::plan::PlannedImage;
 use crate::render::{self, rfc3339};
 use crate::ship;
 use crate::spec::ImageSpec;
 use crate::store::{Blob, LAYER_TAR, LayerStore, StoredImage, StoredLayer};
+use crate::wheel::{self, PythonTarget};
 use serde_json::{Value, json};
 use std::io::Write;
 use std::sync::Arc;
@@ -22,7 +27,6 @@ use std::sync::Arc;
 /// True when nothing in the spec needs a container to run.
 pub fn assemblable(spec: &ImageSpec) -> bool {
     spec.sources.is_empty()
-        && spec.wheels.is_empty()
         && spec.build.apt.is_empty()
         && spec.build.run.is_empty()
         && spec.build.expect_files.is_empty()
@@ -33,12 +37,13 @@ pub fn assemblable(spec: &ImageSpec) -> bool {
 pub async fn assemble(
     builder: &Engine,
     store: &Arc<LayerStore>,
+    cache: &std::path::Path,
     image: &PlannedImage,
     parent: &str,
     checksum_label: &str,
     parent_tag: Option<&str>,
 ) -> Result<String> {
-    let (_, parent_image) = ship::stored_image(builder, store, parent).await?;
+    let (parent_id, parent_image) = ship::stored_image(builder, store, parent).await?;
     let config_path = store.blob_path(&parent_image.config.digest);
     let parent_config = fs_err::read(&config_path).map_err(|e| Error::io(&config_path, e))?;
     let mut config: Value = serde_json::from_slice(&parent_config).map_err(|e| Error::Io {
@@ -65,6 +70,47 @@ pub async fn assemble(
         });
         let dests: Vec<&str> = image.files.iter().map(|f| f.dest.as_str()).collect();
         history.push(json!({"created": created, "created_by": format!("hallmark: COPY {}", dests.join(" ")), "comment": "assembled by hallmark"}));
+    }
+    if !image.pins.wheels.is_empty() {
+        let target = python_target(builder, store, &parent_id, parent).await?;
+        let mut wheels = Vec::new();
+        for pin in &image.pins.wheels {
+            let wheel_error = |message: String| {
+                Error::Wheel {
+                image: image.name().to_string(),
+                name: pin.name.to_string(),
+                version: pin.version.clone(),
+                message,
+                hint: Some("to install it in a build instead, add a `[build] run` step such as `pip install ...`: a spec with RUN steps goes through the engine's builder".into()),
+            }
+            };
+            let name = wheel::parse_name(&pin.file).map_err(wheel_error)?;
+            wheel::check_compatible(&name, &target).map_err(wheel_error)?;
+            wheels.push(fetch::ensure_wheel(cache, image.name().as_str(), pin)?);
+        }
+        let mtime = spec.image.source_date_epoch;
+        let (digest, size) = store.add_blob(|out| {
+            let mut tar = tar::Builder::new(out);
+            for wheel in &wheels {
+                wheel::install(wheel, &target, mtime, &mut tar)?;
+            }
+            tar.finish()
+        })?;
+        layers.push(StoredLayer {
+            diff_id: digest.clone(),
+            blob: Blob {
+                digest,
+                size,
+                media_type: LAYER_TAR.into(),
+            },
+        });
+        let installed: Vec<String> = image
+            .pins
+            .wheels
+            .iter()
+            .map(|w| format!("{}=={}", w.name, w.version))
+            .collect();
+        history.push(json!({"created": created, "created_by": format!("hallmark: pip install {}", installed.join(" ")), "comment": "assembled by hallmark"}));
     }
     history.push(json!({"created": created, "created_by": "hallmark: config (env, labels, entrypoint, cmd)", "comment": "assembled by hallmark", "empty_layer": true}));
 
@@ -104,6 +150,43 @@ pub async fn assemble(
         "the assembled image of `{}` was loaded but cannot be found",
         image.name()
     )))
+}
+
+/// The parent's Python paths: from the store, or asked once of a container from the parent.
+async fn python_target(
+    builder: &Engine,
+    store: &LayerStore,
+    parent_id: &str,
+    parent: &str,
+) -> Result<PythonTarget> {
+    let cached = store
+        .root
+        .join("python")
+        .join(format!("{}.json", parent_id.trim_start_matches("sha256:")));
+    if let Some(target) = fs_err::read_to_string(&cached)
+        .ok()
+        .and_then(|t| serde_json::from_str(&t).ok())
+    {
+        return Ok(target);
+    }
+    let (code, output) = builder.run_once(parent, &wheel::probe_command()).await?;
+    let target: PythonTarget = serde_json::from_str(output.trim())
+        .ok()
+        .filter(|_| code == 0)
+        .ok_or_else(|| {
+            builder.error(format!(
+                "cannot ask {parent} for its Python paths (exit {code}): {}",
+                output.trim()
+            ))
+        })?;
+    let dir = cached.parent().expect("a folder");
+    fs_err::create_dir_all(dir).map_err(|e| Error::io(dir, e))?;
+    fs_err::write(
+        &cached,
+        serde_json::to_string_pretty(&target).expect("json"),
+    )
+    .map_err(|e| Error::io(&cached, e))?;
+    Ok(target)
 }
 
 /// The parent's config with the spec's changes, as a Dockerfile would make them.

@@ -163,6 +163,7 @@ async fn build_one(
         assemble::assemble(
             engine,
             &store,
+            settings.cache,
             image,
             &parent,
             settings.checksum_label,

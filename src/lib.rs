@@ -27,6 +27,7 @@ pub mod spec;
 pub mod store;
 pub mod values;
 pub mod verify;
+pub mod wheel;
 
 use clap::Parser;
 use std::process::ExitCode;

@@ -236,3 +236,238 @@ fn shipping_an_assembled_image_exports_nothing() {
         assert_eq!(node["verified"], true, "{node}");
     }
 }
+
+/// A tiny wheel with a console script, written the way build backends write them.
+fn write_fixture_wheel(dir: &std::path::Path) {
+    std::fs::create_dir_all(dir).unwrap();
+    let script = r#"
+import base64, hashlib, sys, zipfile
+path = sys.argv[1] + "/hmtool-0.1.0-py3-none-any.whl"
+files = {
+    "hmtool/__init__.py": "def main():\n    print('hmtool ran')\n",
+    "hmtool-0.1.0.dist-info/METADATA": "Metadata-Version: 2.1\nName: hmtool\nVersion: 0.1.0\n",
+    "hmtool-0.1.0.dist-info/WHEEL": "Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: true\nTag: py3-none-any\n",
+    "hmtool-0.1.0.dist-info/entry_points.txt": "[console_scripts]\nhmtool = hmtool:main\n",
+}
+record = ""
+with zipfile.ZipFile(path, "w") as z:
+    for name, text in files.items():
+        info = zipfile.ZipInfo(name, (1980, 1, 1, 0, 0, 0))
+        z.writestr(info, text)
+        digest = base64.urlsafe_b64encode(hashlib.sha256(text.encode()).digest()).rstrip(b"=").decode()
+        record += f"{name},sha256={digest},{len(text)}\n"
+    record += "hmtool-0.1.0.dist-info/RECORD,,\n"
+    z.writestr(zipfile.ZipInfo("hmtool-0.1.0.dist-info/RECORD", (1980, 1, 1, 0, 0, 0)), record)
+"#;
+    let status = std::process::Command::new("python3")
+        .args(["-c", script])
+        .arg(dir)
+        .status()
+        .unwrap();
+    assert!(status.success());
+}
+
+#[test]
+fn wheels_are_installed_as_pip_would_without_a_build() {
+    let testbed = Testbed::get();
+    let project = TestProject::new();
+    let run = unique();
+    let wheelhouse = project.root().join("wheelhouse");
+    write_fixture_wheel(&wheelhouse);
+    project.write(
+        "images/py/image.toml",
+        &format!(
+            r#"
+[image]
+name = "py-{run}"
+
+[from]
+ref = "hallmark-testbed/python:bookworm"
+
+[[wheel]]
+name = "b12x"
+version = "1.3.0"
+
+[[wheel]]
+name = "hmtool"
+version = "0.1.0"
+
+[env]
+B12X_CACHE_DIR = "/cache/b12x"
+
+[[smoke]]
+name = "b12x imports"
+run = ["python3", "-c", "import b12x"]
+
+[[smoke]]
+name = "console script"
+run = ["hmtool"]
+"#
+        ),
+    );
+    let config = testbed.config();
+    let lock = support::hallmark()
+        .args(["--config", config.to_str().unwrap(), "lock", "py"])
+        .current_dir(project.root())
+        .env("HALLMARK_CACHE", project.root().join(".test-cache"))
+        .env("PIP_FIND_LINKS", &wheelhouse)
+        .output()
+        .unwrap();
+    assert!(
+        lock.status.success(),
+        "{}",
+        String::from_utf8_lossy(&lock.stderr)
+    );
+    let record = {
+        let run = project.run(&[
+            "--config",
+            config.to_str().unwrap(),
+            "--json",
+            "build",
+            "py",
+        ]);
+        run.success();
+        serde_json::from_str::<serde_json::Value>(&run.stdout()).unwrap()[0].clone()
+    };
+    assert_eq!(record["outcome"], "assembled", "{record}");
+    assert_eq!(record["smoke"].as_array().unwrap().len(), 2, "{record}");
+    let tag = format!("py-{run}:latest");
+    let docker_run = |args: &[&str]| {
+        let mut all = vec!["run", "--rm", "--network", "none", tag.as_str()];
+        all.extend_from_slice(args);
+        testbed.docker_ok("builder", &all)
+    };
+    assert_eq!(docker_run(&["hmtool"]), "hmtool ran");
+    let shown = docker_run(&["python3", "-m", "pip", "show", "-f", "b12x"]);
+    assert!(shown.contains("Version: 1.3.0"), "{shown}");
+    assert!(shown.contains("b12x/__init__.py"), "{shown}");
+    assert!(docker_run(&["python3", "-m", "pip", "show", "hmtool"]).contains("Version: 0.1.0"));
+    let installer = docker_run(&[
+        "sh",
+        "-c",
+        "cat /usr/local/lib/python3*/dist-packages/b12x-1.3.0.dist-info/INSTALLER",
+    ]);
+    assert_eq!(installer, "hallmark");
+}
+
+#[test]
+fn a_wheel_for_another_platform_says_why_and_what_to_do() {
+    let testbed = Testbed::get();
+    let project = TestProject::new();
+    let run = unique();
+    project
+        .write(
+            "images/native/image.toml",
+            &format!("[image]\nname = \"native-{run}\"\n\n[from]\nref = \"hallmark-testbed/python:bookworm\"\n\n[[wheel]]\nname = \"fastthing\"\nversion = \"1.0\"\n"),
+        )
+        .write(
+            "pins/native.toml",
+            &format!(
+                "[[wheel]]\nname = \"fastthing\"\nversion = \"1.0\"\nfile = \"fastthing-1.0-cp311-cp311-manylinux_2_17_aarch64.whl\"\nsha256 = \"{}\"\n",
+                "d".repeat(64)
+            ),
+        );
+    // The base pin is the builder's own image id for the python base.
+    let config = testbed.config();
+    project
+        .run(&["--config", config.to_str().unwrap(), "lock", "native"])
+        .success();
+    let build = project.run(&["--config", config.to_str().unwrap(), "build", "native"]);
+    assert_eq!(build.code(), 1, "{}", build.stderr());
+    let err = build.stderr();
+    assert!(err.contains("wheel `fastthing==1.0`"), "{err}");
+    assert!(err.contains("aarch64"), "{err}");
+    assert!(err.contains("[build] run"), "{err}");
+}
+
+#[test]
+fn an_arm64_parent_gives_an_arm64_image_assembled_here() {
+    let testbed = Testbed::get();
+    let project = TestProject::new();
+    let run = unique();
+    let parent = format!("arm-parent-{run}:latest");
+    // A parent that says arm64 (its content is never run here), written by the testbed's
+    // archive maker: Docker 20.10's `docker import --platform` keeps the host's architecture.
+    let layer = project.root().join("layer.tar");
+    let status = std::process::Command::new("tar")
+        .args(["-cf"])
+        .arg(&layer)
+        .args(["-C", env!("CARGO_MANIFEST_DIR"), "README.md"])
+        .status()
+        .unwrap();
+    assert!(status.success());
+    let archive = project.root().join("parent.tar");
+    let made = std::process::Command::new("python3")
+        .arg(std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts/testbed.d/mkimage.py"))
+        .args(["archive", "--layer"])
+        .arg(&layer)
+        .args([
+            "--tag",
+            &parent,
+            "--arch",
+            "arm64",
+            "--variant",
+            "v8",
+            "--out",
+        ])
+        .arg(&archive)
+        .output()
+        .unwrap();
+    assert!(
+        made.status.success(),
+        "{}",
+        String::from_utf8_lossy(&made.stderr)
+    );
+    let loaded = std::process::Command::new("docker")
+        .args(["-H", &testbed.endpoint("builder"), "load", "-i"])
+        .arg(&archive)
+        .output()
+        .unwrap();
+    assert!(
+        loaded.status.success(),
+        "{}",
+        String::from_utf8_lossy(&loaded.stderr)
+    );
+    let parent_platform = testbed.docker_ok(
+        "builder",
+        &[
+            "image",
+            "inspect",
+            "--format",
+            "{{.Os}}/{{.Architecture}}",
+            &parent,
+        ],
+    );
+    assert_eq!(parent_platform, "linux/arm64");
+    project
+        .write("images/arm/image.toml", &format!("[image]\nname = \"arm-{run}\"\n\n[from]\nref = \"{parent}\"\n\n[[file]]\nsrc = \"note.txt\"\ndest = \"/note.txt\"\n"))
+        .write("images/arm/note.txt", "assembled on x86\n");
+    let config = testbed.config();
+    project
+        .run(&["--config", config.to_str().unwrap(), "lock", "arm"])
+        .success();
+    let build = project.run(&[
+        "--config",
+        config.to_str().unwrap(),
+        "--json",
+        "build",
+        "arm",
+    ]);
+    build.success();
+    assert!(
+        build.stdout().contains("\"assembled\""),
+        "{}",
+        build.stdout()
+    );
+    let platform = testbed.docker_ok(
+        "builder",
+        &[
+            "image",
+            "inspect",
+            "--format",
+            "{{.Os}}/{{.Architecture}}",
+            &format!("arm-{run}:latest"),
+        ],
+    );
+    assert_eq!(platform, "linux/arm64");
+}
