@@ -461,3 +461,72 @@ fn thin_update_from_a_builder_on_the_containerd_store() {
         );
     }
 }
+
+#[test]
+fn nodes_status_and_prune_report_what_is_there() {
+    let _serial = NODES.lock().unwrap_or_else(|e| e.into_inner());
+    let testbed = Testbed::get();
+    let config = testbed.config();
+    let project = project(1, "status");
+    project
+        .run(&["--config", config.to_str().unwrap(), "-q", "build", "wrap"])
+        .success();
+    let (code, nodes) = hallmark_json(&project, &config, &["nodes"]);
+    assert_eq!(code, 0, "{nodes}");
+    let rows = nodes.as_array().unwrap();
+    assert_eq!(rows.len(), 5, "the builder and four nodes: {nodes}");
+    let store =
+        |name: &str| rows.iter().find(|r| r["node"] == name).unwrap()["image_store"].clone();
+    assert_eq!(store("node1"), "containerd");
+    assert_eq!(store("node2"), "classic");
+    assert!(
+        rows.iter()
+            .all(|r| r["reachable"] == true && r["version"].is_string()),
+        "{nodes}"
+    );
+
+    let (code, _) = hallmark_json(&project, &config, &["distribute", "wrap", "--to", "node3"]);
+    assert_eq!(code, 0);
+    let (code, status) = hallmark_json(&project, &config, &["status"]);
+    assert_eq!(code, 0, "{status}");
+    let state = |image: &str, node: &str| {
+        status
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|r| r["image"] == image && r["node"] == node)
+            .unwrap()["state"]
+            .as_str()
+            .unwrap()
+            .to_string()
+    };
+    assert_eq!(state("wrap", "node3"), "current");
+    assert_eq!(state("wrap", "node2"), "missing");
+
+    // The wrapper changes: node3 now holds a stale one.
+    let spec = project.read("images/wrap/image.toml");
+    project.write(
+        "images/wrap/image.toml",
+        &spec.replace("\"status\"", "\"status-2\""),
+    );
+    let (_, status) = hallmark_json(&project, &config, &["status"]);
+    let row = status
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["image"] == "wrap" && r["node"] == "node3")
+        .unwrap()
+        .clone();
+    assert_eq!(row["state"], "stale", "{row}");
+
+    // prune keeps what the project's images on the builder use, and drops the rest.
+    let cache = project.root().join(".test-cache/store");
+    let stray = cache.join("blobs/sha256").join("0".repeat(64));
+    std::fs::write(&stray, "stray").unwrap();
+    project
+        .run(&["--config", config.to_str().unwrap(), "prune"])
+        .success();
+    assert!(!stray.exists());
+    let (code, _) = hallmark_json(&project, &config, &["distribute", "base", "--to", "node2"]);
+    assert_eq!(code, 0, "the store still serves the images the project has");
+}
