@@ -60,14 +60,7 @@ pub async fn assemble(
     let mut history = Vec::new();
     if !image.files.is_empty() {
         let (digest, size) = store.add_blob(|out| write_files_layer(image, out))?;
-        layers.push(StoredLayer {
-            diff_id: digest.clone(),
-            blob: Blob {
-                digest,
-                size,
-                media_type: LAYER_TAR.into(),
-            },
-        });
+        layers.push(uncompressed_layer(digest, size));
         let dests: Vec<&str> = image.files.iter().map(|f| f.dest.as_str()).collect();
         history.push(json!({"created": created, "created_by": format!("hallmark: COPY {}", dests.join(" ")), "comment": "assembled by hallmark"}));
     }
@@ -96,14 +89,7 @@ pub async fn assemble(
             }
             tar.finish()
         })?;
-        layers.push(StoredLayer {
-            diff_id: digest.clone(),
-            blob: Blob {
-                digest,
-                size,
-                media_type: LAYER_TAR.into(),
-            },
-        });
+        layers.push(uncompressed_layer(digest, size));
         let installed: Vec<String> = image
             .pins
             .wheels
@@ -150,6 +136,18 @@ pub async fn assemble(
         "the assembled image of `{}` was loaded but cannot be found",
         image.name()
     )))
+}
+
+/// A layer hallmark wrote: an uncompressed tar, so its digest is its diff ID.
+fn uncompressed_layer(digest: String, size: u64) -> StoredLayer {
+    StoredLayer {
+        diff_id: digest.clone(),
+        blob: Blob {
+            digest,
+            size,
+            media_type: LAYER_TAR.into(),
+        },
+    }
 }
 
 /// The parent's Python paths: from the store, or asked once of a container from the parent.

@@ -260,7 +260,7 @@ impl LayerStore {
     /// Reads `data` through, checking it is the blob `digest` the store already holds.
     fn verify_blob(&self, data: &mut impl Read, digest: &str) -> Result<(String, u64)> {
         let (actual, size) =
-            copy_hashing(data, &mut std::io::sink()).map_err(|e| Error::io(&self.root, e))?;
+            HashingWriter::digest_of(data).map_err(|e| Error::io(&self.root, e))?;
         if actual != digest {
             return Err(Error::Io {
                 path: self.blob_path(digest),
@@ -275,19 +275,7 @@ impl LayerStore {
 
     /// Copies `data` into the store under its sha256; returns `(sha256:<hex>, size)`.
     fn store_blob(&self, data: &mut impl Read) -> Result<(String, u64)> {
-        let tmp_dir = self.root.join("tmp");
-        fs_err::create_dir_all(&tmp_dir).map_err(|e| Error::io(&tmp_dir, e))?;
-        let mut tmp =
-            tempfile::NamedTempFile::new_in(&tmp_dir).map_err(|e| Error::io(&tmp_dir, e))?;
-        let (digest, size) = copy_hashing(data, &mut tmp).map_err(|e| Error::io(tmp.path(), e))?;
-        let target = self.blob_path(&digest);
-        if !target.is_file() {
-            let dir = target.parent().expect("blobs live in a folder");
-            fs_err::create_dir_all(dir).map_err(|e| Error::io(dir, e))?;
-            tmp.persist(&target)
-                .map_err(|e| Error::io(&target, e.error))?;
-        }
-        Ok((digest, size))
+        self.add_blob(|out| std::io::copy(data, out).map(drop))
     }
 
     /// Removes every stored image and blob not used by `keep` (the builder's image ids).
@@ -330,6 +318,22 @@ struct HashingWriter<W: Write> {
     size: u64,
 }
 
+impl HashingWriter<std::io::Sink> {
+    /// The `sha256:<hex>` and size of what `data` reads.
+    fn digest_of(data: &mut impl Read) -> std::io::Result<(String, u64)> {
+        let mut writer = HashingWriter {
+            inner: std::io::sink(),
+            hasher: Sha256::new(),
+            size: 0,
+        };
+        std::io::copy(data, &mut writer)?;
+        Ok((
+            format!("sha256:{}", hex::encode(writer.hasher.finalize())),
+            writer.size,
+        ))
+    }
+}
+
 impl<W: Write> Write for HashingWriter<W> {
     fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
         let n = self.inner.write(buf)?;
@@ -339,22 +343,6 @@ impl<W: Write> Write for HashingWriter<W> {
     }
     fn flush(&mut self) -> std::io::Result<()> {
         self.inner.flush()
-    }
-}
-
-/// Copies `data` to `sink`, returning its `sha256:<hex>` and size.
-fn copy_hashing(data: &mut impl Read, sink: &mut impl Write) -> std::io::Result<(String, u64)> {
-    let mut hasher = Sha256::new();
-    let mut size = 0u64;
-    let mut buffer = vec![0u8; 1 << 20];
-    loop {
-        let n = data.read(&mut buffer)?;
-        if n == 0 {
-            return Ok((format!("sha256:{}", hex::encode(hasher.finalize())), size));
-        }
-        hasher.update(&buffer[..n]);
-        sink.write_all(&buffer[..n])?;
-        size += n as u64;
     }
 }
 

@@ -161,19 +161,7 @@ fn an_add_on_image_is_assembled_without_a_container_and_runs() {
 #[test]
 fn two_engines_assemble_the_same_config_digest() {
     let testbed = Testbed::get();
-    let loaded = std::process::Command::new(
-        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts/testbed"),
-    )
-    .args(["load-bases", "--dir"])
-    .arg(&testbed.dir)
-    .args(["--node", "node2"])
-    .output()
-    .unwrap();
-    assert!(
-        loaded.status.success(),
-        "{}",
-        String::from_utf8_lossy(&loaded.stderr)
-    );
+    testbed.script("load-bases", &["--node", "node2"]);
     let (project, tag) = assembled_project();
     let on_builder = build(&project, &testbed.config());
     let other = testbed.config_with_builder(project.root(), "node2");

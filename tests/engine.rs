@@ -195,19 +195,7 @@ run = ["grep", "-qx", "hello, world!", "/opt/upstream/greeting.txt"]
 #[test]
 fn two_engines_get_the_same_label_and_the_same_context_bytes() {
     let testbed = Testbed::get();
-    let output = std::process::Command::new(
-        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts/testbed"),
-    )
-    .args(["load-bases", "--dir"])
-    .arg(&testbed.dir)
-    .args(["--node", "node3"])
-    .output()
-    .unwrap();
-    assert!(
-        output.status.success(),
-        "{}",
-        String::from_utf8_lossy(&output.stderr)
-    );
+    testbed.script("load-bases", &["--node", "node3"]);
     let (project, tag) = hello_project();
     let on_builder = build_json(&project, &testbed.config(), "hello");
     let other = testbed.config_with_builder(project.root(), "node3");

@@ -227,19 +227,7 @@ fn thin_update_full_copy_skip_and_a_daemon_killed_mid_transfer() {
             assert_eq!(node["verified"], true, "{node}");
         }
     }
-    let restart = std::process::Command::new(
-        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts/testbed"),
-    )
-    .args(["restart-node", "--dir"])
-    .arg(&testbed.dir)
-    .args(["--node", "node2"])
-    .output()
-    .unwrap();
-    assert!(
-        restart.status.success(),
-        "{}",
-        String::from_utf8_lossy(&restart.stderr)
-    );
+    testbed.script("restart-node", &["--node", "node2"]);
     assert_eq!(
         testbed.docker_ok("node2", &["image", "inspect", "--format", "{{.Id}}", &wrap]),
         v2,

@@ -175,6 +175,22 @@ impl Testbed {
         })
     }
 
+    /// Runs `scripts/testbed COMMAND --dir <this testbed> ARGS...`; it must succeed.
+    pub fn script(&self, command: &str, args: &[&str]) {
+        let output = Command::new(Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts/testbed"))
+            .arg(command)
+            .arg("--dir")
+            .arg(&self.dir)
+            .args(args)
+            .output()
+            .unwrap();
+        assert!(
+            output.status.success(),
+            "scripts/testbed {command} {args:?}: {}",
+            String::from_utf8_lossy(&output.stderr)
+        );
+    }
+
     pub fn config(&self) -> PathBuf {
         self.dir.join("hallmark.toml")
     }
