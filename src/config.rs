@@ -66,7 +66,16 @@ impl Config {
                 nodes: vec![local],
             });
         };
-        let text = fs_err::read_to_string(&path).map_err(|e| Error::io(&path, e))?;
+        let text = match fs_err::read_to_string(&path) {
+            Ok(text) => text,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                return Err(Error::Usage {
+                    message: format!("the cluster file {} does not exist", path.display()),
+                    hint: Some("`--config FILE` names a hallmark.toml; without it, hallmark.toml at the project root is read if present".into()),
+                });
+            }
+            Err(e) => return Err(Error::io(&path, e)),
+        };
         let file: ConfigFile = parse_toml(&path, &text)?;
         let invalid = |key: &str, message: String| Error::Invalid {
             path: path.clone(),

@@ -366,3 +366,38 @@ fn every_malformed_input_exits_2_naming_file_and_place() {
     }
     assert!(failures.is_empty(), "{}", failures.join("\n---\n"));
 }
+
+#[test]
+fn a_missing_cluster_file_is_bad_usage() {
+    let project = TestProject::new();
+    project
+        .write("images/ok/image.toml", "[from]\nimage = \"ok2\"\n")
+        .write("images/ok2/image.toml", "[from]\nref = \"x:1\"\n");
+    let run = project.run(&["--config", "/nonexistent/hallmark.toml", "nodes"]);
+    assert_eq!(run.code(), 2, "{}", run.stderr());
+    assert!(
+        run.stderr()
+            .contains("/nonexistent/hallmark.toml does not exist"),
+        "{}",
+        run.stderr()
+    );
+}
+
+#[test]
+fn an_unknown_key_in_the_cluster_file_names_it() {
+    let project = TestProject::new();
+    project
+        .write("images/ok/image.toml", "[from]\nref = \"x:1\"\n")
+        .write(
+            "hallmark.toml",
+            "[builder]\nname = \"b\"\nengin = \"unix:///x\"\n",
+        );
+    let run = project.run(&["nodes"]);
+    assert_eq!(run.code(), 2, "{}", run.stderr());
+    assert!(
+        run.stderr().contains("hallmark.toml:3:1")
+            && run.stderr().contains("unknown field `engin`"),
+        "{}",
+        run.stderr()
+    );
+}
