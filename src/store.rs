@@ -368,3 +368,137 @@ fn write_atomically(path: &Path, bytes: &[u8]) -> Result<()> {
     tmp.persist(path).map_err(|e| Error::io(path, e.error))?;
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A tar of `(path, bytes)` regular files, plus symlinks `(path, target)`.
+    fn archive(files: &[(&str, &[u8])], links: &[(&str, &str)]) -> Vec<u8> {
+        let mut builder = tar::Builder::new(Vec::new());
+        for (path, bytes) in files {
+            let mut header = tar::Header::new_gnu();
+            header.set_size(bytes.len() as u64);
+            header.set_mode(0o644);
+            // Bypass the tar crate's own path checks: hostile archives do not use them.
+            header.as_gnu_mut().unwrap().name[..path.len()].copy_from_slice(path.as_bytes());
+            header.set_cksum();
+            builder.append(&header, *bytes).unwrap();
+        }
+        for (path, target) in links {
+            let mut header = tar::Header::new_gnu();
+            header.set_entry_type(tar::EntryType::Symlink);
+            header.set_size(0);
+            builder.append_link(&mut header, path, target).unwrap();
+        }
+        builder.into_inner().unwrap()
+    }
+
+    fn sha(bytes: &[u8]) -> String {
+        format!("sha256:{}", hex::encode(Sha256::digest(bytes)))
+    }
+
+    fn image_files(layer: &[u8]) -> (String, String) {
+        let config = format!(
+            r#"{{"architecture":"amd64","os":"linux","rootfs":{{"type":"layers","diff_ids":["{}"]}}}}"#,
+            sha(layer)
+        );
+        let manifest =
+            r#"[{"Config":"config.json","RepoTags":["x:1"],"Layers":["layer/layer.tar"]}]"#
+                .to_string();
+        (config, manifest)
+    }
+
+    #[test]
+    fn a_docker_archive_lands_under_digests_only() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = LayerStore::open(dir.path());
+        let layer = b"layer bytes";
+        let (config, manifest) = image_files(layer);
+        let bytes = archive(
+            &[
+                ("../../escape.txt", b"evil"),
+                ("/abs.txt", b"evil"),
+                ("layer/layer.tar", layer),
+                ("config.json", config.as_bytes()),
+                ("manifest.json", manifest.as_bytes()),
+            ],
+            &[],
+        );
+        let image = store.ingest(bytes.as_slice()).unwrap();
+        assert_eq!(image.layers[0].diff_id, sha(layer));
+        assert_eq!(image.layers[0].blob.media_type, LAYER_TAR);
+        assert!(store.blob_path(&sha(layer)).is_file());
+        // Nothing was written by an archive path, inside or outside the store.
+        assert!(
+            !dir.path().join("escape.txt").exists()
+                && !dir.path().parent().unwrap().join("escape.txt").exists()
+        );
+        for entry in walkdir::WalkDir::new(dir.path()).into_iter().flatten() {
+            let name = entry.file_name().to_string_lossy().into_owned();
+            assert!(!name.contains("escape") && !name.contains("abs"), "{name}");
+        }
+    }
+
+    #[test]
+    fn a_manifest_naming_a_missing_layer_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = LayerStore::open(dir.path());
+        let (config, manifest) = image_files(b"never sent");
+        let bytes = archive(
+            &[
+                ("config.json", config.as_bytes()),
+                ("manifest.json", manifest.as_bytes()),
+            ],
+            &[],
+        );
+        let error = format!("{:?}", store.ingest(bytes.as_slice()).unwrap_err());
+        assert!(
+            error.contains("layer/layer.tar") && error.contains("not in the archive"),
+            "{error}"
+        );
+    }
+
+    #[test]
+    fn a_blob_whose_name_lies_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = LayerStore::open(dir.path());
+        let honest = b"honest";
+        // The store already holds the blob the name claims; the archive's bytes differ.
+        store.add_blob(|out| out.write_all(honest)).unwrap();
+        let name = format!("blobs/sha256/{}", sha(honest).trim_start_matches("sha256:"));
+        let bytes = archive(&[(&name, b"tampered")], &[]);
+        let error = format!("{:?}", store.ingest(bytes.as_slice()).unwrap_err());
+        assert!(error.contains("has digest"), "{error}");
+    }
+
+    #[test]
+    fn links_resolve_inside_the_archive_only() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = LayerStore::open(dir.path());
+        let layer = b"shared layer";
+        let (config, _) = image_files(layer);
+        let manifest = r#"[{"Config":"config.json","RepoTags":[],"Layers":["b/layer.tar"]}]"#;
+        let bytes = archive(
+            &[
+                ("a/layer.tar", layer),
+                ("config.json", config.as_bytes()),
+                ("manifest.json", manifest.as_bytes()),
+            ],
+            &[("b/layer.tar", "../a/layer.tar")],
+        );
+        assert_eq!(
+            store.ingest(bytes.as_slice()).unwrap().layers[0].diff_id,
+            sha(layer)
+        );
+        let escaping = archive(
+            &[
+                ("config.json", config.as_bytes()),
+                ("manifest.json", manifest.as_bytes()),
+            ],
+            &[("b/layer.tar", "../../../etc/passwd")],
+        );
+        let error = format!("{:?}", store.ingest(escaping.as_slice()).unwrap_err());
+        assert!(error.contains("not in the archive"), "{error}");
+    }
+}

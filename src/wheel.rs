@@ -415,6 +415,112 @@ mod tests {
         );
     }
 
+    fn target() -> PythonTarget {
+        PythonTarget {
+            purelib: "/usr/local/lib/python3.11/dist-packages".into(),
+            scripts: "/usr/local/bin".into(),
+            data: "/usr/local".into(),
+            include: "/usr/local/include/python3.11".into(),
+            executable: "/usr/bin/python3".into(),
+            version: "3.11".into(),
+            machine: "x86_64".into(),
+        }
+    }
+
+    fn wheel(dir: &Path, entries: &[(&str, &str)]) -> std::path::PathBuf {
+        let path = dir.join("demo-1.0-py3-none-any.whl");
+        let mut zip = zip::ZipWriter::new(fs_err::File::create(&path).unwrap());
+        for (name, text) in entries {
+            zip.start_file(*name, zip::write::SimpleFileOptions::default())
+                .unwrap();
+            zip.write_all(text.as_bytes()).unwrap();
+        }
+        zip.finish().unwrap();
+        path
+    }
+
+    fn installed(wheel_path: &Path) -> std::io::Result<Vec<(String, Vec<u8>)>> {
+        let mut tar = tar::Builder::new(Vec::new());
+        install(wheel_path, &target(), 0, &mut tar)?;
+        let bytes = tar.into_inner()?;
+        let mut archive = tar::Archive::new(bytes.as_slice());
+        let mut files = Vec::new();
+        for entry in archive.entries()? {
+            let mut entry = entry?;
+            let mut data = Vec::new();
+            entry.read_to_end(&mut data)?;
+            files.push((entry.path()?.to_string_lossy().into_owned(), data));
+        }
+        Ok(files)
+    }
+
+    #[test]
+    fn a_wheel_lands_where_pip_puts_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = wheel(
+            dir.path(),
+            &[
+                ("demo/__init__.py", "def main(): pass\n"),
+                ("demo-1.0.data/scripts/demo-tool", "#!python\nprint(1)\n"),
+                ("demo-1.0.dist-info/METADATA", "Name: demo\nVersion: 1.0\n"),
+                (
+                    "demo-1.0.dist-info/entry_points.txt",
+                    "[console_scripts]\ndemo = demo:main\n",
+                ),
+                ("demo-1.0.dist-info/RECORD", "stale,,\n"),
+            ],
+        );
+        let files = installed(&path).unwrap();
+        let get = |name: &str| {
+            files
+                .iter()
+                .find(|(p, _)| p == name)
+                .map(|(_, d)| String::from_utf8_lossy(d).into_owned())
+        };
+        assert_eq!(
+            get("usr/local/lib/python3.11/dist-packages/demo/__init__.py").unwrap(),
+            "def main(): pass\n"
+        );
+        assert_eq!(
+            get("usr/local/bin/demo-tool").unwrap(),
+            "#!/usr/bin/python3\nprint(1)\n"
+        );
+        assert!(
+            get("usr/local/bin/demo")
+                .unwrap()
+                .contains("from demo import main")
+        );
+        assert_eq!(
+            get("usr/local/lib/python3.11/dist-packages/demo-1.0.dist-info/INSTALLER").unwrap(),
+            "hallmark\n"
+        );
+        let record =
+            get("usr/local/lib/python3.11/dist-packages/demo-1.0.dist-info/RECORD").unwrap();
+        assert!(record.contains("demo/__init__.py,sha256="), "{record}");
+        assert!(record.contains("../../../bin/demo,sha256="), "{record}");
+        assert!(!record.contains("stale"), "{record}");
+    }
+
+    #[test]
+    fn a_wheel_entry_escaping_its_folder_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        for evil in [
+            "../../etc/cron.d/x",
+            "/etc/passwd",
+            "demo-1.0.data/scripts/../../../../etc/x",
+        ] {
+            let path = wheel(
+                dir.path(),
+                &[(evil, "x"), ("demo-1.0.dist-info/METADATA", "Name: demo\n")],
+            );
+            let error = installed(&path).unwrap_err().to_string();
+            assert!(
+                error.contains("outside") || error.contains("invalid"),
+                "{evil}: {error}"
+            );
+        }
+    }
+
     #[test]
     fn record_paths_are_relative_to_site_packages() {
         assert_eq!(
