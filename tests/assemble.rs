@@ -459,3 +459,51 @@ fn an_arm64_parent_gives_an_arm64_image_assembled_here() {
     );
     assert_eq!(platform, "linux/arm64");
 }
+
+#[test]
+fn two_engines_assemble_the_same_wheel_image() {
+    let testbed = Testbed::get();
+    testbed.script("load-bases", &["--node", "node2"]);
+    let project = TestProject::new();
+    let run = unique();
+    project.write(
+        "images/b12x/image.toml",
+        &format!("[image]\nname = \"b12x-{run}\"\n\n[from]\nref = \"hallmark-testbed/python:bookworm\"\n\n[[wheel]]\nname = \"b12x\"\nversion = \"1.3.0\"\n\n[env]\nB12X_CACHE_DIR = \"/cache/b12x\"\n"),
+    );
+    let config = testbed.config();
+    project
+        .run(&["--config", config.to_str().unwrap(), "lock", "b12x"])
+        .success();
+    let ids: Vec<String> = [
+        (config.clone(), ".cache-a"),
+        (
+            testbed.config_with_builder(project.root(), "node2"),
+            ".cache-b",
+        ),
+    ]
+    .iter()
+    .map(|(config, cache)| {
+        let output = support::hallmark()
+            .args([
+                "--config",
+                config.to_str().unwrap(),
+                "--json",
+                "build",
+                "b12x",
+            ])
+            .current_dir(project.root())
+            .env("HALLMARK_CACHE", project.root().join(cache))
+            .output()
+            .unwrap();
+        assert!(
+            output.status.success(),
+            "{}",
+            String::from_utf8_lossy(&output.stderr)
+        );
+        let records: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap();
+        assert_eq!(records[0]["outcome"], "assembled");
+        records[0]["image_id"].as_str().unwrap().to_string()
+    })
+    .collect();
+    assert_eq!(ids[0], ids[1], "the config digest differs between engines");
+}
