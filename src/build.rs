@@ -8,6 +8,7 @@ use crate::context;
 use crate::engine::{self, Engine};
 use crate::error::{Error, Result};
 use crate::fetch;
+use crate::normalize;
 use crate::plan::{Plan, PlannedImage};
 use crate::render::{self, PARENT_ARG};
 use crate::store::LayerStore;
@@ -37,6 +38,9 @@ pub struct BuildRecord {
     pub log: Option<PathBuf>,
     /// sha256 of the context tar as streamed to the engine (absent when up to date).
     pub context_sha256: Option<String>,
+    /// The engine's own image, before normalisation rewrote it (removed once tagged).
+    pub raw_image_id: Option<String>,
+    pub normalize_seconds: Option<f64>,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -120,6 +124,8 @@ async fn build_one(
         smoke: Vec::new(),
         log: None,
         context_sha256: None,
+        raw_image_id: None,
+        normalize_seconds: None,
     };
 
     if !settings.force {
@@ -172,7 +178,7 @@ async fn build_one(
         .await?
     } else {
         record.outcome = "built";
-        engine_build(
+        let raw = engine_build(
             engine,
             image,
             parent_tag,
@@ -180,7 +186,33 @@ async fn build_one(
             settings,
             &mut record,
         )
-        .await?
+        .await?;
+        if image.loaded.spec.image.normalize {
+            let parent = parent_id
+                .clone()
+                .unwrap_or_else(|| render::parent_reference(image, parent_tag));
+            let parent_layers = engine
+                .inspect(&parent)
+                .await?
+                .and_then(|i| i.root_fs)
+                .and_then(|r| r.layers)
+                .map_or(0, |l| l.len());
+            let store = std::sync::Arc::new(LayerStore::open(settings.cache));
+            let started = Instant::now();
+            let id = normalize::normalize(
+                engine,
+                &store,
+                &raw,
+                parent_layers,
+                image.loaded.spec.image.source_date_epoch,
+            )
+            .await?;
+            record.normalize_seconds = Some(started.elapsed().as_secs_f64());
+            record.raw_image_id = Some(raw);
+            id
+        } else {
+            raw
+        }
     };
 
     // The label the engine holds must be the one we computed: the image says what it is.
@@ -204,6 +236,10 @@ async fn build_one(
 
     record.smoke = smoke(engine, image, &id).await?;
     engine.tag(&id, &reference).await?;
+    if let Some(raw) = record.raw_image_id.as_ref().filter(|raw| **raw != id) {
+        // The engine's raw image (and its build cache) is replaced by the normalised one.
+        engine.remove_untagged(raw).await;
+    }
     record.image_id = id;
     record.size = inspected.size;
     record.seconds = started.elapsed().as_secs_f64();

@@ -119,6 +119,16 @@ impl Engine {
         }
     }
 
+    /// Removes an image no tag names, with the untagged parents only it used; a failure is
+    /// not an error (the image may be in use by a container).
+    pub async fn remove_untagged(&self, image_id: &str) {
+        let options = bollard::query_parameters::RemoveImageOptionsBuilder::new().build();
+        let _ = self
+            .docker
+            .remove_image(image_id, Some(options), None)
+            .await;
+    }
+
     pub async fn tag(&self, image_id: &str, reference: &str) -> Result<()> {
         let (repo, tag) = reference.rsplit_once(':').expect("references carry a tag");
         let options = TagImageOptionsBuilder::new().repo(repo).tag(tag).build();

@@ -17,6 +17,7 @@ pub mod engine;
 pub mod error;
 pub mod fetch;
 pub mod lock;
+pub mod normalize;
 pub mod patches;
 pub mod pins;
 pub mod plan;

@@ -48,6 +48,19 @@ pub struct ImageSection {
     /// Seconds since the epoch used for every mtime hallmark writes (context, labels).
     #[serde(default)]
     pub source_date_epoch: u64,
+    /// Rewrite engine-built layers for bit-for-bit reproducibility (clamped mtimes, fixed
+    /// config). On unless `false`; left out of the canonical spec when on, so turning the
+    /// feature on changed no checksum.
+    #[serde(default = "yes", skip_serializing_if = "is_yes")]
+    pub normalize: bool,
+}
+
+fn yes() -> bool {
+    true
+}
+
+fn is_yes(value: &bool) -> bool {
+    *value
 }
 
 impl Default for ImageSection {
@@ -57,6 +70,7 @@ impl Default for ImageSection {
             tag: default_tag(),
             platform: None,
             source_date_epoch: 0,
+            normalize: true,
         }
     }
 }

@@ -268,3 +268,71 @@ fn a_cmd_repeating_the_parents_entrypoint_is_refused_before_any_build() {
         "nothing may be built"
     );
 }
+
+/// Issue 7: normalised images are bit-for-bit the same on two engines: the same layers and
+/// the same config digest (the classic store's image id).
+#[test]
+fn normalised_builds_on_two_engines_are_identical() {
+    let testbed = Testbed::get();
+    testbed.script("load-bases", &["--node", "node3"]);
+    let (project, tag) = hello_project();
+    // A clone-at-pin image too: a patched source copied in, and a RUN step on it.
+    let upstream = GitRepo::new(project.root(), "upstream");
+    upstream.commit(&[("greeting.txt", "hello\n")], "first");
+    upstream.git(&["tag", "v1"]);
+    let run = unique();
+    project
+        .write(
+            "images/clone/image.toml",
+            &format!(
+                "[image]\nname = \"clone-{run}\"\n\n[from]\nimage = \"hello\"\n\n[[source]]\nname = \"upstream\"\ngit = \"{}\"\nrev = \"v1\"\ndest = \"/opt/upstream\"\npatches = [\"fix\"]\n\n[build]\nrun = [\"wc -c /opt/upstream/greeting.txt > /opt/size.txt && mkdir -p /var/made\"]\n",
+                upstream.url()
+            ),
+        )
+        .write("patches/fix/series", "0001-world.patch\n")
+        .write("patches/fix/0001-world.patch", &one_line_patch("greeting.txt", "hello", "hello world"));
+    project.run(&["lock", "clone"]).success();
+    let on = |config: &std::path::Path| {
+        let run = project.run(&[
+            "--config",
+            config.to_str().unwrap(),
+            "--json",
+            "build",
+            "--force",
+            "clone",
+        ]);
+        run.success();
+        let records: serde_json::Value = serde_json::from_str(&run.stdout()).unwrap();
+        records
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|r| {
+                (
+                    r["image"].as_str().unwrap().to_string(),
+                    r["image_id"].as_str().unwrap().to_string(),
+                )
+            })
+            .collect::<Vec<_>>()
+    };
+    let first = on(&testbed.config());
+    let second = on(&testbed.config_with_builder(project.root(), "node3"));
+    assert_eq!(first.len(), 2);
+    assert_eq!(
+        first, second,
+        "hello and clone differ between the two engines"
+    );
+    let layers = |node: &str| {
+        testbed.docker_ok(
+            node,
+            &[
+                "image",
+                "inspect",
+                "--format",
+                "{{json .RootFS.Layers}}",
+                &tag,
+            ],
+        )
+    };
+    assert_eq!(layers("builder"), layers("node3"));
+}
