@@ -36,6 +36,9 @@ pub struct BuildRecord {
     pub pins: BTreeMap<String, String>,
     pub smoke: Vec<SmokeResult>,
     pub log: Option<PathBuf>,
+    /// With `--check-repro`: whether two builds from scratch gave the same image.
+    pub reproducible: Option<bool>,
+    pub differences: Vec<String>,
     /// sha256 of the context tar as streamed to the engine (absent when up to date).
     pub context_sha256: Option<String>,
     /// The engine's own image, before normalisation rewrote it (removed once tagged).
@@ -52,6 +55,7 @@ pub struct SmokeResult {
     pub output: String,
 }
 
+#[derive(Clone, Copy)]
 pub struct BuildSettings<'a> {
     pub checksum_label: &'a str,
     pub cache: &'a Path,
@@ -100,7 +104,7 @@ fn pins_of(image: &PlannedImage) -> BTreeMap<String, String> {
     pins
 }
 
-async fn build_one(
+pub async fn build_one(
     engine: &Engine,
     image: &PlannedImage,
     parent_tag: Option<&str>,
@@ -125,6 +129,8 @@ async fn build_one(
         log: None,
         context_sha256: None,
         raw_image_id: None,
+        reproducible: None,
+        differences: Vec::new(),
         normalize_seconds: None,
     };
 

@@ -69,6 +69,9 @@ pub enum Command {
         /// Rebuild even if the builder holds an image with the same checksum.
         #[arg(long)]
         force: bool,
+        /// Build the image twice from scratch and compare; exit 1 if they differ.
+        #[arg(long, conflicts_with = "force")]
+        check_repro: bool,
     },
     /// Run an image's smoke tests on a node (default: the builder).
     Smoke {

@@ -69,7 +69,11 @@ pub fn run(cli: Cli) -> Result<u8> {
         Command::Render { image, out } => render_command(&session, &image, out.as_deref()),
         Command::Check(selection) => check_command(&session, &selection),
         Command::Lock { images, update } => lock_command(&session, &images, update),
-        Command::Build { images, force } => build_command(&session, &images, force),
+        Command::Build {
+            images,
+            force,
+            check_repro,
+        } => build_command(&session, &images, force, check_repro),
         Command::Smoke { image, node, junit } => {
             smoke_command(&session, &image, node.as_deref(), junit.as_deref())
         }
@@ -252,7 +256,12 @@ impl BaseResolver for EngineResolver<'_> {
     }
 }
 
-fn build_command(session: &Session, images: &[String], force: bool) -> Result<u8> {
+fn build_command(
+    session: &Session,
+    images: &[String],
+    force: bool,
+    check_repro: bool,
+) -> Result<u8> {
     let names = session.names(images)?;
     let plan = Plan::new(&session.project, &names)?;
     // The lints cost nothing and a wrong ENTRYPOINT costs a deployment: refuse before building.
@@ -274,9 +283,23 @@ fn build_command(session: &Session, images: &[String], force: bool) -> Result<u8
         force,
         echo: !session.quiet && !session.json,
     };
+    let mut differences = Vec::new();
     let records = runtime()?.block_on(async {
         let engine = session.engine(&session.config.builder).await?;
-        build::build_all(&engine, &plan, &settings).await
+        if !check_repro {
+            return build::build_all(&engine, &plan, &settings).await;
+        }
+        let mut records = Vec::new();
+        for name in &names {
+            let (mut pair, found) = crate::repro::check(&engine, &plan, name, &settings).await?;
+            for record in &mut pair {
+                record.reproducible = Some(found.is_empty());
+                record.differences = found.clone();
+            }
+            differences.extend(found.into_iter().map(|d| format!("{name}: {d}")));
+            records.extend(pair);
+        }
+        Ok(records)
     })?;
     if session.json {
         println!("{}", serde_json::to_string_pretty(&records).expect("json"));
@@ -294,6 +317,20 @@ fn build_command(session: &Session, images: &[String], force: bool) -> Result<u8
             short_id(&record.image_id),
             record.seconds
         ));
+    }
+    if check_repro {
+        if differences.is_empty() {
+            session.note("reproducible: two builds from scratch gave the same image");
+        } else {
+            for difference in &differences {
+                eprintln!("differs: {difference}");
+            }
+            eprintln!(
+                "error: not reproducible: {} difference(s) between two builds from scratch",
+                differences.len()
+            );
+            return Ok(1);
+        }
     }
     Ok(0)
 }

@@ -23,6 +23,7 @@ pub mod pins;
 pub mod plan;
 pub mod project;
 pub mod render;
+pub mod repro;
 pub mod ship;
 pub mod spec;
 pub mod store;

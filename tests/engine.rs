@@ -336,3 +336,50 @@ fn normalised_builds_on_two_engines_are_identical() {
     };
     assert_eq!(layers("builder"), layers("node3"));
 }
+
+#[test]
+fn check_repro_names_a_file_that_differs_and_passes_hello() {
+    let testbed = Testbed::get();
+    let (project, _tag) = hello_project();
+    let config = testbed.config();
+    let run = project.run(&[
+        "--config",
+        config.to_str().unwrap(),
+        "--json",
+        "build",
+        "--check-repro",
+        "hello",
+    ]);
+    run.success();
+    assert!(run.stderr().contains("reproducible"), "{}", run.stderr());
+    let records: serde_json::Value = serde_json::from_str(&run.stdout()).unwrap();
+    assert!(
+        records
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|r| r["reproducible"] == true),
+        "{records}"
+    );
+
+    let spec = project.read("images/hello/image.toml");
+    project.write(
+        "images/hello/image.toml",
+        &spec.replace(
+            "run = [\"hello > /etc/hello.txt\"]",
+            "run = [\"hello > /etc/hello.txt\", \"date +%s%N > /stamp\"]",
+        ),
+    );
+    let run = project.run(&[
+        "--config",
+        config.to_str().unwrap(),
+        "build",
+        "--check-repro",
+        "hello",
+    ]);
+    assert_eq!(run.code(), 1, "{}", run.stderr());
+    let err = run.stderr();
+    let differs: Vec<&str> = err.lines().filter(|l| l.starts_with("differs: ")).collect();
+    assert_eq!(differs.len(), 1, "{err}");
+    assert!(differs[0].ends_with("/stamp: content"), "{err}");
+}
