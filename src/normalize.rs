@@ -31,9 +31,9 @@ pub async fn normalize(
     let mut layers: Vec<StoredLayer> = raw.layers[..parent_layers.min(raw.layers.len())].to_vec();
     let mut rewritten = BTreeMap::new();
     for layer in &raw.layers[layers.len()..] {
-        let source = store.blob_path(&layer.blob.digest);
+        let mut source = store.open_layer(layer)?;
         let (digest, size) = store
-            .add_blob(|out| rewrite_layer(&mut fs_err::File::open(&source)?, out, source_date))
+            .add_blob(|out| rewrite_layer(&mut source, out, source_date))
             .map_err(|e| match e {
                 Error::Io { path, source } => Error::Io {
                     path,

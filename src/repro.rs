@@ -6,7 +6,7 @@ use crate::engine::Engine;
 use crate::error::{Error, Result};
 use crate::plan::Plan;
 use crate::ship;
-use crate::store::{LayerStore, StoredImage};
+use crate::store::{LayerStore, StoredImage, StoredLayer};
 use crate::values::Name;
 use sha2::{Digest as _, Sha256};
 use std::collections::BTreeMap;
@@ -79,10 +79,7 @@ fn compare(store: &LayerStore, a: &StoredImage, b: &StoredImage) -> Result<Vec<S
         if la.diff_id == lb.diff_id {
             continue;
         }
-        let (fa, fb) = (
-            files(store, &la.blob.digest)?,
-            files(store, &lb.blob.digest)?,
-        );
+        let (fa, fb) = (files(store, la)?, files(store, lb)?);
         for path in fa.keys().chain(fb.keys().filter(|k| !fa.contains_key(*k))) {
             let what = match (fa.get(path), fb.get(path)) {
                 (Some(_), None) => vec!["presence (only in the first build)".to_string()],
@@ -124,10 +121,10 @@ fn compare(store: &LayerStore, a: &StoredImage, b: &StoredImage) -> Result<Vec<S
     Ok(differences)
 }
 
-fn files(store: &LayerStore, digest: &str) -> Result<BTreeMap<String, Facts>> {
-    let path = store.blob_path(digest);
+fn files(store: &LayerStore, layer: &StoredLayer) -> Result<BTreeMap<String, Facts>> {
+    let path = store.blob_path(&layer.blob.digest);
     let io = |e: std::io::Error| Error::io(&path, e);
-    let mut archive = tar::Archive::new(fs_err::File::open(&path).map_err(io)?);
+    let mut archive = tar::Archive::new(store.open_layer(layer)?);
     let mut facts = BTreeMap::new();
     for entry in archive.entries().map_err(io)? {
         let mut entry = entry.map_err(io)?;

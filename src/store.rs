@@ -239,6 +239,29 @@ impl LayerStore {
         Ok((digest, hashing.size))
     }
 
+    /// A layer's tar, uncompressed whatever the blob's media type (the containerd image store
+    /// exports the layers it built gzip-compressed).
+    pub fn open_layer(&self, layer: &StoredLayer) -> Result<Box<dyn Read>> {
+        let path = self.blob_path(&layer.blob.digest);
+        let file = fs_err::File::open(&path).map_err(|e| Error::io(&path, e))?;
+        match layer.blob.media_type.rsplit_once('+').map(|(_, c)| c) {
+            None => Ok(Box::new(std::io::BufReader::new(file))),
+            Some("gzip") => Ok(Box::new(flate2::read::GzDecoder::new(
+                std::io::BufReader::new(file),
+            ))),
+            Some(other) => Err(Error::Io {
+                path,
+                source: std::io::Error::new(
+                    std::io::ErrorKind::Unsupported,
+                    format!(
+                        "layer {} is {other}-compressed, which hallmark cannot read yet",
+                        layer.diff_id
+                    ),
+                ),
+            }),
+        }
+    }
+
     /// Records `image` under the builder's id for it, for the next distribute.
     pub fn remember(&self, image_id: &str, image: &StoredImage) -> Result<()> {
         let text = serde_json::to_string_pretty(image).expect("serializes");
