@@ -18,7 +18,7 @@ use crate::plan::PlannedImage;
 use crate::render::{self, rfc3339};
 use crate::ship;
 use crate::spec::ImageSpec;
-use crate::store::{Blob, LAYER_TAR, LayerStore, StoredImage, StoredLayer};
+use crate::store::{Blob, LAYER_TAR, LayerStore, StoredLayer};
 use crate::wheel::{self, PythonTarget};
 use serde_json::{Value, json};
 use std::io::Write;
@@ -44,15 +44,7 @@ pub async fn assemble(
     parent_tag: Option<&str>,
 ) -> Result<String> {
     let (parent_id, parent_image) = ship::stored_image(builder, store, parent).await?;
-    let config_path = store.blob_path(&parent_image.config.digest);
-    let parent_config = fs_err::read(&config_path).map_err(|e| Error::io(&config_path, e))?;
-    let mut config: Value = serde_json::from_slice(&parent_config).map_err(|e| Error::Io {
-        path: config_path.clone(),
-        source: std::io::Error::new(
-            std::io::ErrorKind::InvalidData,
-            format!("parent config: {e}"),
-        ),
-    })?;
+    let mut config = store.read_config(&parent_image)?;
 
     let spec = &image.loaded.spec;
     let created = rfc3339(spec.image.source_date_epoch);
@@ -102,40 +94,8 @@ pub async fn assemble(
 
     let labels = render::stamped_labels(image, checksum_label, parent_tag);
     apply(&mut config, spec, &labels, &created, &layers, history);
-    let bytes = serde_json::to_vec(&config).expect("config serializes");
-    let (digest, size) = store.add_blob(|out| out.write_all(&bytes))?;
-    let stored = StoredImage {
-        config: Blob {
-            digest,
-            size,
-            media_type: "application/vnd.oci.image.config.v1+json".into(),
-        },
-        layers,
-    };
-
-    let hidden = indicatif::ProgressBar::hidden();
-    ship::send(
-        builder,
-        store,
-        &stored,
-        "",
-        parent_image.layers.len(),
-        &hidden,
-    )
-    .await?;
-    // The classic store names an image by its config digest, the containerd store by its
-    // manifest digest.
-    let (manifest_digest, _) = ship::oci_manifest(&stored);
-    for id in [stored.config.digest.clone(), manifest_digest] {
-        if builder.inspect(&id).await?.is_some() {
-            store.remember(&id, &stored)?;
-            return Ok(id);
-        }
-    }
-    Err(builder.error(format!(
-        "the assembled image of `{}` was loaded but cannot be found",
-        image.name()
-    )))
+    let parent_layers = parent_image.layers.len();
+    ship::load_made(builder, store, &config, layers, parent_layers).await
 }
 
 /// A layer hallmark wrote: an uncompressed tar, so its digest is its diff ID.

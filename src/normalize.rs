@@ -12,7 +12,7 @@ use crate::engine::Engine;
 use crate::error::{Error, Result};
 use crate::render::rfc3339;
 use crate::ship;
-use crate::store::{Blob, LAYER_TAR, LayerStore, StoredImage, StoredLayer};
+use crate::store::{Blob, LAYER_TAR, LayerStore, StoredLayer};
 use serde_json::{Value, json};
 use std::collections::BTreeMap;
 use std::io::{Read, Write};
@@ -54,35 +54,9 @@ pub async fn normalize(
             },
         });
     }
-    let config_path = store.blob_path(&raw.config.digest);
-    let bytes = fs_err::read(&config_path).map_err(|e| Error::io(&config_path, e))?;
-    let mut config: Value = serde_json::from_slice(&bytes).map_err(|e| Error::Io {
-        path: config_path.clone(),
-        source: std::io::Error::new(std::io::ErrorKind::InvalidData, e.to_string()),
-    })?;
+    let mut config = store.read_config(&raw)?;
     normalize_config(&mut config, &layers, source_date);
-    let bytes = serde_json::to_vec(&config).expect("config serializes");
-    let (digest, size) = store.add_blob(|out| out.write_all(&bytes))?;
-    let image = StoredImage {
-        config: Blob {
-            digest,
-            size,
-            media_type: "application/vnd.oci.image.config.v1+json".into(),
-        },
-        layers,
-    };
-    let hidden = indicatif::ProgressBar::hidden();
-    ship::send(builder, store, &image, "", parent_layers, &hidden).await?;
-    let (manifest_digest, _) = ship::oci_manifest(&image);
-    for id in [image.config.digest.clone(), manifest_digest] {
-        if builder.inspect(&id).await?.is_some() {
-            store.remember(&id, &image)?;
-            return Ok(id);
-        }
-    }
-    Err(builder.error(format!(
-        "the normalised image of {raw_id} was loaded but cannot be found"
-    )))
+    ship::load_made(builder, store, &config, layers, parent_layers).await
 }
 
 fn normalize_config(config: &mut Value, layers: &[StoredLayer], source_date: u64) {

@@ -556,6 +556,49 @@ async fn load_into(
     }
 }
 
+/// Loads an image hallmark made (`config` and `layers`, the layers already in the store) into
+/// the builder, untagged, sending only the layers from `first` on (the builder holds the
+/// rest). Returns the builder's id for it: the config digest on the classic store, the
+/// manifest digest on the containerd store.
+pub async fn load_made(
+    builder: &Engine,
+    store: &Arc<LayerStore>,
+    config: &serde_json::Value,
+    layers: Vec<crate::store::StoredLayer>,
+    first: usize,
+) -> Result<String> {
+    let bytes = serde_json::to_vec(config).expect("config serializes");
+    let (digest, size) = store.add_blob(|out| out.write_all(&bytes))?;
+    let image = StoredImage {
+        config: crate::store::Blob {
+            digest,
+            size,
+            media_type: "application/vnd.oci.image.config.v1+json".into(),
+        },
+        layers,
+    };
+    send(
+        builder,
+        store,
+        &image,
+        "",
+        first,
+        &indicatif::ProgressBar::hidden(),
+    )
+    .await?;
+    let (manifest_digest, _) = oci_manifest(&image);
+    for id in [image.config.digest.clone(), manifest_digest] {
+        if builder.inspect(&id).await?.is_some() {
+            store.remember(&id, &image)?;
+            return Ok(id);
+        }
+    }
+    Err(builder.error(format!(
+        "the image {} hallmark loaded cannot be found",
+        image.config.digest
+    )))
+}
+
 /// The OCI manifest hallmark writes for `image`, and its digest (the image's id on a
 /// containerd image store).
 pub fn oci_manifest(image: &StoredImage) -> (String, String) {

@@ -239,6 +239,19 @@ impl LayerStore {
         Ok((digest, hashing.size))
     }
 
+    /// An image config from the store, parsed.
+    pub fn read_config(&self, image: &StoredImage) -> Result<serde_json::Value> {
+        let path = self.blob_path(&image.config.digest);
+        let bytes = fs_err::read(&path).map_err(|e| Error::io(&path, e))?;
+        serde_json::from_slice(&bytes).map_err(|e| Error::Io {
+            path,
+            source: std::io::Error::new(
+                std::io::ErrorKind::InvalidData,
+                format!("image config: {e}"),
+            ),
+        })
+    }
+
     /// A layer's tar, uncompressed whatever the blob's media type (the containerd image store
     /// exports the layers it built gzip-compressed).
     pub fn open_layer(&self, layer: &StoredLayer) -> Result<Box<dyn Read>> {
