@@ -71,16 +71,29 @@ fn hello_builds_smokes_and_is_up_to_date_the_second_time() {
         .count();
     assert_eq!(records, 1);
 
-    let images_before = testbed.docker_ok("builder", &["images", "-aq", "--no-trunc"]);
+    // Only this test's images count: other tests build on the same builder at the same time.
+    let run = tag.trim_start_matches("hello-").trim_end_matches(":latest");
+    let ours = || {
+        let filter = format!("label=test.run={run}");
+        let listed = testbed.docker_ok(
+            "builder",
+            &["images", "-aq", "--no-trunc", "--filter", &filter],
+        );
+        let mut ids: Vec<String> = listed
+            .lines()
+            .filter(|l| !l.is_empty())
+            .map(String::from)
+            .collect();
+        ids.sort();
+        ids.dedup();
+        ids
+    };
+    let images_before = ours();
+    assert_eq!(images_before.len(), 1, "{images_before:?}");
     let second = build_json(&project, &config, "hello");
     assert_eq!(second["outcome"], "up-to-date");
     assert_eq!(second["image_id"], first["image_id"]);
-    let images_after = testbed.docker_ok("builder", &["images", "-aq", "--no-trunc"]);
-    let count = |s: &str| s.lines().filter(|l| !l.is_empty()).count();
-    assert!(
-        count(&images_after) <= count(&images_before),
-        "a second build created images"
-    );
+    assert_eq!(ours(), images_before, "a second build created images");
 
     let junit = project.root().join("smoke.xml");
     project
