@@ -31,24 +31,8 @@ fn check_one(project: &Project, name: &Name, cache: &Path) -> Result<String> {
         if patches.sets.is_empty() {
             continue;
         }
-        let outcome = fetch::ensure_commit(cache, &pin.git, &pin.commit).and_then(|repo| {
-            let sets = patches
-                .sets
-                .iter()
-                .map(|s| (s.name.as_str(), s.patches.as_slice()));
-            fetch::patched_tree(&repo, &pin.commit, sets)
-        });
-        match outcome {
-            Ok(Ok(_tree)) => {}
-            Ok(Err(failure)) => problems.push(Error::PatchDoesNotApply {
-                image: name.to_string(),
-                source_name: pin.name.to_string(),
-                set: failure.set,
-                file: failure.patch.path,
-                hunk: failure.hunk,
-                detail: failure.detail,
-            }),
-            Err(error) => problems.push(error),
+        if let Err(error) = fetch::fetch_source(cache, image, pin, patches) {
+            problems.push(error);
         }
     }
     match problems.len() {

@@ -356,32 +356,14 @@ pub fn body_from_writer(
     })
 }
 
-/// A blocking `Read` over a byte stream from the engine (an image export), fed by a task.
+/// A blocking `Read` over byte chunks that an async task sends (an image export, read by
+/// the store on a blocking thread).
 pub struct StreamReader {
     receiver: tokio::sync::mpsc::Receiver<std::io::Result<bytes::Bytes>>,
     current: bytes::Bytes,
 }
 
 impl StreamReader {
-    pub fn new<S, E>(stream: S) -> StreamReader
-    where
-        S: futures_util::Stream<Item = std::result::Result<bytes::Bytes, E>> + Send + 'static,
-        E: std::fmt::Display + Send + 'static,
-    {
-        let (sender, reader) = StreamReader::channel();
-        tokio::spawn(async move {
-            let mut stream = std::pin::pin!(stream);
-            while let Some(item) = stream.next().await {
-                let item = item.map_err(|e| std::io::Error::other(e.to_string()));
-                let failed = item.is_err();
-                if sender.send(item).await.is_err() || failed {
-                    break;
-                }
-            }
-        });
-        reader
-    }
-
     /// A reader fed through the returned sender, by whoever holds it.
     pub fn channel() -> (
         tokio::sync::mpsc::Sender<std::io::Result<bytes::Bytes>>,

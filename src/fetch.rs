@@ -9,8 +9,8 @@
 use crate::checksum::sha256_hex;
 use crate::error::{Error, Result};
 use crate::patches::Patch;
-use crate::pins::{WheelPin, wheel_stem};
-use crate::plan::PlannedImage;
+use crate::pins::{SourcePin, WheelPin, wheel_stem};
+use crate::plan::{PlannedImage, SourcePatches};
 use crate::values::GitCommit;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -338,30 +338,43 @@ pub struct Fetched {
     pub wheels: Vec<PathBuf>,
 }
 
-pub fn fetch(cache: &Path, image: &PlannedImage) -> Result<Fetched> {
-    let mut sources = Vec::new();
-    for (pin, patches) in image.pins.sources.iter().zip(&image.patches) {
-        let repo = ensure_commit(cache, &pin.git, &pin.commit)?;
-        let sets = patches
-            .sets
-            .iter()
-            .map(|s| (s.name.as_str(), s.patches.as_slice()));
-        let tree = patched_tree(&repo, &pin.commit, sets)?.map_err(|failure| {
-            Error::PatchDoesNotApply {
-                image: image.name().to_string(),
-                source_name: pin.name.to_string(),
-                set: failure.set,
-                file: failure.patch.path,
-                hunk: failure.hunk,
-                detail: failure.detail,
-            }
+/// One source of `image` at its pinned commit with its patch series applied: the step both
+/// `check` (series still apply?) and `build` (what goes into the context) need.
+pub fn fetch_source(
+    cache: &Path,
+    image: &PlannedImage,
+    pin: &SourcePin,
+    patches: &SourcePatches,
+) -> Result<FetchedSource> {
+    let repo = ensure_commit(cache, &pin.git, &pin.commit)?;
+    let sets = patches
+        .sets
+        .iter()
+        .map(|s| (s.name.as_str(), s.patches.as_slice()));
+    let tree =
+        patched_tree(&repo, &pin.commit, sets)?.map_err(|failure| Error::PatchDoesNotApply {
+            image: image.name().to_string(),
+            source_name: pin.name.to_string(),
+            set: failure.set,
+            file: failure.patch.path,
+            hunk: failure.hunk,
+            detail: failure.detail,
         })?;
-        sources.push(FetchedSource {
-            name: pin.name.to_string(),
-            repo,
-            tree,
-        });
-    }
+    Ok(FetchedSource {
+        name: pin.name.to_string(),
+        repo,
+        tree,
+    })
+}
+
+pub fn fetch(cache: &Path, image: &PlannedImage) -> Result<Fetched> {
+    let sources = image
+        .pins
+        .sources
+        .iter()
+        .zip(&image.patches)
+        .map(|(pin, patches)| fetch_source(cache, image, pin, patches))
+        .collect::<Result<_>>()?;
     let wheels = image
         .pins
         .wheels

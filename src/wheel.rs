@@ -385,15 +385,7 @@ mod tests {
 
     #[test]
     fn wheel_names_and_tags() {
-        let target = PythonTarget {
-            purelib: "/usr/local/lib/python3.11/dist-packages".into(),
-            scripts: "/usr/local/bin".into(),
-            data: "/usr/local".into(),
-            include: "/usr/local/include/python3.11".into(),
-            executable: "/usr/bin/python3".into(),
-            version: "3.11".into(),
-            machine: "x86_64".into(),
-        };
+        let target = target();
         let pure = parse_name("b12x-1.3.0-py3-none-any.whl").unwrap();
         assert!(check_compatible(&pure, &target).is_ok());
         let native =
