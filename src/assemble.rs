@@ -123,20 +123,25 @@ async fn python_target(
         .join(format!("{}.json", parent_id.trim_start_matches("sha256:")));
     if let Some(target) = fs_err::read_to_string(&cached)
         .ok()
-        .and_then(|t| serde_json::from_str(&t).ok())
+        .and_then(|t| wheel::parse_probe_answer(&t).ok())
     {
         return Ok(target);
     }
     let (code, output) = builder.run_once(parent, &wheel::probe_command()).await?;
-    let target: PythonTarget = serde_json::from_str(output.trim())
-        .ok()
-        .filter(|_| code == 0)
-        .ok_or_else(|| {
-            builder.error(format!(
+    let target = match wheel::parse_probe_answer(&output) {
+        Ok(target) if code == 0 => target,
+        Ok(_) => {
+            return Err(builder.error(format!(
                 "cannot ask {parent} for its Python paths (exit {code}): {}",
                 output.trim()
-            ))
-        })?;
+            )))
+        }
+        Err(why) => {
+            return Err(builder.error(format!(
+                "cannot ask {parent} for its Python paths (exit {code}): {why}"
+            )))
+        }
+    };
     let dir = cached.parent().expect("a folder");
     fs_err::create_dir_all(dir).map_err(|e| Error::io(dir, e))?;
     fs_err::write(

@@ -59,7 +59,8 @@ pub async fn normalize(
     ship::load_made(builder, store, &config, layers, parent_layers).await
 }
 
-fn normalize_config(config: &mut Value, layers: &[StoredLayer], source_date: u64) {
+/// Removes what only says when and where the build ran (public for the fuzzer).
+pub fn normalize_config(config: &mut Value, layers: &[StoredLayer], source_date: u64) {
     let Some(object) = config.as_object_mut() else {
         return;
     };

@@ -27,6 +27,56 @@ pub fn read_set(patches_dir: &Path, name: &Name) -> Result<PatchSet> {
     let series_path = dir.join("series");
     let text = fs_err::read_to_string(&series_path).map_err(|e| Error::io(&series_path, e))?;
     let mut patches = Vec::new();
+    for entry in parse_series(&series_path, &text)? {
+        let path = dir.join(entry.file.as_str());
+        let bytes = match fs_err::read(&path) {
+            Ok(bytes) => bytes,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                return Err(Error::Invalid {
+                    path: series_path.clone(),
+                    location: Some(entry.location),
+                    key: None,
+                    message: format!(
+                        "patch `{}` is listed but {} does not exist",
+                        entry.file,
+                        path.display()
+                    ),
+                    hint: None,
+                });
+            }
+            Err(e) => return Err(Error::io(&path, e)),
+        };
+        check_touched_paths(&bytes, entry.strip).map_err(|message| Error::Invalid {
+            path: path.clone(),
+            location: None,
+            key: None,
+            message: format!("patch set `{name}`: {message}"),
+            hint: None,
+        })?;
+        patches.push(Patch {
+            file: entry.file,
+            path,
+            strip: entry.strip,
+            sha256: hex::encode(Sha256::digest(&bytes)),
+        });
+    }
+    Ok(PatchSet {
+        name: name.clone(),
+        dir,
+        patches,
+    })
+}
+
+/// One line of a series file: the patch, its strip level and where the line is.
+pub struct SeriesEntry {
+    pub file: RelativePath,
+    pub strip: u32,
+    pub location: Location,
+}
+
+/// Reads the lines of a series file (`series_path` only names it in errors).
+pub fn parse_series(series_path: &Path, text: &str) -> Result<Vec<SeriesEntry>> {
+    let mut entries = Vec::new();
     let mut offset = 0;
     for line in text.split_inclusive('\n') {
         let at = offset;
@@ -36,8 +86,8 @@ pub fn read_set(patches_dir: &Path, name: &Name) -> Result<PatchSet> {
             continue;
         }
         let invalid = |message: String| Error::Invalid {
-            path: series_path.clone(),
-            location: Some(Location::of_offset(&text, at)),
+            path: series_path.to_path_buf(),
+            location: Some(Location::of_offset(text, at)),
             key: None,
             message,
             hint: None,
@@ -61,49 +111,26 @@ pub fn read_set(patches_dir: &Path, name: &Name) -> Result<PatchSet> {
             )));
         }
         let file = RelativePath::try_from(file.to_string()).map_err(invalid)?;
-        let path = dir.join(file.as_str());
-        let bytes = match fs_err::read(&path) {
-            Ok(bytes) => bytes,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-                return Err(invalid(format!(
-                    "patch `{file}` is listed but {} does not exist",
-                    path.display()
-                )));
-            }
-            Err(e) => return Err(Error::io(&path, e)),
-        };
-        check_touched_paths(&bytes, strip).map_err(|message| Error::Invalid {
-            path: path.clone(),
-            location: None,
-            key: None,
-            message: format!("patch set `{name}`: {message}"),
-            hint: None,
-        })?;
-        patches.push(Patch {
+        entries.push(SeriesEntry {
             file,
-            path,
             strip,
-            sha256: hex::encode(Sha256::digest(&bytes)),
+            location: Location::of_offset(text, at),
         });
     }
-    if patches.is_empty() {
+    if entries.is_empty() {
         return Err(Error::Invalid {
-            path: series_path,
+            path: series_path.to_path_buf(),
             location: None,
             key: None,
             message: "the series lists no patches".into(),
             hint: None,
         });
     }
-    Ok(PatchSet {
-        name: name.clone(),
-        dir,
-        patches,
-    })
+    Ok(entries)
 }
 
 /// Every file a unified or git diff names must stay inside the source tree.
-fn check_touched_paths(bytes: &[u8], strip: u32) -> Result<(), String> {
+pub fn check_touched_paths(bytes: &[u8], strip: u32) -> Result<(), String> {
     let text = String::from_utf8_lossy(bytes);
     let mut touched = 0;
     let lines: Vec<&str> = text.lines().collect();
@@ -113,6 +140,22 @@ fn check_touched_paths(bytes: &[u8], strip: u32) -> Result<(), String> {
         let header = (line.starts_with("--- ")
             && lines.get(i + 1).is_some_and(|n| n.starts_with("+++ ")))
             || (line.starts_with("+++ ") && i > 0 && lines[i - 1].starts_with("--- "));
+        // git takes the names of a file created, deleted or renamed without a hunk from its
+        // `diff --git a/X b/Y` line: check every word of it (a quoted name with spaces only
+        // makes this stricter).
+        if let Some(names) = line.strip_prefix("diff --git ") {
+            for name in names.split_whitespace() {
+                let name = name.trim_matches('"');
+                let stripped = name.splitn(strip as usize + 1, '/').last().unwrap_or_default();
+                if name.starts_with('/')
+                    || stripped.starts_with('/')
+                    || stripped.split('/').any(|part| part == "..")
+                {
+                    return Err(format!("touches `{name}`, outside the source tree"));
+                }
+            }
+            continue;
+        }
         let path = if let Some(rest) = line
             .strip_prefix("--- ")
             .or_else(|| line.strip_prefix("+++ "))
@@ -169,5 +212,9 @@ mod tests {
         // A removed line reading `-- /abs` is content, not a header.
         let content = b"--- a/x.sql\n+++ b/x.sql\n@@ -1,2 +1 @@\n--- /etc/passwd\n a\n";
         assert!(check_touched_paths(content, 1).is_ok());
+        // A file created with no hunk is named only on its `diff --git` line.
+        let created = b"--- a/ok\n+++ b/ok\n@@ -1 +1 @@\n-a\n+b\n\
+            diff --git a/../../etc/x b/../../etc/x\nnew file mode 100644\n";
+        assert!(check_touched_paths(created, 1).is_err());
     }
 }

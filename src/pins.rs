@@ -70,8 +70,15 @@ pub fn path_for(root: &Path, image: &Name) -> PathBuf {
 pub fn read(root: &Path, image: &Name) -> Result<Pins> {
     let path = path_for(root, image);
     match fs_err::read_to_string(&path) {
-        Ok(text) => {
-            let pins: Pins = parse_toml(&path, &text)?;
+        Ok(text) => parse(path, &text),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(Pins::default()),
+        Err(e) => Err(Error::io(&path, e)),
+    }
+}
+
+/// Parses the text of a pins file (read by [`read`]; fuzzed on its own).
+pub fn parse(path: PathBuf, text: &str) -> Result<Pins> {
+            let pins: Pins = parse_toml(&path, text)?;
             for wheel in &pins.wheels {
                 let distribution = wheel.file.split('-').next().unwrap_or_default();
                 if !wheel.file.ends_with(".whl")
@@ -95,10 +102,6 @@ pub fn read(root: &Path, image: &Name) -> Result<Pins> {
                 }
             }
             Ok(pins)
-        }
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(Pins::default()),
-        Err(e) => Err(Error::io(&path, e)),
-    }
 }
 
 /// PEP 427 normalisation of a distribution name as it appears in wheel file names.

@@ -231,6 +231,11 @@ fn key_on_line(line: &str) -> Option<String> {
 pub fn load(name: &Name, dir: &Path) -> Result<LoadedSpec> {
     let path = dir.join("image.toml");
     let text = fs_err::read_to_string(&path).map_err(|e| Error::io(&path, e))?;
+    parse(name, dir, path, text)
+}
+
+/// Parses and validates the text of `dir/image.toml` (read by [`load`]; fuzzed on its own).
+pub fn parse(name: &Name, dir: &Path, path: PathBuf, text: String) -> Result<LoadedSpec> {
     let spec: ImageSpec = parse_toml(&path, &text)?;
     let loaded = LoadedSpec {
         name: name.clone(),

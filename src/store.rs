@@ -243,13 +243,15 @@ impl LayerStore {
     pub fn read_config(&self, image: &StoredImage) -> Result<serde_json::Value> {
         let path = self.blob_path(&image.config.digest);
         let bytes = fs_err::read(&path).map_err(|e| Error::io(&path, e))?;
-        serde_json::from_slice(&bytes).map_err(|e| Error::Io {
-            path,
-            source: std::io::Error::new(
-                std::io::ErrorKind::InvalidData,
-                format!("image config: {e}"),
-            ),
-        })
+        let invalid = |message: String| Error::Io {
+            path: path.clone(),
+            source: std::io::Error::new(std::io::ErrorKind::InvalidData, message),
+        };
+        match serde_json::from_slice(&bytes) {
+            Ok(config @ serde_json::Value::Object(_)) => Ok(config),
+            Ok(_) => Err(invalid("image config: not a JSON object".into())),
+            Err(e) => Err(invalid(format!("image config: {e}"))),
+        }
     }
 
     /// A layer's tar, uncompressed whatever the blob's media type (the containerd image store

@@ -41,6 +41,53 @@ pub fn probe_command() -> Vec<String> {
     vec!["python3".into(), "-c".into(), script.into()]
 }
 
+/// Reads the probe's answer (or its cached copy). The answer comes from inside the parent
+/// image, so it is checked like any input: the paths it gives become paths in a layer.
+pub fn parse_probe_answer(text: &str) -> Result<PythonTarget, String> {
+    let target: PythonTarget = serde_json::from_str(text.trim())
+        .map_err(|e| format!("not the answer hallmark's probe prints ({e})"))?;
+    for (key, path) in [
+        ("purelib", &target.purelib),
+        ("scripts", &target.scripts),
+        ("data", &target.data),
+        ("include", &target.include),
+        ("executable", &target.executable),
+    ] {
+        let clean = path.starts_with('/')
+            && path
+                .trim_end_matches('/')
+                .split('/')
+                .skip(1)
+                .all(|part| !part.is_empty() && part != "." && part != "..")
+            && !path.chars().any(|c| c.is_control() || c == '\\');
+        if !clean {
+            return Err(format!(
+                "`{key}` is `{path}`, not a clean absolute path"
+            ));
+        }
+    }
+    let version_ok = target
+        .version
+        .split_once('.')
+        .is_some_and(|(major, minor)| {
+            [major, minor]
+                .iter()
+                .all(|n| !n.is_empty() && n.len() <= 3 && n.bytes().all(|b| b.is_ascii_digit()))
+        });
+    let machine_ok = !target.machine.is_empty()
+        && target
+            .machine
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'_');
+    if !version_ok || !machine_ok {
+        return Err(format!(
+            "Python `{}` on `{}` is not a version and machine",
+            target.version, target.machine
+        ));
+    }
+    Ok(target)
+}
+
 /// `name-version(-build)?-python-abi-platform.whl`
 #[derive(Debug, Clone)]
 pub struct WheelName {
