@@ -134,12 +134,12 @@ async fn python_target(
             return Err(builder.error(format!(
                 "cannot ask {parent} for its Python paths (exit {code}): {}",
                 output.trim()
-            )))
+            )));
         }
         Err(why) => {
             return Err(builder.error(format!(
                 "cannot ask {parent} for its Python paths (exit {code}): {why}"
-            )))
+            )));
         }
     };
     let dir = cached.parent().expect("a folder");

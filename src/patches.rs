@@ -146,7 +146,10 @@ pub fn check_touched_paths(bytes: &[u8], strip: u32) -> Result<(), String> {
         if let Some(names) = line.strip_prefix("diff --git ") {
             for name in names.split_whitespace() {
                 let name = name.trim_matches('"');
-                let stripped = name.splitn(strip as usize + 1, '/').last().unwrap_or_default();
+                let stripped = name
+                    .splitn(strip as usize + 1, '/')
+                    .last()
+                    .unwrap_or_default();
                 if name.starts_with('/')
                     || stripped.starts_with('/')
                     || stripped.split('/').any(|part| part == "..")

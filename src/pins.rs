@@ -78,30 +78,30 @@ pub fn read(root: &Path, image: &Name) -> Result<Pins> {
 
 /// Parses the text of a pins file (read by [`read`]; fuzzed on its own).
 pub fn parse(path: PathBuf, text: &str) -> Result<Pins> {
-            let pins: Pins = parse_toml(&path, text)?;
-            for wheel in &pins.wheels {
-                let distribution = wheel.file.split('-').next().unwrap_or_default();
-                if !wheel.file.ends_with(".whl")
-                    || wheel_stem(distribution) != wheel_stem(wheel.name.as_str())
-                    || wheel.file.contains(['/', '\\'])
-                    || wheel
-                        .file
-                        .chars()
-                        .any(|c| c.is_whitespace() || c.is_control())
-                {
-                    return Err(Error::Invalid {
-                        path,
-                        location: None,
-                        key: Some("wheel.file".into()),
-                        message: format!(
-                            "`{}` is not a wheel file name for `{}`",
-                            wheel.file, wheel.name
-                        ),
-                        hint: None,
-                    });
-                }
-            }
-            Ok(pins)
+    let pins: Pins = parse_toml(&path, text)?;
+    for wheel in &pins.wheels {
+        let distribution = wheel.file.split('-').next().unwrap_or_default();
+        if !wheel.file.ends_with(".whl")
+            || wheel_stem(distribution) != wheel_stem(wheel.name.as_str())
+            || wheel.file.contains(['/', '\\'])
+            || wheel
+                .file
+                .chars()
+                .any(|c| c.is_whitespace() || c.is_control())
+        {
+            return Err(Error::Invalid {
+                path,
+                location: None,
+                key: Some("wheel.file".into()),
+                message: format!(
+                    "`{}` is not a wheel file name for `{}`",
+                    wheel.file, wheel.name
+                ),
+                hint: None,
+            });
+        }
+    }
+    Ok(pins)
 }
 
 /// PEP 427 normalisation of a distribution name as it appears in wheel file names.

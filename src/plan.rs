@@ -245,9 +245,25 @@ fn collect_files(loaded: &LoadedSpec) -> Result<Vec<ContextFile>> {
             .trim_end_matches('/')
             .to_string();
         let metadata = fs_err::symlink_metadata(&src).map_err(|e| Error::io(&src, e))?;
+        // `src` has no `..` (checked when parsed), but a symlink on the way could still lead
+        // out of the spec folder: resolve it and compare.
+        let real = fs_err::canonicalize(&src).map_err(|e| Error::io(&src, e))?;
+        let home = fs_err::canonicalize(&loaded.dir).map_err(|e| Error::io(&loaded.dir, e))?;
+        if metadata.is_symlink() || !real.starts_with(&home) {
+            return loaded.invalid(
+                copy.src.span(),
+                "file.src",
+                format!(
+                    "{} leads to {} through a symlink; copy regular files from the spec folder only",
+                    src.display(),
+                    real.display()
+                ),
+            );
+        }
         let walk = walkdir::WalkDir::new(&src)
             .sort_by_file_name()
-            .follow_links(false);
+            .follow_links(false)
+            .follow_root_links(false);
         for entry in walk {
             let entry = entry.map_err(|e| Error::io(&src, e.into()))?;
             let kind = entry.file_type();

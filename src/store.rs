@@ -115,6 +115,11 @@ impl LayerStore {
                     .map_err(|e| invalid(e.to_string()))?
                     .to_string_lossy(),
             );
+            // `docker save` never writes a name twice; with two, which one a reader takes
+            // decides what is loaded, so neither is taken.
+            if files.contains_key(&path) || links.iter().any(|(p, _)| *p == path) {
+                return Err(invalid(format!("`{path}` appears twice in the archive")));
+            }
             match entry.header().entry_type() {
                 tar::EntryType::Regular | tar::EntryType::Continuous => {
                     // An OCI layout names blobs by digest: one the store holds is only hashed
@@ -123,10 +128,17 @@ impl LayerStore {
                         .strip_prefix("blobs/sha256/")
                         .map(|hex| format!("sha256:{hex}"))
                         .filter(|d| self.blob_path(d).is_file());
+                    let declared = entry.header().size().map_err(|e| invalid(e.to_string()))?;
                     let stored = match known {
                         Some(digest) => self.verify_blob(&mut entry, &digest)?,
-                        None => self.store_blob(&mut entry)?,
+                        None => self.store_blob(&mut entry, declared)?,
                     };
+                    if stored.1 != declared {
+                        return Err(invalid(format!(
+                            "`{path}` is cut short: its header says {declared} bytes, the archive has {}",
+                            stored.1
+                        )));
+                    }
                     files.insert(path, stored);
                 }
                 tar::EntryType::Symlink | tar::EntryType::Link => {
@@ -187,6 +199,14 @@ impl LayerStore {
             } else {
                 self.sniff_compression(&digest)?
             };
+            // An uncompressed layer's digest is its diff ID: anything else is a layer that is
+            // not the one the config names. (A compressed one is checked by the engine that
+            // loads it.)
+            if media_type == LAYER_TAR && &digest != diff_id {
+                return Err(invalid(format!(
+                    "layer `{path}` has content {digest}, but the config names {diff_id}"
+                )));
+            }
             layers.push(StoredLayer {
                 diff_id: diff_id.clone(),
                 blob: Blob {
@@ -312,8 +332,18 @@ impl LayerStore {
     }
 
     /// Copies `data` into the store under its sha256; returns `(sha256:<hex>, size)`.
-    fn store_blob(&self, data: &mut impl Read) -> Result<(String, u64)> {
-        self.add_blob(|out| std::io::copy(data, out).map(drop))
+    /// Fails without storing anything when `data` holds other than `declared` bytes.
+    fn store_blob(&self, data: &mut impl Read, declared: u64) -> Result<(String, u64)> {
+        self.add_blob(|out| {
+            let copied = std::io::copy(data, out)?;
+            if copied != declared {
+                return Err(std::io::Error::new(
+                    std::io::ErrorKind::UnexpectedEof,
+                    format!("image archive: an entry is cut short: {copied} of {declared} bytes"),
+                ));
+            }
+            Ok(())
+        })
     }
 
     /// Removes every stored image and blob not used by `keep` (the builder's image ids).
@@ -495,6 +525,56 @@ mod tests {
             error.contains("layer/layer.tar") && error.contains("not in the archive"),
             "{error}"
         );
+    }
+
+    #[test]
+    fn a_name_written_twice_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = LayerStore::open(dir.path());
+        let layer = b"layer bytes";
+        let (config, manifest) = image_files(layer);
+        let bytes = archive(
+            &[
+                ("layer/layer.tar", layer),
+                ("config.json", config.as_bytes()),
+                ("manifest.json", manifest.as_bytes()),
+                ("./layer/layer.tar", b"a second layer under the same name"),
+            ],
+            &[],
+        );
+        let error = format!("{:?}", store.ingest(bytes.as_slice()).unwrap_err());
+        assert!(error.contains("`layer/layer.tar` appears twice"), "{error}");
+    }
+
+    #[test]
+    fn a_layer_that_is_not_the_one_the_config_names_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = LayerStore::open(dir.path());
+        let (config, manifest) = image_files(b"the layer the config names");
+        let bytes = archive(
+            &[
+                ("layer/layer.tar", b"another layer"),
+                ("config.json", config.as_bytes()),
+                ("manifest.json", manifest.as_bytes()),
+            ],
+            &[],
+        );
+        let error = format!("{:?}", store.ingest(bytes.as_slice()).unwrap_err());
+        assert!(error.contains("but the config names"), "{error}");
+    }
+
+    #[test]
+    fn an_entry_longer_than_the_stream_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = LayerStore::open(dir.path());
+        let mut bytes = archive(&[("layer/layer.tar", &[7u8; 4096])], &[]);
+        // The header still says 4096 bytes; the stream ends after 100 of them.
+        bytes.truncate(512 + 100);
+        let error = format!("{:?}", store.ingest(bytes.as_slice()).unwrap_err());
+        assert!(error.contains("image archive"), "{error}");
+        // Nothing half-written is left as a blob.
+        let blobs = dir.path().join("store/blobs/sha256");
+        assert!(!blobs.exists() || fs_err::read_dir(&blobs).unwrap().count() == 0);
     }
 
     #[test]

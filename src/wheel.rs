@@ -61,9 +61,7 @@ pub fn parse_probe_answer(text: &str) -> Result<PythonTarget, String> {
                 .all(|part| !part.is_empty() && part != "." && part != "..")
             && !path.chars().any(|c| c.is_control() || c == '\\');
         if !clean {
-            return Err(format!(
-                "`{key}` is `{path}`, not a clean absolute path"
-            ));
+            return Err(format!("`{key}` is `{path}`, not a clean absolute path"));
         }
     }
     let version_ok = target
