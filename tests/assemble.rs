@@ -249,43 +249,13 @@ fn shipping_an_assembled_image_exports_nothing() {
     }
 }
 
-/// A tiny wheel with a console script, written the way build backends write them.
-fn write_fixture_wheel(dir: &std::path::Path) {
-    std::fs::create_dir_all(dir).unwrap();
-    let script = r#"
-import base64, hashlib, sys, zipfile
-path = sys.argv[1] + "/hmtool-0.1.0-py3-none-any.whl"
-files = {
-    "hmtool/__init__.py": "def main():\n    print('hmtool ran')\n",
-    "hmtool-0.1.0.dist-info/METADATA": "Metadata-Version: 2.1\nName: hmtool\nVersion: 0.1.0\n",
-    "hmtool-0.1.0.dist-info/WHEEL": "Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: true\nTag: py3-none-any\n",
-    "hmtool-0.1.0.dist-info/entry_points.txt": "[console_scripts]\nhmtool = hmtool:main\n",
-}
-record = ""
-with zipfile.ZipFile(path, "w") as z:
-    for name, text in files.items():
-        info = zipfile.ZipInfo(name, (1980, 1, 1, 0, 0, 0))
-        z.writestr(info, text)
-        digest = base64.urlsafe_b64encode(hashlib.sha256(text.encode()).digest()).rstrip(b"=").decode()
-        record += f"{name},sha256={digest},{len(text)}\n"
-    record += "hmtool-0.1.0.dist-info/RECORD,,\n"
-    z.writestr(zipfile.ZipInfo("hmtool-0.1.0.dist-info/RECORD", (1980, 1, 1, 0, 0, 0)), record)
-"#;
-    let status = std::process::Command::new("python3")
-        .args(["-c", script])
-        .arg(dir)
-        .status()
-        .unwrap();
-    assert!(status.success());
-}
-
 #[test]
 fn wheels_are_installed_as_pip_would_without_a_build() {
     let testbed = Testbed::get();
     let project = TestProject::new();
     let run = unique();
     let wheelhouse = project.root().join("wheelhouse");
-    write_fixture_wheel(&wheelhouse);
+    support::write_fixture_wheel(&wheelhouse);
     project.write(
         "images/py/image.toml",
         &format!(
