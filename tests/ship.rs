@@ -6,63 +6,11 @@ mod support;
 
 use serde_json::Value;
 use std::sync::Mutex;
-use support::{TestProject, Testbed, unique};
+use support::Testbed;
 
 static NODES: Mutex<()> = Mutex::new(());
 
-const MIB: u64 = 1024 * 1024;
-
-/// A 256 MiB base of random data and a wrapper adding a 4 MiB layer, under names of their own.
-fn project(base_mib: u64, suffix: &str) -> TestProject {
-    let project = TestProject::new();
-    let run = unique();
-    project
-        .write("pins/base.toml", include_str!("../pins/hello.toml"))
-        .write(
-            "images/base/image.toml",
-            &format!(
-                "[image]\nname = \"base-{run}\"\n\n[from]\nref = \"hallmark-testbed/busybox:latest\"\n\n[build]\nrun = [\"head -c {} /dev/urandom > /base.bin\"]\n",
-                base_mib * MIB
-            ),
-        )
-        .write(
-            "images/wrap/image.toml",
-            &format!(
-                "[image]\nname = \"wrap-{run}\"\n\n[from]\nimage = \"base\"\n\n[build]\nrun = [\"head -c {} /dev/urandom > /wrap.bin\"]\n\n[env]\nVERSION = \"{suffix}\"\n\n[[smoke]]\nname = \"has its layer\"\nrun = [\"test\", \"-s\", \"/wrap.bin\"]\n",
-                4 * MIB
-            ),
-        );
-    project
-}
-
-fn hallmark_json(project: &TestProject, config: &std::path::Path, args: &[&str]) -> (i32, Value) {
-    let mut all = vec!["--config", config.to_str().unwrap(), "--json"];
-    all.extend_from_slice(args);
-    let run = project.run(&all);
-    let value = serde_json::from_str(&run.stdout())
-        .unwrap_or_else(|_| panic!("not json: {}\n{}", run.stdout(), run.stderr()));
-    (run.code(), value)
-}
-
-fn nodes_of(report: &Value) -> Vec<Value> {
-    report
-        .as_array()
-        .unwrap()
-        .iter()
-        .flat_map(|i| i["nodes"].as_array().unwrap().clone())
-        .collect()
-}
-
-fn reference(project: &TestProject, image: &str) -> String {
-    let spec = project.read(&format!("images/{image}/image.toml"));
-    let name = spec
-        .lines()
-        .find_map(|l| l.strip_prefix("name = "))
-        .unwrap()
-        .trim_matches('"')
-        .to_string();
-    format!("{name}:latest")
-}
+use support::{MIB, hallmark_json, nodes_of, reference, ship_project as project};
 
 fn layer_count(testbed: &Testbed, node: &str, image: &str) -> usize {
     testbed
@@ -350,43 +298,10 @@ fn an_unreachable_node_fails_alone() {
     assert_eq!(node3["verified"], true, "{node3}");
 }
 
-/// A testbed of its own, stopped when dropped.
-struct OwnTestbed {
-    dir: tempfile::TempDir,
-}
-
-impl OwnTestbed {
-    fn up(args: &[&str]) -> OwnTestbed {
-        let dir = tempfile::Builder::new().prefix("hmtb").tempdir().unwrap();
-        let status = std::process::Command::new(
-            std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts/testbed"),
-        )
-        .arg("up")
-        .args(args)
-        .arg("--dir")
-        .arg(dir.path())
-        .status()
-        .unwrap();
-        assert!(status.success(), "scripts/testbed up {args:?} failed");
-        OwnTestbed { dir }
-    }
-}
-
-impl Drop for OwnTestbed {
-    fn drop(&mut self) {
-        let _ = std::process::Command::new(
-            std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts/testbed"),
-        )
-        .args(["down", "--dir"])
-        .arg(self.dir.path())
-        .status();
-    }
-}
-
 #[test]
 fn thin_update_from_a_builder_on_the_containerd_store() {
-    let testbed = OwnTestbed::up(&["--nodes", "2", "--builder-store", "containerd"]);
-    let config = testbed.dir.path().join("hallmark.toml");
+    let testbed = support::OwnTestbed::up(&["--nodes", "2", "--builder-store", "containerd"]);
+    let config = testbed.config();
     let project = project(64, "containerd");
     let wrap = reference(&project, "wrap");
     // A local image's pin is its image id, which the containerd store computes otherwise
@@ -421,16 +336,10 @@ fn thin_update_from_a_builder_on_the_containerd_store() {
         assert!(archive as f64 <= 1.1 * layer as f64, "{node}");
         assert_eq!(node["verified"], true, "{node}");
     }
-    let env = std::fs::read_to_string(testbed.dir.path().join("testbed.env")).unwrap();
-    for key in ["HMTB_NODE1_LOCAL", "HMTB_NODE2_LOCAL"] {
-        let endpoint = env
-            .lines()
-            .find_map(|l| l.strip_prefix(&format!("{key}=")))
-            .unwrap();
-        let run = std::process::Command::new("docker")
-            .args([
-                "-H",
-                endpoint,
+    for node in ["node1", "node2"] {
+        testbed.docker_ok(
+            node,
+            &[
                 "run",
                 "--rm",
                 "--network",
@@ -439,13 +348,7 @@ fn thin_update_from_a_builder_on_the_containerd_store() {
                 "test",
                 "-s",
                 "/wrap.bin",
-            ])
-            .output()
-            .unwrap();
-        assert!(
-            run.status.success(),
-            "{key}: {}",
-            String::from_utf8_lossy(&run.stderr)
+            ],
         );
     }
 }

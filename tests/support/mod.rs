@@ -165,14 +165,19 @@ impl Testbed {
                 let status = Command::new(&script).args(["up", "--nodes", "4", "--dir"]).arg(&dir).status().unwrap();
                 assert!(status.success(), "scripts/testbed up failed: the engine tests need real engines (run `scripts/testbed install` as root first)");
             }
-            let text = std::fs::read_to_string(dir.join("testbed.env")).expect("testbed.env");
-            let env = text
-                .lines()
-                .filter_map(|l| l.split_once('='))
-                .map(|(k, v)| (k.trim().to_string(), v.trim().trim_matches('"').to_string()))
-                .collect();
-            Testbed { dir, env }
+            Testbed::read(dir)
         })
+    }
+
+    /// The testbed up in `dir`, as its testbed.env describes it.
+    pub fn read(dir: PathBuf) -> Testbed {
+        let text = std::fs::read_to_string(dir.join("testbed.env")).expect("testbed.env");
+        let env = text
+            .lines()
+            .filter_map(|l| l.split_once('='))
+            .map(|(k, v)| (k.trim().to_string(), v.trim().trim_matches('"').to_string()))
+            .collect();
+        Testbed { dir, env }
     }
 
     /// Runs `scripts/testbed COMMAND --dir <this testbed> ARGS...`; it must succeed.
@@ -237,6 +242,47 @@ impl Testbed {
     }
 }
 
+/// A testbed of a test's own (for tests that restart its builder or fill a disk), stopped
+/// when dropped.
+pub struct OwnTestbed {
+    testbed: Testbed,
+    _dir: tempfile::TempDir,
+}
+
+impl OwnTestbed {
+    pub fn up(args: &[&str]) -> OwnTestbed {
+        let dir = tempfile::Builder::new().prefix("hmtb").tempdir().unwrap();
+        let status = Command::new(Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts/testbed"))
+            .arg("up")
+            .args(args)
+            .arg("--dir")
+            .arg(dir.path())
+            .status()
+            .unwrap();
+        assert!(status.success(), "scripts/testbed up {args:?} failed");
+        OwnTestbed {
+            testbed: Testbed::read(dir.path().to_path_buf()),
+            _dir: dir,
+        }
+    }
+}
+
+impl std::ops::Deref for OwnTestbed {
+    type Target = Testbed;
+    fn deref(&self) -> &Testbed {
+        &self.testbed
+    }
+}
+
+impl Drop for OwnTestbed {
+    fn drop(&mut self) {
+        let _ = Command::new(Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts/testbed"))
+            .args(["down", "--dir"])
+            .arg(&self.testbed.dir)
+            .status();
+    }
+}
+
 /// A fresh unique word, so tests sharing a builder never share a checksum.
 pub fn unique() -> String {
     use std::sync::atomic::{AtomicU32, Ordering};
@@ -281,4 +327,66 @@ with zipfile.ZipFile(path, "w") as z:
         .status()
         .unwrap();
     assert!(status.success());
+}
+
+// Shipping fixtures (tests/ship.rs, tests/faults.rs).
+
+use serde_json::Value;
+
+pub const MIB: u64 = 1024 * 1024;
+
+/// A 256 MiB base of random data and a wrapper adding a 4 MiB layer, under names of their own.
+pub fn ship_project(base_mib: u64, suffix: &str) -> TestProject {
+    let project = TestProject::new();
+    let run = unique();
+    project
+        .write("pins/base.toml", include_str!("../../pins/hello.toml"))
+        .write(
+            "images/base/image.toml",
+            &format!(
+                "[image]\nname = \"base-{run}\"\n\n[from]\nref = \"hallmark-testbed/busybox:latest\"\n\n[build]\nrun = [\"head -c {} /dev/urandom > /base.bin\"]\n",
+                base_mib * MIB
+            ),
+        )
+        .write(
+            "images/wrap/image.toml",
+            &format!(
+                "[image]\nname = \"wrap-{run}\"\n\n[from]\nimage = \"base\"\n\n[build]\nrun = [\"head -c {} /dev/urandom > /wrap.bin\"]\n\n[env]\nVERSION = \"{suffix}\"\n\n[[smoke]]\nname = \"has its layer\"\nrun = [\"test\", \"-s\", \"/wrap.bin\"]\n",
+                4 * MIB
+            ),
+        );
+    project
+}
+
+pub fn hallmark_json(
+    project: &TestProject,
+    config: &std::path::Path,
+    args: &[&str],
+) -> (i32, Value) {
+    let mut all = vec!["--config", config.to_str().unwrap(), "--json"];
+    all.extend_from_slice(args);
+    let run = project.run(&all);
+    let value = serde_json::from_str(&run.stdout())
+        .unwrap_or_else(|_| panic!("not json: {}\n{}", run.stdout(), run.stderr()));
+    (run.code(), value)
+}
+
+pub fn nodes_of(report: &Value) -> Vec<Value> {
+    report
+        .as_array()
+        .unwrap()
+        .iter()
+        .flat_map(|i| i["nodes"].as_array().unwrap().clone())
+        .collect()
+}
+
+pub fn reference(project: &TestProject, image: &str) -> String {
+    let spec = project.read(&format!("images/{image}/image.toml"));
+    let name = spec
+        .lines()
+        .find_map(|l| l.strip_prefix("name = "))
+        .unwrap()
+        .trim_matches('"')
+        .to_string();
+    format!("{name}:latest")
 }

@@ -1,0 +1,316 @@
+//! Faults on a testbed of each test's own: the builder restarted during a build, hallmark
+//! killed during a distribute, a node's disk filling during a load, ssh cut mid-stream.
+//! After each: no node lost its previous image, no tag points at a half-made image, and a
+//! re-run converges. Each test waits for a real sign that the work is under way (a line in
+//! the build log, the node's unpack folder); none sleeps to synchronise.
+
+mod support;
+
+use serde_json::Value;
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+use support::{OwnTestbed, TestProject, Testbed, hallmark_json, nodes_of, reference, ship_project};
+
+/// hallmark in the background, its output captured.
+fn spawn(project: &TestProject, config: &Path, args: &[&str]) -> Child {
+    support::hallmark()
+        .arg("--config")
+        .arg(config)
+        .args(args)
+        .current_dir(project.root())
+        .env("HALLMARK_CACHE", project.root().join(".test-cache"))
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap()
+}
+
+/// Waits (two minutes at most) until `ready` holds.
+fn wait_for(what: &str, mut ready: impl FnMut() -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(120);
+    while !ready() {
+        assert!(Instant::now() < deadline, "never saw: {what}");
+        std::thread::yield_now();
+    }
+}
+
+/// A classic node is loading: its daemon unpacks the archive under `<data root>/tmp`.
+fn loading(testbed: &Testbed, node: &str) -> bool {
+    std::fs::read_dir(testbed.dir.join(node).join("data/tmp")).is_ok_and(|d| {
+        d.flatten().any(|e| {
+            e.file_name()
+                .to_string_lossy()
+                .starts_with("docker-import-")
+        })
+    })
+}
+
+fn image_id(testbed: &Testbed, node: &str, reference: &str) -> String {
+    testbed.docker_ok(
+        node,
+        &["image", "inspect", "--format", "{{.Id}}", reference],
+    )
+}
+
+fn build(project: &TestProject, config: &Path, image: &str) {
+    project
+        .run(&["--config", config.to_str().unwrap(), "-q", "build", image])
+        .success();
+}
+
+/// Version `version` of the wrapper (its env changes, so its checksum does).
+fn set_version(project: &TestProject, version: &str) {
+    let spec = project.read("images/wrap/image.toml");
+    let (head, _) = spec.split_once("VERSION = ").unwrap();
+    let rest = spec.split_once("VERSION = ").unwrap().1;
+    let rest = rest.split_once('\n').unwrap().1;
+    project.write(
+        "images/wrap/image.toml",
+        &format!("{head}VERSION = \"{version}\"\n{rest}"),
+    );
+}
+
+/// Every node holds `reference` as `expected`, or (where the new version got there) as a
+/// verified copy of the new one: never anything else.
+fn holds_old_or_verified_new(
+    testbed: &Testbed,
+    project: &TestProject,
+    config: &Path,
+    nodes: &[&str],
+    old: &[String],
+) {
+    let (_, report) = hallmark_json(project, config, &["verify", "wrap"]);
+    for (node, old_id) in nodes.iter().zip(old) {
+        let entry = report
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|n| n["node"] == *node)
+            .unwrap_or_else(|| panic!("{node} in {report}"))
+            .clone();
+        let id = image_id(testbed, node, &reference(project, "wrap"));
+        match entry["state"].as_str().unwrap() {
+            "current" => {}
+            "stale" => assert_eq!(&id, old_id, "{node} holds neither version"),
+            other => panic!("{node} is {other}: {entry}"),
+        }
+    }
+}
+
+#[test]
+fn the_builder_restarted_during_a_build_moves_no_tag_and_a_re_run_builds() {
+    let testbed = OwnTestbed::up(&["--nodes", "1"]);
+    let config = testbed.config();
+    let project = TestProject::new();
+    let run = support::unique();
+    let spec = |step: &str| {
+        format!(
+            "[image]\nname = \"slow-{run}\"\n\n[from]\nref = \"hallmark-testbed/busybox:latest\"\n\n[build]\nrun = [\"{step}\"]\n"
+        )
+    };
+    project
+        .write("pins/slow.toml", include_str!("../pins/hello.toml"))
+        .write("images/slow/image.toml", &spec("echo v1 > /v"));
+    build(&project, &config, "slow");
+    let tag = format!("slow-{run}:latest");
+    let v1 = image_id(&testbed, "builder", &tag);
+
+    // v2's step runs long enough for the restart to land inside it.
+    project.write(
+        "images/slow/image.toml",
+        &spec(&format!(
+            "echo step-started-{run} && sleep 8 && echo v2 > /v"
+        )),
+    );
+    let child = spawn(&project, &config, &["build", "slow"]);
+    let logs = project.root().join(".hallmark/logs");
+    wait_for("the build step start", || {
+        walkdir::WalkDir::new(&logs).into_iter().flatten().any(|e| {
+            std::fs::read_to_string(e.path())
+                .is_ok_and(|t| t.contains(&format!("step-started-{run}")))
+        })
+    });
+    testbed.script("restart-node", &["--node", "builder"]);
+    let output = child.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(1), "{stderr}");
+    assert!(stderr.contains("builder"), "names the builder: {stderr}");
+    assert_eq!(
+        image_id(&testbed, "builder", &tag),
+        v1,
+        "the tag did not move"
+    );
+
+    build(&project, &config, "slow");
+    let v2 = image_id(&testbed, "builder", &tag);
+    assert_ne!(v2, v1);
+    let content = testbed.docker_ok(
+        "builder",
+        &["run", "--rm", "--network", "none", &tag, "cat", "/v"],
+    );
+    assert_eq!(content, "v2");
+}
+
+#[test]
+fn hallmark_killed_during_a_distribute_leaves_every_node_whole_and_a_re_run_converges() {
+    let testbed = OwnTestbed::up(&["--nodes", "2"]);
+    let config = testbed.config();
+    let project = ship_project(48, "v1");
+    build(&project, &config, "wrap");
+    let (code, report) = hallmark_json(&project, &config, &["distribute", "wrap"]);
+    assert_eq!(code, 0, "{report}");
+    let wrap = reference(&project, "wrap");
+    let old = vec![
+        image_id(&testbed, "node1", &wrap),
+        image_id(&testbed, "node2", &wrap),
+    ];
+
+    set_version(&project, "v2");
+    build(&project, &config, "wrap");
+    let mut child = spawn(&project, &config, &["distribute", "wrap", "--full"]);
+    wait_for("node2 loading", || loading(&testbed, "node2"));
+    child.kill().unwrap(); // SIGKILL
+    child.wait().unwrap();
+    holds_old_or_verified_new(&testbed, &project, &config, &["node1", "node2"], &old);
+
+    let (code, report) = hallmark_json(&project, &config, &["distribute", "wrap"]);
+    assert_eq!(code, 0, "{report}");
+    for node in nodes_of(&report) {
+        assert_eq!(node["verified"], true, "{node}");
+    }
+    let (code, _) = hallmark_json(&project, &config, &["verify", "wrap"]);
+    assert_eq!(code, 0);
+}
+
+#[test]
+fn a_node_whose_disk_fills_during_a_load_fails_alone_and_keeps_its_image() {
+    // node2's data root is a 160 MiB tmpfs: v1 (a few MiB) fits, v2's 192 MiB layer cannot.
+    let testbed = OwnTestbed::up(&["--nodes", "3", "--disk", "node2=160"]);
+    let config = testbed.config();
+    let project = ship_project(4, "v1");
+    build(&project, &config, "wrap");
+    let (code, report) = hallmark_json(
+        &project,
+        &config,
+        &["distribute", "wrap", "--to", "node2,node3"],
+    );
+    assert_eq!(code, 0, "{report}");
+    let wrap = reference(&project, "wrap");
+    let v1 = image_id(&testbed, "node2", &wrap);
+
+    let spec = project.read("images/wrap/image.toml");
+    project.write(
+        "images/wrap/image.toml",
+        &spec.replace(
+            &format!("head -c {}", 4 * support::MIB),
+            &format!("head -c {}", 192 * support::MIB),
+        ),
+    );
+    set_version(&project, "v2");
+    build(&project, &config, "wrap");
+    let (code, report) = hallmark_json(
+        &project,
+        &config,
+        &["distribute", "wrap", "--to", "node2,node3"],
+    );
+    assert_eq!(code, 1, "{report}");
+    for node in nodes_of(&report) {
+        if node["node"] == "node2" {
+            assert_eq!(node["action"], "failed", "{node}");
+            let error = node["error"].as_str().unwrap();
+            assert!(
+                error.contains("node2") && error.contains("no space left"),
+                "{error}"
+            );
+        } else {
+            assert_eq!(node["verified"], true, "{node}");
+        }
+    }
+    assert_eq!(
+        image_id(&testbed, "node2", &wrap),
+        v1,
+        "node2 kept v1 under the tag"
+    );
+
+    // Room again: the re-run finishes node2 only.
+    let data = testbed.dir.join("node2/data");
+    let remount = Command::new("mount")
+        .args(["-o", "remount,size=1024m"])
+        .arg(&data)
+        .status()
+        .unwrap();
+    assert!(remount.success());
+    let (code, report) = hallmark_json(
+        &project,
+        &config,
+        &["distribute", "wrap", "--to", "node2,node3"],
+    );
+    assert_eq!(code, 0, "{report}");
+    for node in nodes_of(&report) {
+        let expected = if node["node"] == "node2" {
+            "thin"
+        } else {
+            "skipped"
+        };
+        assert_eq!(node["action"], expected, "{node}");
+        assert_eq!(node["verified"], true, "{node}");
+    }
+}
+
+#[test]
+fn ssh_cut_mid_stream_fails_that_node_alone_and_a_re_run_converges() {
+    let testbed = OwnTestbed::up(&["--nodes", "2"]);
+    let config = testbed.config();
+    let project = ship_project(48, "v1");
+    build(&project, &config, "wrap");
+    let (code, report) = hallmark_json(&project, &config, &["distribute", "wrap"]);
+    assert_eq!(code, 0, "{report}");
+    let wrap = reference(&project, "wrap");
+    let v1 = image_id(&testbed, "node2", &wrap);
+
+    set_version(&project, "v2");
+    build(&project, &config, "wrap");
+    let child = spawn(
+        &project,
+        &config,
+        &["--json", "distribute", "wrap", "--full"],
+    );
+    wait_for("node2 loading", || loading(&testbed, "node2"));
+    // Every ssh client this testbed's config started: the stream to node2 is cut.
+    let ssh_config = testbed.env["HMTB_SSH_CONFIG"].clone();
+    let killed = Command::new("pkill")
+        .args(["-KILL", "-f", &format!("^ssh .*{ssh_config}")])
+        .status()
+        .unwrap();
+    assert!(killed.success(), "an ssh client to kill");
+    let output = child.wait_with_output().unwrap();
+    assert_eq!(
+        output.status.code(),
+        Some(1),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let report: Value = serde_json::from_slice(&output.stdout).unwrap();
+    for node in nodes_of(&report) {
+        if node["node"] == "node2" {
+            assert_eq!(node["action"], "failed", "{node}");
+            assert!(node["error"].as_str().unwrap().contains("node2"), "{node}");
+        } else {
+            assert_eq!(node["verified"], true, "{node}");
+        }
+    }
+    assert_eq!(image_id(&testbed, "node2", &wrap), v1, "node2 kept v1");
+
+    let (code, report) = hallmark_json(&project, &config, &["distribute", "wrap"]);
+    assert_eq!(code, 0, "{report}");
+    for node in nodes_of(&report) {
+        let expected = if node["node"] == "node2" {
+            "thin"
+        } else {
+            "skipped"
+        };
+        assert_eq!(node["action"], expected, "{node}");
+        assert_eq!(node["verified"], true, "{node}");
+    }
+}
