@@ -100,20 +100,28 @@ fn in_store(store: &LayerStore, shipment: &Shipment) -> Option<StoredImage> {
     store.image(&shipment.image_id)
 }
 
-/// Exports the image from the builder into the store. With `direct`, the same export stream
-/// also goes, as it comes, into that node's load (a full copy): the first node's transfer
+/// The builder's `docker save` of the image, by tag (so the archive names it and a node
+/// loading it directly gets the tag too).
+type ExportStream =
+    futures_util::stream::BoxStream<'static, Result<bytes::Bytes, bollard::errors::Error>>;
+
+fn export_stream(builder: &Engine, shipment: &Shipment) -> ExportStream {
+    builder.docker.export_image(&shipment.reference).boxed()
+}
+
+/// Reads `stream` (the builder's export) into the store. With `direct`, the same stream also
+/// goes, as it comes, into that node's load (a full copy): the first node's transfer
 /// overlaps the export instead of waiting for it. Bounded channels on both sides.
 async fn export(
     builder: &Engine,
     store: &Arc<LayerStore>,
     shipment: &Shipment,
+    mut stream: ExportStream,
     direct: Option<(&Engine, &indicatif::ProgressBar)>,
 ) -> (Result<StoredImage>, Option<Result<(u64, u64)>>) {
     let (ingest_sender, reader) = StreamReader::channel();
     let (node_sender, node_receiver) = tokio::sync::mpsc::channel::<bytes::Bytes>(8);
     let sent = Arc::new(AtomicU64::new(0));
-    // By tag, so the archive names it and a node loading it directly gets the tag too.
-    let mut stream = builder.docker.export_image(&shipment.reference);
     let forward = {
         let sent = Arc::clone(&sent);
         let mut node_sender = direct.is_some().then_some(node_sender);
@@ -192,7 +200,8 @@ pub async fn stored_image(
     if let Some(stored) = in_store(store, &shipment) {
         return Ok((shipment.image_id, stored));
     }
-    let (stored, _) = export(builder, store, &shipment, None).await;
+    let stream = export_stream(builder, &shipment);
+    let (stored, _) = export(builder, store, &shipment, stream, None).await;
     Ok((shipment.image_id, stored?))
 }
 
@@ -271,61 +280,80 @@ pub async fn distribute(
         }
     };
     let chains = chain_ids(&shipment.diff_ids);
-    let decisions = futures_util::future::join_all(nodes.iter().map(|node| {
-        let full = settings.full || full_nodes.contains_key(&node.node);
-        let chains = &chains;
-        async move {
-            match verify::holding(
-                node,
-                &shipment.reference,
-                settings.checksum_label,
-                &shipment.checksum,
-                &shipment.fingerprint,
-            )
-            .await
-            {
-                Ok(h) if h.state == Holding::Current => Decision::Skip,
-                Ok(_) if full => Decision::Send { first_missing: 0 },
-                Ok(_) => match held_prefix(node, chains, &shipment.related).await {
-                    Ok(first_missing) => Decision::Send { first_missing },
-                    Err(e) => Decision::Failed(e.to_string()),
-                },
-                Err(e) => Decision::Failed(e.to_string()),
+    let mut asking: futures_util::stream::FuturesUnordered<_> = nodes
+        .iter()
+        .enumerate()
+        .map(|(i, node)| {
+            let full = settings.full || full_nodes.contains_key(&node.node);
+            let chains = &chains;
+            async move { (i, decide(node, shipment, settings, chains, full).await) }
+        })
+        .collect();
+    // The builder's `docker save` spends a while before its first byte (Docker 20.10 copies
+    // the image aside first). So as soon as one node needs the image and the store lacks it,
+    // the export is asked for, and the builder prepares it while the other nodes answer; its
+    // first chunk is held (one chunk: memory stays bounded) until every node has.
+    let mut stored_image = in_store(store, shipment);
+    let mut pending_export = stored_image
+        .is_none()
+        .then(|| export_stream(builder, shipment));
+    let mut first_chunk = None;
+    let mut exporting = false;
+    let mut decisions: Vec<Option<Decision>> = (0..nodes.len()).map(|_| None).collect();
+    while decisions.iter().any(Option::is_none) {
+        tokio::select! {
+            Some((i, decision)) = asking.next() => {
+                exporting |= matches!(decision, Decision::Send { .. });
+                decisions[i] = Some(decision);
+            }
+            chunk = async { pending_export.as_mut().expect("exporting").next().await },
+                if exporting && pending_export.is_some() && first_chunk.is_none() => {
+                first_chunk = Some(chunk);
             }
         }
-    }))
-    .await;
+    }
+    let decisions: Vec<Decision> = decisions.into_iter().map(|d| d.expect("decided")).collect();
+    drop(asking);
 
     say(format!("asked {} nodes what they hold", nodes.len()));
     let mut outcomes: Vec<Option<NodeOutcome>> = vec![None; nodes.len()];
-    let mut stored_image = None;
-    if decisions.iter().any(|d| matches!(d, Decision::Send { .. })) {
-        stored_image = in_store(store, shipment);
-        if stored_image.is_none() {
-            // The first node that needs everything takes the export as it streams.
-            let direct = decisions
-                .iter()
-                .position(|d| matches!(d, Decision::Send { first_missing: 0 }));
-            let bar = bars.add(indicatif::ProgressBar::new(0));
-            let started = Instant::now();
-            let (stored, loaded) =
-                export(builder, store, shipment, direct.map(|i| (&nodes[i], &bar))).await;
-            bar.finish_and_clear();
-            say(format!(
-                "exported {} from the builder into the layer store",
-                shipment.reference
-            ));
-            stored_image = Some(stored?);
-            if let (Some(i), Some(Ok((layer_bytes, archive_bytes)))) = (direct, loaded) {
-                let mut outcome = verified(&nodes[i], shipment, settings, "full").await;
-                outcome.layer_bytes = layer_bytes;
-                outcome.archive_bytes = archive_bytes;
-                outcome.layers_sent = shipment.diff_ids.len();
-                outcome.seconds = started.elapsed().as_secs_f64();
-                outcomes[i] = Some(outcome);
-            }
-            // A direct load that failed is tried again below, from the store.
+    if let (true, Some(rest)) = (exporting, pending_export.take()) {
+        let stream = match first_chunk {
+            None => rest,
+            Some(None) => futures_util::stream::empty().boxed(),
+            Some(Some(chunk)) => futures_util::stream::once(async { chunk })
+                .chain(rest)
+                .boxed(),
+        };
+        // The first node that needs everything takes the export as it streams.
+        let direct = decisions
+            .iter()
+            .position(|d| matches!(d, Decision::Send { first_missing: 0 }));
+        let bar = bars.add(indicatif::ProgressBar::new(0));
+        let started = Instant::now();
+        let (stored, loaded) = export(
+            builder,
+            store,
+            shipment,
+            stream,
+            direct.map(|i| (&nodes[i], &bar)),
+        )
+        .await;
+        bar.finish_and_clear();
+        say(format!(
+            "exported {} from the builder into the layer store",
+            shipment.reference
+        ));
+        stored_image = Some(stored?);
+        if let (Some(i), Some(Ok((layer_bytes, archive_bytes)))) = (direct, loaded) {
+            let mut outcome = verified(&nodes[i], shipment, settings, "full").await;
+            outcome.layer_bytes = layer_bytes;
+            outcome.archive_bytes = archive_bytes;
+            outcome.layers_sent = shipment.diff_ids.len();
+            outcome.seconds = started.elapsed().as_secs_f64();
+            outcomes[i] = Some(outcome);
         }
+        // A direct load that failed is tried again below, from the store.
     }
     let transfers = nodes
         .iter()
@@ -386,6 +414,33 @@ pub async fn distribute(
         remember_full_nodes(settings.state_dir, &full_nodes)?;
     }
     Ok(outcomes)
+}
+
+/// What a node needs: nothing, the layers from some point on, or it cannot be asked.
+async fn decide(
+    node: &Engine,
+    shipment: &Shipment,
+    settings: &ShipSettings<'_>,
+    chains: &[String],
+    full: bool,
+) -> Decision {
+    match verify::holding(
+        node,
+        &shipment.reference,
+        settings.checksum_label,
+        &shipment.checksum,
+        &shipment.fingerprint,
+    )
+    .await
+    {
+        Ok(h) if h.state == Holding::Current => Decision::Skip,
+        Ok(_) if full => Decision::Send { first_missing: 0 },
+        Ok(_) => match held_prefix(node, chains, &shipment.related).await {
+            Ok(first_missing) => Decision::Send { first_missing },
+            Err(e) => Decision::Failed(e.to_string()),
+        },
+        Err(e) => Decision::Failed(e.to_string()),
+    }
 }
 
 enum Decision {
