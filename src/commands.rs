@@ -3,8 +3,8 @@
 
 use crate::build::{self, BuildSettings};
 use crate::cli::{Cli, Command, Selection};
-use crate::config::Config;
 use crate::config::NodeConfig;
+use crate::config::{Config, Transport};
 use crate::engine::Engine;
 use crate::error::{Error, Result};
 use crate::lock::{self, BaseResolver};
@@ -16,7 +16,7 @@ use crate::store::LayerStore;
 use crate::values::Digest;
 use crate::values::Name;
 use crate::verify::{self, Holding};
-use crate::{check, context, fetch, render};
+use crate::{check, context, fetch, registry, render};
 use serde_json::json;
 
 pub struct Session {
@@ -522,11 +522,38 @@ fn distribute_command(
                 Err(e) => unreachable.push((node.name.to_string(), e.to_string())),
             }
         }
+        // Nodes by transport; each image goes to both groups, outcomes in the config's order.
+        let (by_registry, by_stream): (Vec<Engine>, Vec<Engine>) =
+            engines.into_iter().partition(|e| {
+                nodes.iter().any(|n| {
+                    n.name.as_str() == e.node
+                        && session.config.transport_of(n) == Transport::Registry
+                })
+            });
+        let order = |outcome: &ship::NodeOutcome| {
+            nodes.iter().position(|n| n.name.as_str() == outcome.node)
+        };
         for name in &names {
             let image = plan.get(name);
             let shipment = session.shipment(&builder, &plan, image).await?;
-            let mut outcomes =
-                ship::distribute(&builder, &engines, &store, &shipment, &settings).await?;
+            let mut outcomes = if by_stream.is_empty() {
+                Vec::new()
+            } else {
+                ship::distribute(&builder, &by_stream, &store, &shipment, &settings).await?
+            };
+            if !by_registry.is_empty() {
+                outcomes.extend(
+                    registry::distribute(
+                        &builder,
+                        &by_registry,
+                        &session.config.registry,
+                        &cache_dir(),
+                        &shipment,
+                        &settings,
+                    )
+                    .await,
+                );
+            }
             for (node, error) in &unreachable {
                 outcomes.push(ship::NodeOutcome {
                     node: node.clone(),
@@ -540,6 +567,7 @@ fn distribute_command(
                     error: Some(error.clone()),
                 });
             }
+            outcomes.sort_by_key(|o| order(o));
             all.push((name.to_string(), shipment.reference, outcomes));
         }
         Ok::<_, Error>(())

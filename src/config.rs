@@ -17,6 +17,37 @@ struct ConfigFile {
     builder: Option<NodeConfig>,
     #[serde(default, rename = "node")]
     nodes: Vec<NodeConfig>,
+    /// How images reach the nodes unless a node says otherwise.
+    #[serde(default)]
+    transport: Transport,
+    #[serde(default)]
+    registry: RegistryConfig,
+}
+
+/// How `distribute` moves an image to a node.
+#[derive(Debug, Clone, Copy, Default, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "kebab-case")]
+pub enum Transport {
+    /// The builder's export, streamed to each node's `docker load` (only missing layers).
+    #[default]
+    Stream,
+    /// Pushed once to a registry, pulled by the nodes concurrently.
+    Registry,
+}
+
+/// `[registry]`: the registry of `transport = "registry"`.
+#[derive(Debug, Clone, Default, Deserialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+pub struct RegistryConfig {
+    /// `host:port` of a registry the operator runs (plain HTTP or TLS, as the engines are set
+    /// up for it), which the builder pushes to and every node pulls from. Without it,
+    /// hallmark starts one for each distribute on the machine it runs on (the builder).
+    pub address: Option<String>,
+    /// The port of the registry hallmark starts, on 127.0.0.1 there and on each ssh node
+    /// (through `ssh -R`). Default: a free port.
+    pub port: Option<u16>,
+    /// How many nodes pull at once (default 4).
+    pub pulls: Option<usize>,
 }
 
 #[derive(Debug, Clone, Deserialize, PartialEq, Eq)]
@@ -25,6 +56,9 @@ pub struct NodeConfig {
     pub name: Name,
     /// `unix:///path`, `tcp://host:port` or `ssh://[user@]host[:port]`.
     pub engine: String,
+    /// This node's transport, if not the cluster's.
+    #[serde(default)]
+    pub transport: Option<Transport>,
 }
 
 #[derive(Debug, Clone)]
@@ -35,6 +69,15 @@ pub struct Config {
     pub ssh_config: Option<PathBuf>,
     pub builder: NodeConfig,
     pub nodes: Vec<NodeConfig>,
+    pub transport: Transport,
+    pub registry: RegistryConfig,
+}
+
+impl Config {
+    /// The transport that takes images to `node`.
+    pub fn transport_of(&self, node: &NodeConfig) -> Transport {
+        node.transport.unwrap_or(self.transport)
+    }
 }
 
 fn local_engine() -> NodeConfig {
@@ -45,6 +88,7 @@ fn local_engine() -> NodeConfig {
     NodeConfig {
         name: Name::try_from("local".to_string()).expect("valid"),
         engine,
+        transport: None,
     }
 }
 
@@ -64,6 +108,8 @@ impl Config {
                 ssh_config: None,
                 builder: local.clone(),
                 nodes: vec![local],
+                transport: Transport::Stream,
+                registry: RegistryConfig::default(),
             });
         };
         let text = match fs_err::read_to_string(&path) {
@@ -125,6 +171,20 @@ impl Config {
                 format!("`{label}` is not a label key"),
             ));
         }
+        if let Some(address) = &file.registry.address {
+            let ok = address.rsplit_once(':').is_some_and(|(host, port)| {
+                !host.is_empty() && !host.contains('/') && port.parse::<u16>().is_ok()
+            });
+            if !ok {
+                return Err(invalid(
+                    "registry.address",
+                    format!("`{address}` is not host:port"),
+                ));
+            }
+        }
+        if file.registry.pulls == Some(0) {
+            return Err(invalid("registry.pulls", "must be at least 1".into()));
+        }
         let base = path.parent().unwrap_or(Path::new("."));
         Ok(Config {
             ssh_config: file.ssh_config.map(|p| base.join(p)),
@@ -132,6 +192,8 @@ impl Config {
             checksum_label: label,
             builder,
             nodes,
+            transport: file.transport,
+            registry: file.registry,
         })
     }
 }

@@ -30,7 +30,7 @@ pub struct Engine {
     pub endpoint: String,
     pub docker: Docker,
     /// Keeps the ssh bridge of an `ssh://` engine alive as long as the engine.
-    _bridge: Option<SshBridge>,
+    bridge: Option<SshBridge>,
 }
 
 impl Engine {
@@ -80,7 +80,7 @@ impl Engine {
             node: node.name.to_string(),
             endpoint,
             docker,
-            _bridge: bridge,
+            bridge,
         })
     }
 
@@ -90,6 +90,48 @@ impl Engine {
             endpoint: self.endpoint.clone(),
             message: message.into(),
             hint: None,
+        }
+    }
+
+    /// For an `ssh://` engine, makes `127.0.0.1:port` on the node lead to `127.0.0.1:port`
+    /// here (`ssh -R` on the connection's control master, so host keys are those already
+    /// checked); `false` for other engines, which reach this machine's loopback only if
+    /// they run on it.
+    pub async fn forward_here(&self, port: u16) -> Result<bool> {
+        let Some(bridge) = &self.bridge else {
+            return Ok(false);
+        };
+        let spec = vec![
+            "-R".to_string(),
+            format!("127.0.0.1:{port}:127.0.0.1:{port}"),
+        ];
+        let mut command = tokio::process::Command::from(bridge.control_command("forward", &spec));
+        let output = command
+            .stdout(std::process::Stdio::null())
+            .output()
+            .await
+            .map_err(|e| self.error(format!("cannot run ssh: {e}")))?;
+        if !output.status.success() {
+            return Err(self.error(format!(
+                "cannot open a tunnel to the registry (ssh -R 127.0.0.1:{port}): {}",
+                String::from_utf8_lossy(&output.stderr).trim()
+            )));
+        }
+        Ok(true)
+    }
+
+    /// Undoes [`Engine::forward_here`].
+    pub async fn cancel_forward(&self, port: u16) {
+        if let Some(bridge) = &self.bridge {
+            let spec = vec![
+                "-R".to_string(),
+                format!("127.0.0.1:{port}:127.0.0.1:{port}"),
+            ];
+            let _ = tokio::process::Command::from(bridge.control_command("cancel", &spec))
+                .stdout(std::process::Stdio::null())
+                .stderr(std::process::Stdio::null())
+                .status()
+                .await;
         }
     }
 
@@ -202,8 +244,9 @@ struct SshBridge {
     socket: PathBuf,
     _dir: tempfile::TempDir,
     task: tokio::task::JoinHandle<()>,
-    /// `ssh ... -O exit HOST`: the command that stops the control master.
-    exit: Vec<String>,
+    /// `-F config -p port -o ControlPath=...`: what reaches the control master.
+    control: Vec<String>,
+    destination: String,
 }
 
 impl SshBridge {
@@ -219,20 +262,20 @@ impl SshBridge {
         };
         // One ssh connection carries every API connection to the node (a control master in
         // the bridge's private folder): the handshake and host-key check happen once.
-        let mut options = Vec::new();
+        let mut options: Vec<String> = Vec::new();
         if let Some(config) = ssh_config {
             options.extend(["-F".into(), config.display().to_string()]);
         }
         if let Some(port) = &port {
             options.extend(["-p".into(), port.clone()]);
         }
-        let control = dir.path().join("control");
-        options.extend(["-o".into(), format!("ControlPath={}", control.display())]);
-        let exit = options
-            .iter()
-            .cloned()
-            .chain(["-O".into(), "exit".into(), destination.clone()])
-            .collect();
+        let control_path = dir.path().join("control");
+        options.extend([
+            "-o".into(),
+            format!("ControlPath={}", control_path.display()),
+        ]);
+        let control = options.clone();
+        let bridge_destination = destination.clone();
         options.extend([
             "-o".into(),
             "ControlMaster=auto".into(),
@@ -279,8 +322,21 @@ impl SshBridge {
             socket,
             _dir: dir,
             task,
-            exit,
+            control,
+            destination: bridge_destination,
         })
+    }
+
+    /// `ssh <control> -O <operation> [args] HOST` on the control master.
+    fn control_command(&self, operation: &str, args: &[String]) -> std::process::Command {
+        let mut command = std::process::Command::new("ssh");
+        command
+            .args(&self.control)
+            .args(["-O", operation])
+            .args(args)
+            .arg(&self.destination)
+            .stdin(std::process::Stdio::null());
+        command
     }
 }
 
@@ -288,9 +344,8 @@ impl Drop for SshBridge {
     fn drop(&mut self) {
         self.task.abort();
         // Ends the control master (if one was started); its socket goes with the folder.
-        let _ = std::process::Command::new("ssh")
-            .args(&self.exit)
-            .stdin(std::process::Stdio::null())
+        let _ = self
+            .control_command("exit", &[])
             .stdout(std::process::Stdio::null())
             .stderr(std::process::Stdio::null())
             .status();

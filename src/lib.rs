@@ -22,6 +22,7 @@ pub mod patches;
 pub mod pins;
 pub mod plan;
 pub mod project;
+pub mod registry;
 pub mod render;
 pub mod repro;
 pub mod ship;

@@ -26,7 +26,7 @@ use std::time::Instant;
 #[derive(Debug, Clone, Serialize)]
 pub struct NodeOutcome {
     pub node: String,
-    /// `skipped`, `thin`, `full` or `failed`.
+    /// `skipped`, `thin`, `full`, `pulled` (from a registry) or `failed`.
     pub action: &'static str,
     /// Layer bytes sent (what the node lacked); `archive_bytes` adds the metadata.
     pub layer_bytes: u64,
@@ -417,7 +417,7 @@ pub async fn distribute(
 }
 
 /// What a node needs: nothing, the layers from some point on, or it cannot be asked.
-async fn decide(
+pub(crate) async fn decide(
     node: &Engine,
     shipment: &Shipment,
     settings: &ShipSettings<'_>,
@@ -443,7 +443,7 @@ async fn decide(
     }
 }
 
-enum Decision {
+pub(crate) enum Decision {
     Skip,
     /// Send the layers from `first_missing` on (0: all of them).
     Send {
@@ -453,7 +453,7 @@ enum Decision {
 }
 
 impl NodeOutcome {
-    fn new(node: &str, action: &'static str, verified: bool) -> NodeOutcome {
+    pub(crate) fn new(node: &str, action: &'static str, verified: bool) -> NodeOutcome {
         NodeOutcome {
             node: node.to_string(),
             action,
@@ -467,7 +467,7 @@ impl NodeOutcome {
         }
     }
 
-    fn failed(node: &str, error: String) -> NodeOutcome {
+    pub(crate) fn failed(node: &str, error: String) -> NodeOutcome {
         NodeOutcome {
             error: Some(error),
             ..NodeOutcome::new(node, "failed", false)
@@ -508,7 +508,7 @@ async fn send_and_verify(
 }
 
 /// The outcome of a load: `action` if the node now holds the image, `failed` otherwise.
-async fn verified(
+pub(crate) async fn verified(
     node: &Engine,
     shipment: &Shipment,
     settings: &ShipSettings<'_>,

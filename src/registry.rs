@@ -1,0 +1,369 @@
+//! `transport = "registry"`: the builder pushes the image once to a registry and the nodes
+//! pull it, several at a time. For clusters where one stream per node from the builder is
+//! the bottleneck (docs/shipping.md has the arithmetic).
+//!
+//! Without an operator's `[registry] address`, hallmark runs Docker's own registry
+//! (`docker-registry` from Debian, distribution 2.8) on 127.0.0.1 of the machine it runs on,
+//! which must be the builder's, for the length of the distribute; its storage stays in the
+//! cache so a second push sends nothing. ssh nodes reach it through `ssh -R` to the same
+//! port on their own loopback: engines pull from 127.0.0.0/8 over plain HTTP without any
+//! insecure-registry setting, and the tunnel rides the connection whose host key is checked.
+
+use crate::config::RegistryConfig;
+use crate::engine::Engine;
+use crate::error::{Error, Result};
+use crate::ship::{self, Decision, NodeOutcome, ShipSettings, Shipment};
+use bollard::query_parameters::{
+    CreateImageOptionsBuilder, PushImageOptionsBuilder, RemoveImageOptionsBuilder,
+};
+use futures_util::StreamExt;
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+/// A registry the builder and the nodes can reach.
+pub struct Registry {
+    /// `host:port`, as the builder and the nodes name it.
+    pub address: String,
+    /// The port on 127.0.0.1 of a registry hallmark started (ssh nodes get it by `ssh -R`).
+    local_port: Option<u16>,
+    /// Killed when the registry is dropped.
+    _process: Option<tokio::process::Child>,
+}
+
+impl Registry {
+    /// The operator's registry, or one started here on `config.port` (default: a free port)
+    /// with its storage under `cache/registry`.
+    pub async fn open(config: &RegistryConfig, cache: &Path) -> Result<Registry> {
+        if let Some(address) = &config.address {
+            return Ok(Registry {
+                address: address.clone(),
+                local_port: None,
+                _process: None,
+            });
+        }
+        let port = match config.port {
+            Some(port) => port,
+            None => free_port().map_err(|e| Error::io(cache, e))?,
+        };
+        let root = cache.join("registry");
+        let storage = root.join("storage");
+        fs_err::create_dir_all(&storage).map_err(|e| Error::io(&storage, e))?;
+        let config_path = root.join("config.yml");
+        fs_err::write(&config_path, registry_config(&storage, port))
+            .map_err(|e| Error::io(&config_path, e))?;
+        let log_path = root.join("registry.log");
+        let log = fs_err::File::create(&log_path).map_err(|e| Error::io(&log_path, e))?;
+        let binary = which(&["docker-registry", "registry"]).ok_or_else(|| Error::Usage {
+            message: "transport = \"registry\" needs a registry to start, and neither `docker-registry` nor `registry` is on PATH".into(),
+            hint: Some("install Debian's docker-registry, or name a running one in hallmark.toml: [registry] address = \"host:port\"".into()),
+        })?;
+        let command = format!("{} serve {}", binary.display(), config_path.display());
+        let mut child = tokio::process::Command::new(&binary)
+            .arg("serve")
+            .arg(&config_path)
+            .stdin(std::process::Stdio::null())
+            .stdout(
+                log.try_clone()
+                    .map_err(|e| Error::io(&log_path, e))?
+                    .into_parts()
+                    .0,
+            )
+            .stderr(log.into_parts().0)
+            .kill_on_drop(true)
+            .spawn()
+            .map_err(|e| Error::Command {
+                command: command.clone(),
+                context: None,
+                stderr: e.to_string(),
+            })?;
+        // Ready when it accepts connections; given up after 15 s or when it exits.
+        let deadline = Instant::now() + Duration::from_secs(15);
+        loop {
+            if tokio::net::TcpStream::connect(("127.0.0.1", port))
+                .await
+                .is_ok()
+            {
+                break;
+            }
+            let exited = child.try_wait().ok().flatten();
+            if exited.is_some() || Instant::now() > deadline {
+                let log = fs_err::read_to_string(&log_path).unwrap_or_default();
+                let tail: Vec<&str> = log.lines().rev().take(5).collect();
+                return Err(Error::Command {
+                    command,
+                    context: Some(match exited {
+                        Some(status) => format!("exited with {status}"),
+                        None => format!("not listening on 127.0.0.1:{port} after 15 s"),
+                    }),
+                    stderr: tail.into_iter().rev().collect::<Vec<_>>().join("\n"),
+                });
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        Ok(Registry {
+            address: format!("127.0.0.1:{port}"),
+            local_port: Some(port),
+            _process: Some(child),
+        })
+    }
+}
+
+fn registry_config(storage: &Path, port: u16) -> String {
+    format!(
+        "version: 0.1\nlog:\n  level: warn\n  accesslog:\n    disabled: true\n\
+         storage:\n  filesystem:\n    rootdirectory: {}\n  delete:\n    enabled: true\n\
+         http:\n  addr: 127.0.0.1:{port}\n",
+        storage.display()
+    )
+}
+
+fn free_port() -> std::io::Result<u16> {
+    Ok(std::net::TcpListener::bind(("127.0.0.1", 0))?
+        .local_addr()?
+        .port())
+}
+
+fn which(names: &[&str]) -> Option<PathBuf> {
+    let path = std::env::var_os("PATH")?;
+    names.iter().find_map(|name| {
+        std::env::split_paths(&path)
+            .map(|dir| dir.join(name))
+            .find(|candidate| candidate.is_file())
+    })
+}
+
+/// `name:tag` split at the tag's colon (a registry port's colon comes before a `/`).
+fn repository_and_tag(reference: &str) -> (&str, &str) {
+    match reference.rsplit_once(':') {
+        Some((repository, tag)) if !tag.contains('/') => (repository, tag),
+        _ => (reference, "latest"),
+    }
+}
+
+/// Distributes one image to `nodes` (already connected) through `registry`, starting it
+/// only if a node needs the image. One outcome per node, in order.
+pub async fn distribute(
+    builder: &Engine,
+    nodes: &[Engine],
+    config: &RegistryConfig,
+    cache: &Path,
+    shipment: &Shipment,
+    settings: &ShipSettings<'_>,
+) -> Vec<NodeOutcome> {
+    let phase = Instant::now();
+    let say = |what: String| {
+        if settings.verbose {
+            eprintln!("{:>7.2} s  {what}", phase.elapsed().as_secs_f64());
+        }
+    };
+    let chains = ship::chain_ids(&shipment.diff_ids);
+    let decisions = futures_util::future::join_all(
+        nodes
+            .iter()
+            .map(|node| ship::decide(node, shipment, settings, &chains, true)),
+    )
+    .await;
+    say(format!("asked {} nodes what they hold", nodes.len()));
+    let mut outcomes: Vec<Option<NodeOutcome>> = decisions
+        .iter()
+        .zip(nodes)
+        .map(|(decision, node)| match decision {
+            Decision::Skip => Some(NodeOutcome::new(&node.node, "skipped", true)),
+            Decision::Failed(error) => Some(NodeOutcome::failed(&node.node, error.clone())),
+            Decision::Send { .. } => None,
+        })
+        .collect();
+    if outcomes.iter().all(Option::is_some) {
+        return outcomes.into_iter().flatten().collect();
+    }
+    let pushed = async {
+        let registry = Registry::open(config, cache).await?;
+        say(format!("registry at {}", registry.address));
+        let pushed = push(builder, &registry, shipment).await?;
+        say(format!(
+            "pushed {}: {} layers sent, {} already there",
+            shipment.reference, pushed.0, pushed.1
+        ));
+        Ok::<_, Error>(registry)
+    }
+    .await;
+    let registry = match pushed {
+        Ok(registry) => registry,
+        Err(e) => {
+            let message = e.to_string();
+            return outcomes
+                .into_iter()
+                .zip(nodes)
+                .map(|(o, node)| {
+                    o.unwrap_or_else(|| NodeOutcome::failed(&node.node, message.clone()))
+                })
+                .collect();
+        }
+    };
+    let pulls = outcomes
+        .iter()
+        .enumerate()
+        .filter(|(_, o)| o.is_none())
+        .map(|(i, _)| {
+            let (node, registry) = (&nodes[i], &registry);
+            async move {
+                let started = Instant::now();
+                let mut outcome = match pull(node, registry, shipment).await {
+                    Ok(pulled) => {
+                        let mut outcome = ship::verified(node, shipment, settings, "pulled").await;
+                        outcome.layers_sent = pulled.layers;
+                        outcome.layer_bytes = pulled.bytes;
+                        outcome.archive_bytes = pulled.bytes;
+                        outcome
+                    }
+                    Err(e) => NodeOutcome::failed(&node.node, e.to_string()),
+                };
+                outcome.seconds = started.elapsed().as_secs_f64();
+                (i, outcome)
+            }
+        })
+        .collect::<Vec<_>>();
+    let bound = config.pulls.unwrap_or(4);
+    let mut done = futures_util::stream::iter(pulls).buffer_unordered(bound);
+    while let Some((i, outcome)) = done.next().await {
+        say(format!(
+            "{}: {} ({:.2} s)",
+            outcome.node, outcome.action, outcome.seconds
+        ));
+        outcomes[i] = Some(outcome);
+    }
+    outcomes
+        .into_iter()
+        .map(|o| o.expect("every node has an outcome"))
+        .collect()
+}
+
+/// Pushes the builder's image; returns (layers sent, layers the registry had). The engine
+/// sends only the layers the registry lacks.
+async fn push(
+    builder: &Engine,
+    registry: &Registry,
+    shipment: &Shipment,
+) -> Result<(usize, usize)> {
+    let (repository, tag) = repository_and_tag(&shipment.reference);
+    let target = format!("{}/{repository}", registry.address);
+    builder
+        .tag(&shipment.image_id, &format!("{target}:{tag}"))
+        .await?;
+    let options = PushImageOptionsBuilder::new().tag(tag).build();
+    let mut stream = builder.docker.push_image(&target, Some(options), None);
+    let (mut sent, mut present) = (0, 0);
+    let mut failure = None;
+    while let Some(item) = stream.next().await {
+        match item {
+            Ok(info) => {
+                if let Some(message) = info.error_detail.and_then(|d| d.message) {
+                    failure = Some(message);
+                }
+                match info.status.as_deref() {
+                    Some("Pushed") => sent += 1,
+                    Some("Layer already exists") => present += 1,
+                    _ => {}
+                }
+            }
+            Err(e) => {
+                failure = Some(e.to_string());
+                break;
+            }
+        }
+    }
+    // The registry's name for the image is hallmark's business, not the builder's.
+    untag(builder, &format!("{target}:{tag}")).await;
+    match failure {
+        Some(message) => Err(builder.error(format!(
+            "push of {} to the registry at {} failed: {message}",
+            shipment.reference, registry.address
+        ))),
+        None => Ok((sent, present)),
+    }
+}
+
+struct Pulled {
+    layers: usize,
+    /// Compressed bytes downloaded, as the engine reports them.
+    bytes: u64,
+}
+
+/// One node pulls the image, then the tag moves to it (the previous image stays under the
+/// tag until the pull is whole).
+async fn pull(node: &Engine, registry: &Registry, shipment: &Shipment) -> Result<Pulled> {
+    let tunnel = match registry.local_port {
+        Some(port) => node.forward_here(port).await?.then_some(port),
+        None => None,
+    };
+    if registry.local_port.is_some() && tunnel.is_none() && !node.endpoint.starts_with("unix://") {
+        return Err(node.error(format!(
+            "cannot reach the registry hallmark started at {} (only ssh:// and local unix:// engines can); name one all nodes reach in hallmark.toml: [registry] address",
+            registry.address
+        )));
+    }
+    let pulled = pull_and_tag(node, registry, shipment).await;
+    if let Some(port) = tunnel {
+        node.cancel_forward(port).await;
+    }
+    pulled
+}
+
+async fn pull_and_tag(node: &Engine, registry: &Registry, shipment: &Shipment) -> Result<Pulled> {
+    let (repository, tag) = repository_and_tag(&shipment.reference);
+    let source = format!("{}/{repository}", registry.address);
+    let options = CreateImageOptionsBuilder::new()
+        .from_image(&source)
+        .tag(tag)
+        .build();
+    let mut stream = node.docker.create_image(Some(options), None, None);
+    let mut totals: HashMap<String, u64> = HashMap::new();
+    let mut layers = 0;
+    let mut failure = None;
+    while let Some(item) = stream.next().await {
+        match item {
+            Ok(info) => {
+                if let Some(message) = info.error_detail.and_then(|d| d.message) {
+                    failure = Some(message);
+                }
+                let id = info.id.unwrap_or_default();
+                match info.status.as_deref() {
+                    Some("Downloading") => {
+                        if let Some(total) = info.progress_detail.and_then(|p| p.total) {
+                            totals.insert(id, total.max(0) as u64);
+                        }
+                    }
+                    Some("Pull complete") => layers += 1,
+                    _ => {}
+                }
+            }
+            Err(e) => {
+                failure = Some(e.to_string());
+                break;
+            }
+        }
+    }
+    if let Some(message) = failure {
+        return Err(node.error(format!(
+            "cannot pull {} from the registry at {}: {message}",
+            shipment.reference, registry.address
+        )));
+    }
+    let pulled = format!("{source}:{tag}");
+    node.tag(&pulled, &shipment.reference).await?;
+    untag(node, &pulled).await;
+    Ok(Pulled {
+        layers,
+        bytes: totals.values().sum(),
+    })
+}
+
+/// Removes one name of an image, never the image (another tag still names it).
+async fn untag(engine: &Engine, reference: &str) {
+    let options = RemoveImageOptionsBuilder::new().noprune(true).build();
+    let _ = engine
+        .docker
+        .remove_image(reference, Some(options), None)
+        .await;
+}

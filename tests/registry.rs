@@ -1,0 +1,167 @@
+//! `transport = "registry"` on the testbed: the builder pushes to Debian's docker-registry
+//! (distribution 2.8), started by hallmark; the four nodes pull it (node1 on the containerd
+//! store, node4 over ssh through `ssh -R`).
+
+mod support;
+
+use serde_json::Value;
+use std::io::BufRead;
+use std::process::{Command, Stdio};
+use support::{Testbed, hallmark_json, nodes_of, reference, ship_project};
+
+/// The testbed's cluster file with every node on the registry transport, on `port`.
+fn registry_config(testbed: &Testbed, run: &str, port: u16) -> std::path::PathBuf {
+    let path = testbed.dir.join(format!("hallmark-registry-{run}.toml"));
+    let base = std::fs::read_to_string(testbed.config()).unwrap();
+    std::fs::write(
+        &path,
+        format!("transport = \"registry\"\n{base}\n[registry]\nport = {port}\npulls = 4\n"),
+    )
+    .unwrap();
+    path
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind(("127.0.0.1", 0))
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+#[test]
+fn nodes_pull_from_the_registry_verify_and_a_node_that_cannot_reach_it_fails_alone() {
+    let testbed = Testbed::get();
+    let project = ship_project(8, "v1");
+    let run = support::unique();
+    let port = free_port();
+    let config = registry_config(testbed, &run, port);
+    let wrap = reference(&project, "wrap");
+    project
+        .run(&["--config", config.to_str().unwrap(), "-q", "build", "wrap"])
+        .success();
+
+    // First distribute: every node pulls, and verifies.
+    let (code, report) = hallmark_json(&project, &config, &["distribute", "wrap"]);
+    assert_eq!(code, 0, "{report}");
+    let nodes = nodes_of(&report);
+    assert_eq!(nodes.len(), 4);
+    for node in &nodes {
+        assert_eq!(node["action"], "pulled", "{node}");
+        assert_eq!(node["verified"], true, "{node}");
+    }
+    for node in ["node1", "node2", "node3", "node4"] {
+        testbed.docker_ok(
+            node,
+            &[
+                "run",
+                "--rm",
+                "--network",
+                "none",
+                &wrap,
+                "test",
+                "-s",
+                "/wrap.bin",
+            ],
+        );
+        // Only hallmark's tag is left on the node, not the registry's name for it.
+        let tags = testbed.docker_ok(node, &["image", "ls", "--format", "{{.Repository}}"]);
+        assert!(
+            !tags.contains(&format!("127.0.0.1:{port}/")),
+            "{node}: {tags}"
+        );
+    }
+
+    // Second distribute: nothing moves.
+    let (code, report) = hallmark_json(&project, &config, &["distribute", "wrap"]);
+    assert_eq!(code, 0, "{report}");
+    for node in nodes_of(&report) {
+        assert_eq!(node["action"], "skipped", "{node}");
+        assert_eq!(node["layers_sent"], 0, "{node}");
+    }
+    // A node that lost the image pulls it again; the registry already has every layer.
+    testbed.docker_ok("node2", &["rmi", &wrap]);
+    let run_v = project.run(&[
+        "--config",
+        config.to_str().unwrap(),
+        "-v",
+        "--json",
+        "distribute",
+        "wrap",
+    ]);
+    assert_eq!(run_v.code(), 0, "{}", run_v.stderr());
+    assert!(
+        run_v.stderr().contains(": 0 layers sent"),
+        "{}",
+        run_v.stderr()
+    );
+    let report: Value = serde_json::from_str(&run_v.stdout()).unwrap();
+    for node in nodes_of(&report) {
+        let expected = if node["node"] == "node2" {
+            "pulled"
+        } else {
+            "skipped"
+        };
+        assert_eq!(node["action"], expected, "{node}");
+    }
+
+    // v2 while node4's end of the tunnel is taken: node4 fails alone and keeps v1.
+    let v1_on_node4 =
+        testbed.docker_ok("node4", &["image", "inspect", "--format", "{{.Id}}", &wrap]);
+    let netns = format!("--net=/run/netns/hmtb{}", testbed.env["HMTB_ID"]);
+    let mut squatter = Command::new("nsenter")
+        .args([&netns, "--", "python3", "-c"])
+        .arg(format!(
+            "import socket, sys\ns = socket.socket()\ns.bind(('127.0.0.1', {port}))\ns.listen()\nprint('listening', flush=True)\nsys.stdin.read()"
+        ))
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    std::io::BufReader::new(squatter.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    assert_eq!(line.trim(), "listening");
+    let spec = project.read("images/wrap/image.toml");
+    project.write("images/wrap/image.toml", &spec.replace("\"v1\"", "\"v2\""));
+    project
+        .run(&["--config", config.to_str().unwrap(), "-q", "build", "wrap"])
+        .success();
+    let (code, report) = hallmark_json(&project, &config, &["distribute", "wrap"]);
+    drop(squatter.stdin.take());
+    squatter.wait().unwrap();
+    assert_eq!(code, 1, "{report}");
+    for node in nodes_of(&report) {
+        if node["node"] == "node4" {
+            assert_eq!(node["action"], "failed", "{node}");
+            let error = node["error"].as_str().unwrap();
+            assert!(
+                error.contains("node4") && error.contains("registry"),
+                "{error}"
+            );
+        } else {
+            assert_eq!(node["action"], "pulled", "{node}");
+            assert_eq!(node["verified"], true, "{node}");
+        }
+    }
+    assert_eq!(
+        testbed.docker_ok("node4", &["image", "inspect", "--format", "{{.Id}}", &wrap]),
+        v1_on_node4,
+        "node4 kept v1"
+    );
+    // The port free again, the re-run finishes node4 only.
+    let (code, report) = hallmark_json(&project, &config, &["distribute", "wrap"]);
+    assert_eq!(code, 0, "{report}");
+    for node in nodes_of(&report) {
+        let expected = if node["node"] == "node4" {
+            "pulled"
+        } else {
+            "skipped"
+        };
+        assert_eq!(node["action"], expected, "{node}");
+        assert_eq!(node["verified"], true, "{node}");
+    }
+    let (code, _) = hallmark_json(&project, &config, &["verify", "wrap"]);
+    assert_eq!(code, 0);
+}
