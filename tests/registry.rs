@@ -105,14 +105,16 @@ fn nodes_pull_from_the_registry_verify_and_a_node_that_cannot_reach_it_fails_alo
         assert_eq!(node["action"], expected, "{node}");
     }
 
-    // v2 while node4's end of the tunnel is taken: node4 fails alone and keeps v1.
+    // v2 while node4's end of the tunnel is taken: node4 fails alone and keeps v1. (The
+    // squatter reuses the address as sshd does: the last pulls' closed connections may
+    // still be in TIME_WAIT on that port.)
     let v1_on_node4 =
         testbed.docker_ok("node4", &["image", "inspect", "--format", "{{.Id}}", &wrap]);
     let netns = format!("--net=/run/netns/hmtb{}", testbed.env["HMTB_ID"]);
     let mut squatter = Command::new("nsenter")
         .args([&netns, "--", "python3", "-c"])
         .arg(format!(
-            "import socket, sys\ns = socket.socket()\ns.bind(('127.0.0.1', {port}))\ns.listen()\nprint('listening', flush=True)\nsys.stdin.read()"
+            "import socket, sys\ns = socket.socket()\ns.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)\ns.bind(('127.0.0.1', {port}))\ns.listen()\nprint('listening', flush=True)\nsys.stdin.read()"
         ))
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
