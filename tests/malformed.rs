@@ -401,3 +401,38 @@ fn an_unknown_key_in_the_cluster_file_names_it() {
         run.stderr()
     );
 }
+
+#[test]
+fn a_bad_transport_or_registry_setting_names_its_key() {
+    let cases = [
+        (
+            "transport = \"carrier-pigeon\"\n",
+            "hallmark.toml:1",
+            "carrier-pigeon",
+        ),
+        (
+            "transport = \"registry\"\n[registry]\naddress = \"http://reg/\"\n",
+            "registry.address",
+            "not host:port",
+        ),
+        ("[registry]\npulls = 0\n", "registry.pulls", "at least 1"),
+        (
+            "[[node]]\nname = \"n\"\nengine = \"unix:///x\"\ntransport = \"ftp\"\n",
+            "hallmark.toml:4",
+            "ftp",
+        ),
+    ];
+    for (text, key, message) in cases {
+        let project = TestProject::new();
+        project
+            .write("images/ok/image.toml", "[from]\nref = \"x:1\"\n")
+            .write("hallmark.toml", text);
+        let run = project.run(&["nodes"]);
+        assert_eq!(run.code(), 2, "{text}: {}", run.stderr());
+        assert!(
+            run.stderr().contains(key) && run.stderr().contains(message),
+            "{text}: {}",
+            run.stderr()
+        );
+    }
+}
