@@ -813,5 +813,8 @@ fn prune_command(session: &Session) -> Result<u8> {
     session.note(format!(
         "removed {removed} blobs, {bytes} bytes, from the layer store"
     ));
+    if let Some(collected) = registry::collect_garbage(&cache_dir())? {
+        session.note(collected);
+    }
     Ok(0)
 }

@@ -109,6 +109,60 @@ impl Registry {
     }
 }
 
+/// `hallmark prune`'s part for the registry hallmark starts: its garbage collector, run while
+/// it is stopped (it only runs during a distribute), removes manifests no tag names any more
+/// (older versions pushed under the same tag) and the blobs only they used. `None` if
+/// hallmark never started a registry here.
+pub fn collect_garbage(cache: &Path) -> Result<Option<String>> {
+    let config = cache.join("registry/config.yml");
+    if !config.is_file() {
+        return Ok(None);
+    }
+    let binary = which(&["docker-registry", "registry"]).ok_or_else(|| Error::Usage {
+        message: "cannot collect the registry's garbage: neither `docker-registry` nor `registry` is on PATH".into(),
+        hint: None,
+    })?;
+    let storage = cache.join("registry/storage");
+    let before = folder_bytes(&storage);
+    let output = std::process::Command::new(&binary)
+        .args(["garbage-collect", "--delete-untagged"])
+        .arg(&config)
+        .output()
+        .map_err(|e| Error::Command {
+            command: format!("{} garbage-collect", binary.display()),
+            context: None,
+            stderr: e.to_string(),
+        })?;
+    if !output.status.success() {
+        return Err(Error::Command {
+            command: format!(
+                "{} garbage-collect --delete-untagged {}",
+                binary.display(),
+                config.display()
+            ),
+            context: None,
+            stderr: String::from_utf8_lossy(&output.stderr).into_owned(),
+        });
+    }
+    let after = folder_bytes(&storage);
+    Ok(Some(format!(
+        "removed {} bytes from the registry's storage ({} bytes left in {})",
+        before.saturating_sub(after),
+        after,
+        storage.display()
+    )))
+}
+
+fn folder_bytes(dir: &Path) -> u64 {
+    walkdir::WalkDir::new(dir)
+        .into_iter()
+        .flatten()
+        .filter_map(|e| e.metadata().ok())
+        .filter(|m| m.is_file())
+        .map(|m| m.len())
+        .sum()
+}
+
 fn registry_config(storage: &Path, port: u16) -> String {
     format!(
         "version: 0.1\nlog:\n  level: warn\n  accesslog:\n    disabled: true\n\

@@ -166,4 +166,14 @@ fn nodes_pull_from_the_registry_verify_and_a_node_that_cannot_reach_it_fails_alo
     }
     let (code, _) = hallmark_json(&project, &config, &["verify", "wrap"]);
     assert_eq!(code, 0);
+
+    // v1 is no longer tagged in the registry: prune's garbage collection removes its layer.
+    let prune = project.run(&["--config", config.to_str().unwrap(), "prune"]);
+    prune.success();
+    let said = format!("{}{}", prune.stdout(), prune.stderr());
+    let removed: u64 = said
+        .split("removed ")
+        .find_map(|rest| rest.split_once(" bytes from the registry")?.0.parse().ok())
+        .unwrap_or_else(|| panic!("{said}"));
+    assert!(removed >= 4 * support::MIB, "{said}");
 }
