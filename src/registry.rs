@@ -255,15 +255,23 @@ pub async fn distribute(
                 .collect();
         }
     };
+    let bars = indicatif::MultiProgress::with_draw_target(if settings.progress {
+        indicatif::ProgressDrawTarget::stderr()
+    } else {
+        indicatif::ProgressDrawTarget::hidden()
+    });
     let pulls = outcomes
         .iter()
         .enumerate()
         .filter(|(_, o)| o.is_none())
         .map(|(i, _)| {
             let (node, registry) = (&nodes[i], &registry);
+            let bar = bars.add(ship::transfer_bar(&node.node));
             async move {
                 let started = Instant::now();
-                let mut outcome = match pull(node, registry, shipment).await {
+                let pulled = pull(node, registry, shipment, &bar).await;
+                bar.finish_and_clear();
+                let mut outcome = match pulled {
                     Ok(pulled) => {
                         let mut outcome = ship::verified(node, shipment, settings, "pulled").await;
                         outcome.layers_sent = pulled.layers;
@@ -287,6 +295,7 @@ pub async fn distribute(
         ));
         outcomes[i] = Some(outcome);
     }
+    let _ = bars.clear();
     outcomes
         .into_iter()
         .map(|o| o.expect("every node has an outcome"))
@@ -346,7 +355,12 @@ struct Pulled {
 
 /// One node pulls the image, then the tag moves to it (the previous image stays under the
 /// tag until the pull is whole).
-async fn pull(node: &Engine, registry: &Registry, shipment: &Shipment) -> Result<Pulled> {
+async fn pull(
+    node: &Engine,
+    registry: &Registry,
+    shipment: &Shipment,
+    bar: &indicatif::ProgressBar,
+) -> Result<Pulled> {
     let tunnel = match registry.local_port {
         Some(port) => node.forward_here(port).await?.then_some(port),
         None => None,
@@ -357,14 +371,19 @@ async fn pull(node: &Engine, registry: &Registry, shipment: &Shipment) -> Result
             registry.address
         )));
     }
-    let pulled = pull_and_tag(node, registry, shipment).await;
+    let pulled = pull_and_tag(node, registry, shipment, bar).await;
     if let Some(port) = tunnel {
         node.cancel_forward(port).await;
     }
     pulled
 }
 
-async fn pull_and_tag(node: &Engine, registry: &Registry, shipment: &Shipment) -> Result<Pulled> {
+async fn pull_and_tag(
+    node: &Engine,
+    registry: &Registry,
+    shipment: &Shipment,
+    bar: &indicatif::ProgressBar,
+) -> Result<Pulled> {
     let (repository, tag) = repository_and_tag(&shipment.reference);
     let source = format!("{}/{repository}", registry.address);
     let options = CreateImageOptionsBuilder::new()
@@ -372,7 +391,8 @@ async fn pull_and_tag(node: &Engine, registry: &Registry, shipment: &Shipment) -
         .tag(tag)
         .build();
     let mut stream = node.docker.create_image(Some(options), None, None);
-    let mut totals: HashMap<String, u64> = HashMap::new();
+    // Per layer: (bytes downloaded, bytes to download), as the engine reports them.
+    let mut layer_bytes: HashMap<String, (u64, u64)> = HashMap::new();
     let mut layers = 0;
     let mut failure = None;
     while let Some(item) = stream.next().await {
@@ -384,8 +404,11 @@ async fn pull_and_tag(node: &Engine, registry: &Registry, shipment: &Shipment) -
                 let id = info.id.unwrap_or_default();
                 match info.status.as_deref() {
                     Some("Downloading") => {
-                        if let Some(total) = info.progress_detail.and_then(|p| p.total) {
-                            totals.insert(id, total.max(0) as u64);
+                        if let Some(detail) = info.progress_detail {
+                            let bytes = |n: Option<i64>| n.unwrap_or(0).max(0) as u64;
+                            layer_bytes.insert(id, (bytes(detail.current), bytes(detail.total)));
+                            bar.set_length(layer_bytes.values().map(|b| b.1).sum());
+                            bar.set_position(layer_bytes.values().map(|b| b.0).sum());
                         }
                     }
                     Some("Pull complete") => layers += 1,
@@ -409,7 +432,7 @@ async fn pull_and_tag(node: &Engine, registry: &Registry, shipment: &Shipment) -
     untag(node, &pulled).await;
     Ok(Pulled {
         layers,
-        bytes: totals.values().sum(),
+        bytes: layer_bytes.values().map(|b| b.1).sum(),
     })
 }
 

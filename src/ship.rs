@@ -561,6 +561,21 @@ pub async fn send(
     Ok((layer_bytes, written.load(Ordering::Relaxed)))
 }
 
+/// Per node on a terminal: bytes, total, rate, time left.
+fn transfer_style() -> indicatif::ProgressStyle {
+    indicatif::ProgressStyle::with_template(
+        "{prefix:>10} {bytes:>10}/{total_bytes:<10} {binary_bytes_per_sec:>12} eta {eta}",
+    )
+    .expect("valid template")
+}
+
+/// A progress bar for one node's transfer.
+pub(crate) fn transfer_bar(node: &str) -> indicatif::ProgressBar {
+    indicatif::ProgressBar::new(0)
+        .with_style(transfer_style())
+        .with_prefix(node.to_string())
+}
+
 /// `docker load` of `body` into `node`, with a progress bar fed by the `sent` counter.
 async fn load_into(
     node: &Engine,
@@ -570,12 +585,7 @@ async fn load_into(
     bar: &indicatif::ProgressBar,
 ) -> Result<()> {
     bar.set_position(0);
-    bar.set_style(
-        indicatif::ProgressStyle::with_template(
-            "{prefix:>10} {bytes:>10}/{total_bytes:<10} {binary_bytes_per_sec:>12} eta {eta}",
-        )
-        .expect("valid template"),
-    );
+    bar.set_style(transfer_style());
     bar.set_prefix(node.node.clone());
     let ticker = {
         let (bar, sent) = (bar.clone(), Arc::clone(sent));
