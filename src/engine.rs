@@ -234,6 +234,48 @@ impl Engine {
     }
 }
 
+/// One message of an engine's progress stream (push, pull, load), which may carry an error.
+pub trait Progress {
+    fn error(&self) -> Option<String>;
+}
+
+macro_rules! progress_with_error_detail {
+    ($($t:ty),*) => {$(
+        impl Progress for $t {
+            fn error(&self) -> Option<String> {
+                self.error_detail.as_ref().and_then(|d| d.message.clone())
+            }
+        }
+    )*};
+}
+progress_with_error_detail!(
+    bollard::models::PushImageInfo,
+    bollard::models::CreateImageInfo,
+    bollard::models::BuildInfo
+);
+
+/// Reads a progress stream to its end, handing each message to `each`; returns the error the
+/// engine reported in it, or the stream's own, if any. Engines report a failed push, pull or
+/// load inside a successful response, so the whole stream must be read.
+pub async fn follow<T: Progress>(
+    mut stream: impl futures_util::Stream<Item = std::result::Result<T, bollard::errors::Error>> + Unpin,
+    mut each: impl FnMut(T),
+) -> Option<String> {
+    let mut failure = None;
+    while let Some(item) = stream.next().await {
+        match item {
+            Ok(message) => {
+                if let Some(error) = message.error() {
+                    failure = Some(error);
+                }
+                each(message);
+            }
+            Err(e) => return Some(e.to_string()),
+        }
+    }
+    failure
+}
+
 /// A bollard client over the bridge's socket that keeps its connections. bollard's own unix
 /// client opens one per request, which costs nothing on a local socket but, through the
 /// bridge, a new ssh session and a remote `docker system dial-stdio` each: ~150 ms a request.

@@ -10,7 +10,7 @@
 //! insecure-registry setting, and the tunnel rides the connection whose host key is checked.
 
 use crate::config::RegistryConfig;
-use crate::engine::Engine;
+use crate::engine::{self, Engine};
 use crate::error::{Error, Result};
 use crate::ship::{self, Decision, NodeOutcome, ShipSettings, Shipment};
 use bollard::query_parameters::{
@@ -315,27 +315,14 @@ async fn push(
         .tag(&shipment.image_id, &format!("{target}:{tag}"))
         .await?;
     let options = PushImageOptionsBuilder::new().tag(tag).build();
-    let mut stream = builder.docker.push_image(&target, Some(options), None);
+    let stream = builder.docker.push_image(&target, Some(options), None);
     let (mut sent, mut present) = (0, 0);
-    let mut failure = None;
-    while let Some(item) = stream.next().await {
-        match item {
-            Ok(info) => {
-                if let Some(message) = info.error_detail.and_then(|d| d.message) {
-                    failure = Some(message);
-                }
-                match info.status.as_deref() {
-                    Some("Pushed") => sent += 1,
-                    Some("Layer already exists") => present += 1,
-                    _ => {}
-                }
-            }
-            Err(e) => {
-                failure = Some(e.to_string());
-                break;
-            }
-        }
-    }
+    let failure = engine::follow(stream, |info| match info.status.as_deref() {
+        Some("Pushed") => sent += 1,
+        Some("Layer already exists") => present += 1,
+        _ => {}
+    })
+    .await;
     // The registry's name for the image is hallmark's business, not the builder's.
     untag(builder, &format!("{target}:{tag}")).await;
     match failure {
@@ -390,37 +377,24 @@ async fn pull_and_tag(
         .from_image(&source)
         .tag(tag)
         .build();
-    let mut stream = node.docker.create_image(Some(options), None, None);
+    let stream = node.docker.create_image(Some(options), None, None);
     // Per layer: (bytes downloaded, bytes to download), as the engine reports them.
     let mut layer_bytes: HashMap<String, (u64, u64)> = HashMap::new();
     let mut layers = 0;
-    let mut failure = None;
-    while let Some(item) = stream.next().await {
-        match item {
-            Ok(info) => {
-                if let Some(message) = info.error_detail.and_then(|d| d.message) {
-                    failure = Some(message);
-                }
-                let id = info.id.unwrap_or_default();
-                match info.status.as_deref() {
-                    Some("Downloading") => {
-                        if let Some(detail) = info.progress_detail {
-                            let bytes = |n: Option<i64>| n.unwrap_or(0).max(0) as u64;
-                            layer_bytes.insert(id, (bytes(detail.current), bytes(detail.total)));
-                            bar.set_length(layer_bytes.values().map(|b| b.1).sum());
-                            bar.set_position(layer_bytes.values().map(|b| b.0).sum());
-                        }
-                    }
-                    Some("Pull complete") => layers += 1,
-                    _ => {}
-                }
-            }
-            Err(e) => {
-                failure = Some(e.to_string());
-                break;
+    let failure = engine::follow(stream, |info| match info.status.as_deref() {
+        Some("Downloading") => {
+            if let Some(detail) = info.progress_detail {
+                let bytes = |n: Option<i64>| n.unwrap_or(0).max(0) as u64;
+                let layer = info.id.unwrap_or_default();
+                layer_bytes.insert(layer, (bytes(detail.current), bytes(detail.total)));
+                bar.set_length(layer_bytes.values().map(|b| b.1).sum());
+                bar.set_position(layer_bytes.values().map(|b| b.0).sum());
             }
         }
-    }
+        Some("Pull complete") => layers += 1,
+        _ => {}
+    })
+    .await;
     if let Some(message) = failure {
         return Err(node.error(format!(
             "cannot pull {} from the registry at {}: {message}",

@@ -597,23 +597,10 @@ async fn load_into(
         })
     };
     let options = ImportImageOptionsBuilder::new().quiet(true).build();
-    let mut load =
-        node.docker
-            .import_image_stream(options, body.map(Ok::<_, std::io::Error>), None);
-    let mut failure = None;
-    while let Some(item) = load.next().await {
-        match item {
-            Ok(info) => {
-                if let Some(message) = info.error_detail.and_then(|d| d.message) {
-                    failure = Some(message);
-                }
-            }
-            Err(e) => {
-                failure = Some(e.to_string());
-                break;
-            }
-        }
-    }
+    let load = node
+        .docker
+        .import_image_stream(options, body.map(Ok::<_, std::io::Error>), None);
+    let failure = engine::follow(load, drop).await;
     ticker.abort();
     match failure {
         Some(message) => Err(node.error(format!("load of {reference} failed: {message}"))),

@@ -135,14 +135,10 @@ fn an_add_on_image_is_assembled_without_a_container_and_runs() {
     assert_eq!(label, checksum);
     let out = testbed.docker_ok("builder", &["run", "--rm", "--network", "none", &tag]);
     assert_eq!(out, "tool assembled in /opt/tool");
-    let modes = testbed.docker_ok(
+    let modes = testbed.run_container(
         "builder",
+        &tag,
         &[
-            "run",
-            "--rm",
-            "--network",
-            "none",
-            &tag,
             "stat",
             "-c",
             "%a %n",

@@ -46,13 +46,6 @@ fn loading(testbed: &Testbed, node: &str) -> bool {
     })
 }
 
-fn image_id(testbed: &Testbed, node: &str, reference: &str) -> String {
-    testbed.docker_ok(
-        node,
-        &["image", "inspect", "--format", "{{.Id}}", reference],
-    )
-}
-
 fn build(project: &TestProject, config: &Path, image: &str) {
     project
         .run(&["--config", config.to_str().unwrap(), "-q", "build", image])
@@ -89,7 +82,7 @@ fn holds_old_or_verified_new(
             .find(|n| n["node"] == *node)
             .unwrap_or_else(|| panic!("{node} in {report}"))
             .clone();
-        let id = image_id(testbed, node, &reference(project, "wrap"));
+        let id = testbed.image_id(node, &reference(project, "wrap"));
         match entry["state"].as_str().unwrap() {
             "current" => {}
             "stale" => assert_eq!(&id, old_id, "{node} holds neither version"),
@@ -114,7 +107,7 @@ fn the_builder_restarted_during_a_build_moves_no_tag_and_a_re_run_builds() {
         .write("images/slow/image.toml", &spec("echo v1 > /v"));
     build(&project, &config, "slow");
     let tag = format!("slow-{run}:latest");
-    let v1 = image_id(&testbed, "builder", &tag);
+    let v1 = testbed.image_id("builder", &tag);
 
     // v2's step runs long enough for the restart to land inside it.
     project.write(
@@ -137,18 +130,15 @@ fn the_builder_restarted_during_a_build_moves_no_tag_and_a_re_run_builds() {
     assert_eq!(output.status.code(), Some(1), "{stderr}");
     assert!(stderr.contains("builder"), "names the builder: {stderr}");
     assert_eq!(
-        image_id(&testbed, "builder", &tag),
+        testbed.image_id("builder", &tag),
         v1,
         "the tag did not move"
     );
 
     build(&project, &config, "slow");
-    let v2 = image_id(&testbed, "builder", &tag);
+    let v2 = testbed.image_id("builder", &tag);
     assert_ne!(v2, v1);
-    let content = testbed.docker_ok(
-        "builder",
-        &["run", "--rm", "--network", "none", &tag, "cat", "/v"],
-    );
+    let content = testbed.run_container("builder", &tag, &["cat", "/v"]);
     assert_eq!(content, "v2");
 }
 
@@ -162,8 +152,8 @@ fn hallmark_killed_during_a_distribute_leaves_every_node_whole_and_a_re_run_conv
     assert_eq!(code, 0, "{report}");
     let wrap = reference(&project, "wrap");
     let old = vec![
-        image_id(&testbed, "node1", &wrap),
-        image_id(&testbed, "node2", &wrap),
+        testbed.image_id("node1", &wrap),
+        testbed.image_id("node2", &wrap),
     ];
 
     set_version(&project, "v2");
@@ -185,19 +175,16 @@ fn hallmark_killed_during_a_distribute_leaves_every_node_whole_and_a_re_run_conv
 
 #[test]
 fn a_node_whose_disk_fills_during_a_load_fails_alone_and_keeps_its_image() {
-    // node2's data root is a 160 MiB tmpfs: v1 (a few MiB) fits, v2's 192 MiB layer cannot.
+    // node2's data root is a 160 MiB tmpfs: v1 (a few MiB) fits, v2's 192 MiB layer cannot;
+    // node1 and node3 have room.
     let testbed = OwnTestbed::up(&["--nodes", "3", "--disk", "node2=160"]);
     let config = testbed.config();
     let project = ship_project(4, "v1");
     build(&project, &config, "wrap");
-    let (code, report) = hallmark_json(
-        &project,
-        &config,
-        &["distribute", "wrap", "--to", "node2,node3"],
-    );
+    let (code, report) = hallmark_json(&project, &config, &["distribute", "wrap"]);
     assert_eq!(code, 0, "{report}");
     let wrap = reference(&project, "wrap");
-    let v1 = image_id(&testbed, "node2", &wrap);
+    let v1 = testbed.image_id("node2", &wrap);
 
     let spec = project.read("images/wrap/image.toml");
     project.write(
@@ -209,26 +196,11 @@ fn a_node_whose_disk_fills_during_a_load_fails_alone_and_keeps_its_image() {
     );
     set_version(&project, "v2");
     build(&project, &config, "wrap");
-    let (code, report) = hallmark_json(
-        &project,
-        &config,
-        &["distribute", "wrap", "--to", "node2,node3"],
-    );
+    let (code, report) = hallmark_json(&project, &config, &["distribute", "wrap"]);
     assert_eq!(code, 1, "{report}");
-    for node in nodes_of(&report) {
-        if node["node"] == "node2" {
-            assert_eq!(node["action"], "failed", "{node}");
-            let error = node["error"].as_str().unwrap();
-            assert!(
-                error.contains("node2") && error.contains("no space left"),
-                "{error}"
-            );
-        } else {
-            assert_eq!(node["verified"], true, "{node}");
-        }
-    }
+    support::assert_fails_alone(&report, "node2", None, &["no space left"]);
     assert_eq!(
-        image_id(&testbed, "node2", &wrap),
+        testbed.image_id("node2", &wrap),
         v1,
         "node2 kept v1 under the tag"
     );
@@ -241,21 +213,7 @@ fn a_node_whose_disk_fills_during_a_load_fails_alone_and_keeps_its_image() {
         .status()
         .unwrap();
     assert!(remount.success());
-    let (code, report) = hallmark_json(
-        &project,
-        &config,
-        &["distribute", "wrap", "--to", "node2,node3"],
-    );
-    assert_eq!(code, 0, "{report}");
-    for node in nodes_of(&report) {
-        let expected = if node["node"] == "node2" {
-            "thin"
-        } else {
-            "skipped"
-        };
-        assert_eq!(node["action"], expected, "{node}");
-        assert_eq!(node["verified"], true, "{node}");
-    }
+    support::assert_rerun_finishes_only(&project, &config, "node2", "thin");
 }
 
 #[test]
@@ -267,7 +225,7 @@ fn ssh_cut_mid_stream_fails_that_node_alone_and_a_re_run_converges() {
     let (code, report) = hallmark_json(&project, &config, &["distribute", "wrap"]);
     assert_eq!(code, 0, "{report}");
     let wrap = reference(&project, "wrap");
-    let v1 = image_id(&testbed, "node2", &wrap);
+    let v1 = testbed.image_id("node2", &wrap);
 
     set_version(&project, "v2");
     build(&project, &config, "wrap");
@@ -292,25 +250,8 @@ fn ssh_cut_mid_stream_fails_that_node_alone_and_a_re_run_converges() {
         String::from_utf8_lossy(&output.stderr)
     );
     let report: Value = serde_json::from_slice(&output.stdout).unwrap();
-    for node in nodes_of(&report) {
-        if node["node"] == "node2" {
-            assert_eq!(node["action"], "failed", "{node}");
-            assert!(node["error"].as_str().unwrap().contains("node2"), "{node}");
-        } else {
-            assert_eq!(node["verified"], true, "{node}");
-        }
-    }
-    assert_eq!(image_id(&testbed, "node2", &wrap), v1, "node2 kept v1");
+    support::assert_fails_alone(&report, "node2", None, &[]);
+    assert_eq!(testbed.image_id("node2", &wrap), v1, "node2 kept v1");
 
-    let (code, report) = hallmark_json(&project, &config, &["distribute", "wrap"]);
-    assert_eq!(code, 0, "{report}");
-    for node in nodes_of(&report) {
-        let expected = if node["node"] == "node2" {
-            "thin"
-        } else {
-            "skipped"
-        };
-        assert_eq!(node["action"], expected, "{node}");
-        assert_eq!(node["verified"], true, "{node}");
-    }
+    support::assert_rerun_finishes_only(&project, &config, "node2", "thin");
 }

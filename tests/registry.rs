@@ -51,19 +51,7 @@ fn nodes_pull_from_the_registry_verify_and_a_node_that_cannot_reach_it_fails_alo
         assert_eq!(node["verified"], true, "{node}");
     }
     for node in ["node1", "node2", "node3", "node4"] {
-        testbed.docker_ok(
-            node,
-            &[
-                "run",
-                "--rm",
-                "--network",
-                "none",
-                &wrap,
-                "test",
-                "-s",
-                "/wrap.bin",
-            ],
-        );
+        testbed.run_container(node, &wrap, &["test", "-s", "/wrap.bin"]);
         // Only hallmark's tag is left on the node, not the registry's name for it.
         let tags = testbed.docker_ok(node, &["image", "ls", "--format", "{{.Repository}}"]);
         assert!(
@@ -108,8 +96,7 @@ fn nodes_pull_from_the_registry_verify_and_a_node_that_cannot_reach_it_fails_alo
     // v2 while node4's end of the tunnel is taken: node4 fails alone and keeps v1. (The
     // squatter reuses the address as sshd does: the last pulls' closed connections may
     // still be in TIME_WAIT on that port.)
-    let v1_on_node4 =
-        testbed.docker_ok("node4", &["image", "inspect", "--format", "{{.Id}}", &wrap]);
+    let v1_on_node4 = testbed.image_id("node4", &wrap);
     let netns = format!("--net=/run/netns/hmtb{}", testbed.env["HMTB_ID"]);
     let mut squatter = Command::new("nsenter")
         .args([&netns, "--", "python3", "-c"])
@@ -134,38 +121,14 @@ fn nodes_pull_from_the_registry_verify_and_a_node_that_cannot_reach_it_fails_alo
     drop(squatter.stdin.take());
     squatter.wait().unwrap();
     assert_eq!(code, 1, "{report}");
-    for node in nodes_of(&report) {
-        if node["node"] == "node4" {
-            assert_eq!(node["action"], "failed", "{node}");
-            let error = node["error"].as_str().unwrap();
-            assert!(
-                error.contains("node4") && error.contains("registry"),
-                "{error}"
-            );
-        } else {
-            assert_eq!(node["action"], "pulled", "{node}");
-            assert_eq!(node["verified"], true, "{node}");
-        }
-    }
+    support::assert_fails_alone(&report, "node4", Some("pulled"), &["registry"]);
     assert_eq!(
-        testbed.docker_ok("node4", &["image", "inspect", "--format", "{{.Id}}", &wrap]),
+        testbed.image_id("node4", &wrap),
         v1_on_node4,
         "node4 kept v1"
     );
     // The port free again, the re-run finishes node4 only.
-    let (code, report) = hallmark_json(&project, &config, &["distribute", "wrap"]);
-    assert_eq!(code, 0, "{report}");
-    for node in nodes_of(&report) {
-        let expected = if node["node"] == "node4" {
-            "pulled"
-        } else {
-            "skipped"
-        };
-        assert_eq!(node["action"], expected, "{node}");
-        assert_eq!(node["verified"], true, "{node}");
-    }
-    let (code, _) = hallmark_json(&project, &config, &["verify", "wrap"]);
-    assert_eq!(code, 0);
+    support::assert_rerun_finishes_only(&project, &config, "node4", "pulled");
 
     // v1 is no longer tagged in the registry: prune's garbage collection removes its layer.
     let prune = project.run(&["--config", config.to_str().unwrap(), "prune"]);

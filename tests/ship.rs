@@ -67,19 +67,7 @@ fn thin_update_full_copy_skip_and_a_daemon_killed_mid_transfer() {
         assert_eq!(node["verified"], true, "{node}");
     }
     for node in ["node1", "node2", "node3", "node4"] {
-        testbed.docker_ok(
-            node,
-            &[
-                "run",
-                "--rm",
-                "--network",
-                "none",
-                &wrap,
-                "test",
-                "-s",
-                "/wrap.bin",
-            ],
-        );
+        testbed.run_container(node, &wrap, &["test", "-s", "/wrap.bin"]);
     }
 
     // Again: nothing to do anywhere.
@@ -107,7 +95,7 @@ fn thin_update_full_copy_skip_and_a_daemon_killed_mid_transfer() {
             "{node}"
         );
     }
-    let v2 = testbed.docker_ok("node2", &["image", "inspect", "--format", "{{.Id}}", &wrap]);
+    let v2 = testbed.image_id("node2", &wrap);
 
     // v3, whole again, and node2's daemon killed while it loads: node2 fails alone and keeps v2.
     project.write("images/wrap/image.toml", &spec.replace("\"v1\"", "\"v3\""));
@@ -167,35 +155,16 @@ fn thin_update_full_copy_skip_and_a_daemon_killed_mid_transfer() {
         String::from_utf8_lossy(&output.stderr)
     );
     let report: Value = serde_json::from_slice(&output.stdout).unwrap();
-    for node in nodes_of(&report) {
-        if node["node"] == "node2" {
-            assert_eq!(node["action"], "failed", "{node}");
-            assert!(node["error"].as_str().unwrap().contains("node2"), "{node}");
-        } else {
-            assert_eq!(node["verified"], true, "{node}");
-        }
-    }
+    support::assert_fails_alone(&report, "node2", None, &[]);
     testbed.script("restart-node", &["--node", "node2"]);
     assert_eq!(
-        testbed.docker_ok("node2", &["image", "inspect", "--format", "{{.Id}}", &wrap]),
+        testbed.image_id("node2", &wrap),
         v2,
         "node2 lost its previous image"
     );
 
     // The re-run finishes node2 only.
-    let (code, report) = hallmark_json(&project, &config, &["distribute", "wrap"]);
-    assert_eq!(code, 0, "{report}");
-    for node in nodes_of(&report) {
-        let expected = if node["node"] == "node2" {
-            "thin"
-        } else {
-            "skipped"
-        };
-        assert_eq!(node["action"], expected, "{node}");
-        assert_eq!(node["verified"], true, "{node}");
-    }
-    let (code, _) = hallmark_json(&project, &config, &["verify", "wrap"]);
-    assert_eq!(code, 0);
+    support::assert_rerun_finishes_only(&project, &config, "node2", "thin");
 }
 
 #[test]
@@ -337,19 +306,7 @@ fn thin_update_from_a_builder_on_the_containerd_store() {
         assert_eq!(node["verified"], true, "{node}");
     }
     for node in ["node1", "node2"] {
-        testbed.docker_ok(
-            node,
-            &[
-                "run",
-                "--rm",
-                "--network",
-                "none",
-                &wrap,
-                "test",
-                "-s",
-                "/wrap.bin",
-            ],
-        );
+        testbed.run_container(node, &wrap, &["test", "-s", "/wrap.bin"]);
     }
 }
 

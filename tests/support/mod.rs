@@ -220,6 +220,22 @@ impl Testbed {
             .unwrap()
     }
 
+    /// Runs `command` in a throw-away container of `image` on `node` (no network); it must
+    /// succeed. Returns its output.
+    pub fn run_container(&self, node: &str, image: &str, command: &[&str]) -> String {
+        let mut args = vec!["run", "--rm", "--network", "none", image];
+        args.extend_from_slice(command);
+        self.docker_ok(node, &args)
+    }
+
+    /// The id of the image `reference` names on `node`.
+    pub fn image_id(&self, node: &str, reference: &str) -> String {
+        self.docker_ok(
+            node,
+            &["image", "inspect", "--format", "{{.Id}}", reference],
+        )
+    }
+
     pub fn docker_ok(&self, node: &str, args: &[&str]) -> String {
         let output = self.docker(node, args);
         assert!(
@@ -389,4 +405,42 @@ pub fn reference(project: &TestProject, image: &str) -> String {
         .trim_matches('"')
         .to_string();
     format!("{name}:latest")
+}
+
+/// In a distribute report: `node` failed with an error naming it and holding each of `why`;
+/// every other node took `others` (any action, if `None`) and verified.
+pub fn assert_fails_alone(report: &Value, node: &str, others: Option<&str>, why: &[&str]) {
+    for entry in nodes_of(report) {
+        if entry["node"] == node {
+            assert_eq!(entry["action"], "failed", "{entry}");
+            let error = entry["error"].as_str().unwrap();
+            assert!(error.contains(node), "names the node: {error}");
+            for word in why {
+                assert!(error.contains(word), "says `{word}`: {error}");
+            }
+        } else {
+            if let Some(action) = others {
+                assert_eq!(entry["action"], action, "{entry}");
+            }
+            assert_eq!(entry["verified"], true, "{entry}");
+        }
+    }
+}
+
+/// A re-run of `distribute wrap` sends to `node` only (as `action`), skips the others, every
+/// node verifies, and so does `verify`.
+pub fn assert_rerun_finishes_only(project: &TestProject, config: &Path, node: &str, action: &str) {
+    let (code, report) = hallmark_json(project, config, &["distribute", "wrap"]);
+    assert_eq!(code, 0, "{report}");
+    for entry in nodes_of(&report) {
+        let expected = if entry["node"] == node {
+            action
+        } else {
+            "skipped"
+        };
+        assert_eq!(entry["action"], expected, "{entry}");
+        assert_eq!(entry["verified"], true, "{entry}");
+    }
+    let (code, report) = hallmark_json(project, config, &["verify", "wrap"]);
+    assert_eq!(code, 0, "{report}");
 }
