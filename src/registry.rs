@@ -43,7 +43,16 @@ impl Registry {
             });
         }
         let port = match config.port {
-            Some(port) => port,
+            // Another server on the port would answer in the registry's place.
+            Some(port) => match std::net::TcpListener::bind(("127.0.0.1", port)) {
+                Ok(_) => port,
+                Err(e) => {
+                    return Err(Error::Usage {
+                        message: format!("[registry] port {port} on 127.0.0.1 is taken: {e}"),
+                        hint: Some("stop what listens there (a registry left by a killed hallmark?), or choose another port".into()),
+                    });
+                }
+            },
             None => free_port().map_err(|e| Error::io(cache, e))?,
         };
         let root = cache.join("registry");
