@@ -53,7 +53,7 @@ impl Registry {
                     });
                 }
             },
-            None => free_port().map_err(|e| Error::io(cache, e))?,
+            None => remembered_port(&cache.join("registry/port"))?,
         };
         let root = cache.join("registry");
         let storage = root.join("storage");
@@ -179,6 +179,25 @@ fn registry_config(storage: &Path, port: u16) -> String {
          http:\n  addr: 127.0.0.1:{port}\n",
         storage.display()
     )
+}
+
+/// The port used last time if it is free, else a new free one (remembered in `file`). The
+/// same port each time matters: the builder's engine remembers which layers it pushed where
+/// by registry host and port; under a new name it would compress every layer again just to
+/// learn that the registry has it.
+fn remembered_port(file: &Path) -> Result<u16> {
+    let last = fs_err::read_to_string(file)
+        .ok()
+        .and_then(|t| t.trim().parse::<u16>().ok())
+        .filter(|port| std::net::TcpListener::bind(("127.0.0.1", *port)).is_ok());
+    if let Some(port) = last {
+        return Ok(port);
+    }
+    let port = free_port().map_err(|e| Error::io(file, e))?;
+    let dir = file.parent().expect("a folder");
+    fs_err::create_dir_all(dir).map_err(|e| Error::io(dir, e))?;
+    fs_err::write(file, port.to_string()).map_err(|e| Error::io(file, e))?;
+    Ok(port)
 }
 
 fn free_port() -> std::io::Result<u16> {
