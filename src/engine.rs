@@ -377,6 +377,37 @@ struct SshBridge {
     /// `-F config -p port -o ControlPath=...`: what reaches the control master.
     control: Vec<String>,
     destination: String,
+    /// The master outlives hallmark (its socket is in the cache), or ends with the bridge.
+    persist: bool,
+}
+
+/// Where the control master's socket goes: `<cache>/ssh/<hash of host and ssh config>`, a
+/// folder only the user can enter; in `fallback` (the bridge's own temporary folder, the
+/// master then ending with hallmark) if the cache is unusable or its path too long for a
+/// unix socket (ssh adds 17 bytes while it sets one up; the limit is 108).
+fn control_path(host: &str, ssh_config: Option<&Path>, fallback: &Path) -> (PathBuf, bool) {
+    let dir = crate::project::cache_dir().join("ssh");
+    let key = format!(
+        "{host}\n{}",
+        ssh_config
+            .map(|p| p.display().to_string())
+            .unwrap_or_default()
+    );
+    let name = hex::encode(&Sha256::digest(key.as_bytes())[..8]);
+    let path = dir.join(name);
+    let private = || {
+        use std::os::unix::fs::DirBuilderExt;
+        std::fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o700)
+            .create(&dir)?;
+        std::fs::set_permissions(&dir, std::os::unix::fs::PermissionsExt::from_mode(0o700))
+    };
+    if path.as_os_str().len() + 17 < 104 && private().is_ok() {
+        (path, true)
+    } else {
+        (fallback.join("control"), false)
+    }
 }
 
 impl SshBridge {
@@ -390,8 +421,10 @@ impl SshBridge {
             }
             _ => (host.to_string(), None),
         };
-        // One ssh connection carries every API connection to the node (a control master in
-        // the bridge's private folder): the handshake and host-key check happen once.
+        // One ssh connection carries every API connection to the node: the handshake and the
+        // host-key check happen once. Its control master lives in the cache and stays up for
+        // 5 idle minutes, so the next hallmark command (distribute after build, verify,
+        // status) finds it open instead of paying the handshake again.
         let mut options: Vec<String> = Vec::new();
         if let Some(config) = ssh_config {
             options.extend(["-F".into(), config.display().to_string()]);
@@ -399,7 +432,7 @@ impl SshBridge {
         if let Some(port) = &port {
             options.extend(["-p".into(), port.clone()]);
         }
-        let control_path = dir.path().join("control");
+        let (control_path, persist) = control_path(host, ssh_config, dir.path());
         options.extend([
             "-o".into(),
             format!("ControlPath={}", control_path.display()),
@@ -410,7 +443,7 @@ impl SshBridge {
             "-o".into(),
             "ControlMaster=auto".into(),
             "-o".into(),
-            "ControlPersist=yes".into(),
+            format!("ControlPersist={}", if persist { "300" } else { "yes" }),
         ]);
         let task = tokio::spawn(async move {
             while let Ok((mut client, _)) = listener.accept().await {
@@ -452,6 +485,7 @@ impl SshBridge {
             socket,
             _dir: dir,
             task,
+            persist,
             control,
             destination: bridge_destination,
         })
@@ -473,6 +507,9 @@ impl SshBridge {
 impl Drop for SshBridge {
     fn drop(&mut self) {
         self.task.abort();
+        if self.persist {
+            return;
+        }
         // Ends the control master (if one was started); its socket goes with the folder.
         let _ = self
             .control_command("exit", &[])
