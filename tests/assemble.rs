@@ -122,16 +122,7 @@ fn an_add_on_image_is_assembled_without_a_container_and_runs() {
         assert_eq!(events, "", "a container ran during the assembly ({filter})");
     }
     let checksum = project.run(&["checksum", "tool"]).success().stdout()[..64].to_string();
-    let label = testbed.docker_ok(
-        "builder",
-        &[
-            "image",
-            "inspect",
-            "--format",
-            "{{index .Config.Labels \"hallmark.checksum\"}}",
-            &tag,
-        ],
-    );
+    let label = testbed.checksum_label("builder", &tag);
     assert_eq!(label, checksum);
     let out = testbed.docker_ok("builder", &["run", "--rm", "--network", "none", &tag]);
     assert_eq!(out, "tool assembled in /opt/tool");

@@ -39,19 +39,6 @@ fn build_json(project: &TestProject, config: &std::path::Path, image: &str) -> s
     records.as_array().unwrap().last().unwrap().clone()
 }
 
-fn label(testbed: &Testbed, node: &str, image: &str) -> String {
-    testbed.docker_ok(
-        node,
-        &[
-            "image",
-            "inspect",
-            "--format",
-            "{{index .Config.Labels \"hallmark.checksum\"}}",
-            image,
-        ],
-    )
-}
-
 #[test]
 fn hello_builds_smokes_and_is_up_to_date_the_second_time() {
     let testbed = Testbed::get();
@@ -63,7 +50,7 @@ fn hello_builds_smokes_and_is_up_to_date_the_second_time() {
     assert_eq!(first["outcome"], "built");
     assert_eq!(first["checksum"], checksum.as_str());
     assert_eq!(first["smoke"].as_array().unwrap().len(), 2);
-    assert_eq!(label(testbed, "builder", &tag), checksum);
+    assert_eq!(testbed.checksum_label("builder", &tag), checksum);
     let log = std::fs::read_to_string(first["log"].as_str().unwrap()).unwrap();
     assert!(log.contains("Step 1/"), "{log}");
     let records = std::fs::read_dir(project.root().join(".hallmark/records"))
@@ -173,7 +160,7 @@ run = ["grep", "-qx", "hello, world!", "/opt/upstream/greeting.txt"]
     let record = build_json(&project, &config, "app");
     assert_eq!(record["outcome"], "built");
     let checksum = project.run(&["checksum", "app"]).success().stdout()[..64].to_string();
-    assert_eq!(label(testbed, "builder", "app:latest"), checksum);
+    assert_eq!(testbed.checksum_label("builder", "app:latest"), checksum);
     let content = testbed.docker_ok(
         "builder",
         &[
@@ -219,7 +206,7 @@ fn two_engines_get_the_same_label_and_the_same_context_bytes() {
     assert!(on_builder["context_sha256"].is_string());
     assert_eq!(on_builder["context_sha256"], on_node3["context_sha256"]);
     assert_eq!(
-        label(testbed, "node3", &tag),
+        testbed.checksum_label("node3", &tag),
         on_builder["checksum"].as_str().unwrap()
     );
 }

@@ -91,6 +91,19 @@ fn holds_old_or_verified_new(
     }
 }
 
+/// A testbed of this test's own (`testbed_args`) whose nodes hold v1 of a wrapper over a
+/// base of `base_mib` random MiB; returns it, the project and the wrapper's reference.
+fn nodes_holding_v1(testbed_args: &[&str], base_mib: u64) -> (OwnTestbed, TestProject, String) {
+    let testbed = OwnTestbed::up(testbed_args);
+    let config = testbed.config();
+    let project = ship_project(base_mib, "v1");
+    build(&project, &config, "wrap");
+    let (code, report) = hallmark_json(&project, &config, &["distribute", "wrap"]);
+    assert_eq!(code, 0, "{report}");
+    let wrap = reference(&project, "wrap");
+    (testbed, project, wrap)
+}
+
 #[test]
 fn the_builder_restarted_during_a_build_moves_no_tag_and_a_re_run_builds() {
     let testbed = OwnTestbed::up(&["--nodes", "1"]);
@@ -144,13 +157,8 @@ fn the_builder_restarted_during_a_build_moves_no_tag_and_a_re_run_builds() {
 
 #[test]
 fn hallmark_killed_during_a_distribute_leaves_every_node_whole_and_a_re_run_converges() {
-    let testbed = OwnTestbed::up(&["--nodes", "2"]);
+    let (testbed, project, wrap) = nodes_holding_v1(&["--nodes", "2"], 48);
     let config = testbed.config();
-    let project = ship_project(48, "v1");
-    build(&project, &config, "wrap");
-    let (code, report) = hallmark_json(&project, &config, &["distribute", "wrap"]);
-    assert_eq!(code, 0, "{report}");
-    let wrap = reference(&project, "wrap");
     let old = vec![
         testbed.image_id("node1", &wrap),
         testbed.image_id("node2", &wrap),
@@ -177,13 +185,8 @@ fn hallmark_killed_during_a_distribute_leaves_every_node_whole_and_a_re_run_conv
 fn a_node_whose_disk_fills_during_a_load_fails_alone_and_keeps_its_image() {
     // node2's data root is a 160 MiB tmpfs: v1 (a few MiB) fits, v2's 192 MiB layer cannot;
     // node1 and node3 have room.
-    let testbed = OwnTestbed::up(&["--nodes", "3", "--disk", "node2=160"]);
+    let (testbed, project, wrap) = nodes_holding_v1(&["--nodes", "3", "--disk", "node2=160"], 4);
     let config = testbed.config();
-    let project = ship_project(4, "v1");
-    build(&project, &config, "wrap");
-    let (code, report) = hallmark_json(&project, &config, &["distribute", "wrap"]);
-    assert_eq!(code, 0, "{report}");
-    let wrap = reference(&project, "wrap");
     let v1 = testbed.image_id("node2", &wrap);
 
     let spec = project.read("images/wrap/image.toml");
@@ -218,13 +221,8 @@ fn a_node_whose_disk_fills_during_a_load_fails_alone_and_keeps_its_image() {
 
 #[test]
 fn ssh_cut_mid_stream_fails_that_node_alone_and_a_re_run_converges() {
-    let testbed = OwnTestbed::up(&["--nodes", "2"]);
+    let (testbed, project, wrap) = nodes_holding_v1(&["--nodes", "2"], 48);
     let config = testbed.config();
-    let project = ship_project(48, "v1");
-    build(&project, &config, "wrap");
-    let (code, report) = hallmark_json(&project, &config, &["distribute", "wrap"]);
-    assert_eq!(code, 0, "{report}");
-    let wrap = reference(&project, "wrap");
     let v1 = testbed.image_id("node2", &wrap);
 
     set_version(&project, "v2");

@@ -183,16 +183,7 @@ fn verify_fails_on_a_node_whose_content_differs_under_the_same_label() {
         &["distribute", "wrap", "--to", "node2,node3"],
     );
     assert_eq!(code, 0);
-    let label = testbed.docker_ok(
-        "builder",
-        &[
-            "image",
-            "inspect",
-            "--format",
-            "{{index .Config.Labels \"hallmark.checksum\"}}",
-            &wrap,
-        ],
-    );
+    let label = testbed.checksum_label("builder", &wrap);
     // node3 gets an image with the same label and other content, under the same tag.
     let forged = project.root().join("forged");
     std::fs::create_dir_all(&forged).unwrap();

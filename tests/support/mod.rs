@@ -228,6 +228,20 @@ impl Testbed {
         self.docker_ok(node, &args)
     }
 
+    /// The checksum label of `image` on `node`.
+    pub fn checksum_label(&self, node: &str, image: &str) -> String {
+        self.docker_ok(
+            node,
+            &[
+                "image",
+                "inspect",
+                "--format",
+                "{{index .Config.Labels \"hallmark.checksum\"}}",
+                image,
+            ],
+        )
+    }
+
     /// The id of the image `reference` names on `node`.
     pub fn image_id(&self, node: &str, reference: &str) -> String {
         self.docker_ok(
