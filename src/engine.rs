@@ -2,9 +2,10 @@
 //! version is negotiated (Debian's engine speaks 1.41, the cluster's a newer one); timeouts
 //! are long because a build of vLLM takes hours and a load of 24 GB takes minutes.
 //!
-//! `ssh://` engines go through the user's ssh (`ssh [-F config] HOST docker system
-//! dial-stdio`, as the docker CLI does), so host keys are checked by ssh itself against the
-//! configured known_hosts; hallmark never turns that off.
+//! `ssh://` engines go through the user's ssh (a control master forwarding the node's engine
+//! socket, or `ssh [-F config] HOST docker system dial-stdio` as the docker CLI does), so host
+//! keys are checked by ssh itself against the configured known_hosts; hallmark never turns
+//! that off.
 
 use crate::config::NodeConfig;
 use crate::error::{Error, Result};
@@ -42,42 +43,73 @@ impl Engine {
             message,
             hint: None,
         };
-        let (docker, bridge) = if let Some(path) = endpoint.strip_prefix("unix://") {
-            (
-                Docker::connect_with_unix(path, TIMEOUT_SECS, bollard::API_DEFAULT_VERSION),
-                None,
-            )
+        let docker = if let Some(path) = endpoint.strip_prefix("unix://") {
+            Docker::connect_with_unix(path, TIMEOUT_SECS, bollard::API_DEFAULT_VERSION)
         } else if endpoint.starts_with("tcp://") || endpoint.starts_with("http://") {
-            (
-                Docker::connect_with_http(&endpoint, TIMEOUT_SECS, bollard::API_DEFAULT_VERSION),
-                None,
-            )
+            Docker::connect_with_http(&endpoint, TIMEOUT_SECS, bollard::API_DEFAULT_VERSION)
         } else if let Some(host) = endpoint.strip_prefix("ssh://") {
-            let bridge = SshBridge::start(host, ssh_config)
+            let bridge = SshBridge::new(host, ssh_config)
                 .map_err(|e| fail(format!("cannot start ssh: {e}")))?;
-            let docker = pooled_client(bridge.socket.clone());
-            (docker, Some(bridge))
+            return Engine::connect_ssh(node, bridge).await;
         } else {
             return Err(fail("unsupported engine address".into()));
         };
-        let docker = docker.map_err(|e| fail(format!("unreachable: {e}")))?;
         let docker = docker
+            .map_err(|e| fail(format!("unreachable: {e}")))?
             .negotiate_version()
             .await
-            .map_err(|e| Error::Engine {
-                node: node.name.to_string(),
-                endpoint: endpoint.clone(),
-                message: format!("unreachable: {e}"),
-                hint: endpoint.starts_with("ssh://").then(|| {
-                    "check `ssh HOST docker version` with the same ssh config".to_string()
-                }),
-            })?;
+            .map_err(|e| fail(format!("unreachable: {e}")))?;
         Ok(Engine {
             node: node.name.to_string(),
             endpoint,
             docker,
-            bridge,
+            bridge: None,
         })
+    }
+
+    /// Reaches an `ssh://` engine: through the engine forward an earlier command left on the
+    /// live master (no ssh process at all), else through a new forward after asking the node
+    /// where its engine listens, else through dial-stdio.
+    async fn connect_ssh(node: &NodeConfig, mut bridge: SshBridge) -> Result<Engine> {
+        let fail = |message: String| Error::Engine {
+            node: node.name.to_string(),
+            endpoint: node.engine.clone(),
+            message,
+            hint: Some("check `ssh HOST docker version` with the same ssh config".to_string()),
+        };
+        let engine = |docker, bridge| Engine {
+            node: node.name.to_string(),
+            endpoint: node.engine.clone(),
+            docker,
+            bridge: Some(bridge),
+        };
+        let negotiate = |socket: PathBuf| async move {
+            let docker = pooled_client(socket).ok()?;
+            docker.negotiate_version().await.ok()
+        };
+        let open = bridge.forward_path();
+        if bridge.persist && open.exists() {
+            if let Some(docker) = negotiate(open.clone()).await {
+                bridge.socket = open;
+                return Ok(engine(docker, bridge));
+            }
+        }
+        if let Some(remote) = bridge.ask_engine_socket().await.map_err(fail)? {
+            if bridge.forward_engine(&remote).await {
+                if let Some(docker) = negotiate(bridge.socket.clone()).await {
+                    return Ok(engine(docker, bridge));
+                }
+            }
+        }
+        bridge
+            .dial_stdio()
+            .map_err(|e| fail(format!("cannot start ssh: {e}")))?;
+        let docker = pooled_client(bridge.socket.clone())
+            .map_err(|e| fail(format!("unreachable: {e}")))?
+            .negotiate_version()
+            .await
+            .map_err(|e| fail(format!("unreachable: {e}")))?;
+        Ok(engine(docker, bridge))
     }
 
     pub fn error(&self, message: impl Into<String>) -> Error {
@@ -368,17 +400,36 @@ impl hyper::rt::Write for BridgeStream {
     }
 }
 
-/// A private unix socket whose every connection is carried by `ssh HOST docker system
-/// dial-stdio`. Dropped with the engine: the listener task ends and the socket is removed.
+/// The way to an `ssh://` node's engine: one ssh connection (a control master, whose host key
+/// ssh checked) carries every API connection. By preference the master forwards the node's
+/// engine socket (`ssh -O forward -L`): each API connection is then a channel, no remote
+/// process. When the node's socket cannot be found or forwarded, each API connection runs
+/// `ssh HOST docker system dial-stdio` as the docker CLI does: a remote session and a docker
+/// CLI start each, about 0.1 s.
 struct SshBridge {
+    /// Where API connections go: the master's forward, or this bridge's dial-stdio listener.
     socket: PathBuf,
-    _dir: tempfile::TempDir,
-    task: tokio::task::JoinHandle<()>,
+    dir: tempfile::TempDir,
+    /// The dial-stdio listener, when the engine socket is not forwarded.
+    task: Option<tokio::task::JoinHandle<()>>,
     /// `-F config -p port -o ControlPath=...`: what reaches the control master.
     control: Vec<String>,
+    control_path: PathBuf,
     destination: String,
     /// The master outlives hallmark (its socket is in the cache), or ends with the bridge.
     persist: bool,
+}
+
+/// Asked of the node's shell: the engine socket `docker` would use there. Empty when the
+/// answer is not a plain socket (a docker context is chosen), then dial-stdio is used.
+const ENGINE_SOCKET_QUESTION: &str = r#"if [ -n "${DOCKER_HOST:-}" ]; then echo "$DOCKER_HOST"; elif [ -z "${DOCKER_CONTEXT:-}" ] && ! grep -qs currentContext "${DOCKER_CONFIG:-$HOME/.docker}/config.json"; then echo unix:///var/run/docker.sock; fi"#;
+
+/// The socket path in the node's answer to [`ENGINE_SOCKET_QUESTION`], if it can be
+/// forwarded: `unix://` and an absolute path that `-L local:remote` can carry.
+fn forwardable_socket(answer: &str) -> Option<&str> {
+    let path = answer.trim().strip_prefix("unix://")?;
+    let plain = |c: char| !c.is_whitespace() && !c.is_control() && c != ':';
+    (path.starts_with('/') && path.chars().all(plain)).then_some(path)
 }
 
 /// Where the control master's socket goes: `<cache>/ssh/<hash of host and ssh config>`, a
@@ -411,60 +462,126 @@ fn control_path(host: &str, ssh_config: Option<&Path>, fallback: &Path) -> (Path
 }
 
 impl SshBridge {
-    fn start(host: &str, ssh_config: Option<&Path>) -> std::io::Result<SshBridge> {
+    fn new(host: &str, ssh_config: Option<&Path>) -> std::io::Result<SshBridge> {
         let dir = tempfile::Builder::new().prefix("hallmark-ssh").tempdir()?;
-        let socket = dir.path().join("docker.sock");
-        let listener = tokio::net::UnixListener::bind(&socket)?;
         let (destination, port) = match host.rsplit_once(':') {
             Some((h, p)) if p.chars().all(|c| c.is_ascii_digit()) => {
                 (h.to_string(), Some(p.to_string()))
             }
             _ => (host.to_string(), None),
         };
-        // One ssh connection carries every API connection to the node: the handshake and the
-        // host-key check happen once. Its control master lives in the cache and stays up for
-        // 5 idle minutes, so the next hallmark command (distribute after build, verify,
-        // status) finds it open instead of paying the handshake again.
-        let mut options: Vec<String> = Vec::new();
+        let mut control: Vec<String> = Vec::new();
         if let Some(config) = ssh_config {
-            options.extend(["-F".into(), config.display().to_string()]);
+            control.extend(["-F".into(), config.display().to_string()]);
         }
         if let Some(port) = &port {
-            options.extend(["-p".into(), port.clone()]);
+            control.extend(["-p".into(), port.clone()]);
         }
         let (control_path, persist) = control_path(host, ssh_config, dir.path());
-        options.extend([
+        control.extend([
             "-o".into(),
             format!("ControlPath={}", control_path.display()),
         ]);
-        let control = options.clone();
-        let bridge_destination = destination.clone();
-        options.extend([
-            "-o".into(),
-            "ControlMaster=auto".into(),
-            "-o".into(),
-            format!("ControlPersist={}", if persist { "300" } else { "yes" }),
+        Ok(SshBridge {
+            socket: dir.path().join("docker.sock"),
+            dir,
+            task: None,
+            control,
+            control_path,
+            destination,
+            persist,
+        })
+    }
+
+    /// Where the master forwards the engine socket: beside the control socket, so that the
+    /// next command finds the forward open as long as the master is.
+    fn forward_path(&self) -> PathBuf {
+        if self.persist {
+            self.control_path.with_extension("engine")
+        } else {
+            self.dir.path().join("engine.sock")
+        }
+    }
+
+    /// `ssh` that opens the master if it is not up, or rides it. The master lives in the
+    /// cache for 5 idle minutes, so the next hallmark command (distribute after build,
+    /// verify, status) finds the connection open instead of paying the handshake again.
+    /// BatchMode: never wait for a password or a host-key prompt; an unknown or changed
+    /// host key is an error, not a question.
+    fn ssh(&self) -> tokio::process::Command {
+        let mut ssh = tokio::process::Command::new("ssh");
+        ssh.args(&self.control).args([
+            "-o",
+            "ControlMaster=auto",
+            "-o",
+            &format!(
+                "ControlPersist={}",
+                if self.persist { "300" } else { "yes" }
+            ),
+            "-o",
+            "BatchMode=yes",
         ]);
-        let task = tokio::spawn(async move {
+        ssh
+    }
+
+    /// Asks the node which socket its engine listens on (this opens the master, checking
+    /// the host key). `Err` with ssh's own words if ssh cannot reach the node.
+    async fn ask_engine_socket(&self) -> std::result::Result<Option<String>, String> {
+        let output = self
+            .ssh()
+            .args(["--", &self.destination, ENGINE_SOCKET_QUESTION])
+            .stdin(std::process::Stdio::null())
+            .output()
+            .await
+            .map_err(|e| format!("cannot run ssh: {e}"))?;
+        match output.status.code() {
+            Some(255) | None => Err(format!(
+                "ssh failed: {}",
+                String::from_utf8_lossy(&output.stderr).trim()
+            )),
+            Some(0) => Ok(
+                forwardable_socket(&String::from_utf8_lossy(&output.stdout)).map(str::to_string)
+            ),
+            // A shell that does not speak sh: the docker CLI finds the engine instead.
+            Some(_) => Ok(None),
+        }
+    }
+
+    /// Has the master forward `remote` (the node's engine socket) to [`SshBridge::forward_path`].
+    async fn forward_engine(&mut self, remote: &str) -> bool {
+        let local = self.forward_path();
+        // A forward's socket outlives its master; a stale one would make ssh's bind fail.
+        let _ = std::fs::remove_file(&local);
+        let spec = vec!["-L".to_string(), format!("{}:{remote}", local.display())];
+        let forwarded = tokio::process::Command::from(self.control_command("forward", &spec))
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .status()
+            .await
+            .is_ok_and(|status| status.success());
+        if forwarded {
+            self.socket = local;
+        }
+        forwarded
+    }
+
+    /// Serves [`SshBridge::socket`] here, each connection carried by `ssh HOST docker system
+    /// dial-stdio`.
+    fn dial_stdio(&mut self) -> std::io::Result<()> {
+        self.socket = self.dir.path().join("docker.sock");
+        let listener = tokio::net::UnixListener::bind(&self.socket)?;
+        let mut ssh = self.ssh();
+        ssh.args(["--", &self.destination, "docker", "system", "dial-stdio"])
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::inherit())
+            .kill_on_drop(true);
+        let ssh = std::sync::Arc::new(std::sync::Mutex::new(ssh));
+        self.task = Some(tokio::spawn(async move {
             while let Ok((mut client, _)) = listener.accept().await {
-                let mut ssh = tokio::process::Command::new("ssh");
-                ssh.args(&options);
-                // BatchMode: never wait for a password or a host-key prompt; an unknown or
-                // changed host key is an error, not a question.
-                ssh.args([
-                    "-o",
-                    "BatchMode=yes",
-                    "--",
-                    &destination,
-                    "docker",
-                    "system",
-                    "dial-stdio",
-                ])
-                .stdin(std::process::Stdio::piped())
-                .stdout(std::process::Stdio::piped())
-                .stderr(std::process::Stdio::inherit())
-                .kill_on_drop(true);
-                let Ok(mut child) = ssh.spawn() else { continue };
+                let Ok(mut child) = ssh.lock().expect("not poisoned").spawn() else {
+                    continue;
+                };
                 tokio::spawn(async move {
                     let (mut stdin, mut stdout) = (
                         child.stdin.take().expect("piped"),
@@ -480,15 +597,8 @@ impl SshBridge {
                     let _ = child.kill().await;
                 });
             }
-        });
-        Ok(SshBridge {
-            socket,
-            _dir: dir,
-            task,
-            persist,
-            control,
-            destination: bridge_destination,
-        })
+        }));
+        Ok(())
     }
 
     /// `ssh <control> -O <operation> [args] HOST` on the control master.
@@ -506,7 +616,10 @@ impl SshBridge {
 
 impl Drop for SshBridge {
     fn drop(&mut self) {
-        self.task.abort();
+        if let Some(task) = &self.task {
+            task.abort();
+        }
+        // A persistent master keeps the engine forward for the next command.
         if self.persist {
             return;
         }
@@ -613,5 +726,29 @@ impl Read for StreamReader {
         let n = buf.len().min(self.current.len());
         buf[..n].copy_from_slice(&self.current.split_to(n));
         Ok(n)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::forwardable_socket;
+
+    #[test]
+    fn only_a_plain_unix_socket_path_is_forwarded() {
+        assert_eq!(
+            forwardable_socket("unix:///var/run/docker.sock\n"),
+            Some("/var/run/docker.sock")
+        );
+        for answer in [
+            "",
+            "tcp://10.0.0.1:2375",
+            "ssh://other",
+            "unix://relative.sock",
+            "unix:///a b.sock",
+            "unix:///a:b.sock",
+            "unix:///run/x.sock\n/etc/passwd",
+        ] {
+            assert_eq!(forwardable_socket(answer), None, "{answer:?}");
+        }
     }
 }

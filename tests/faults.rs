@@ -233,13 +233,14 @@ fn ssh_cut_mid_stream_fails_that_node_alone_and_a_re_run_converges() {
         &["--json", "distribute", "wrap", "--full"],
     );
     wait_for("node2 loading", || loading(&testbed, "node2"));
-    // Every ssh client this testbed's config started: the stream to node2 is cut.
-    let ssh_config = testbed.env["HMTB_SSH_CONFIG"].clone();
+    // The ssh connection to node2 (its control master, in this project's cache, carries
+    // every API connection): the stream is cut.
+    let master = format!("^ssh: {}/.test-cache/ssh/", project.root().display());
     let killed = Command::new("pkill")
-        .args(["-KILL", "-f", &format!("^ssh .*{ssh_config}")])
+        .args(["-KILL", "-f", &master])
         .status()
         .unwrap();
-    assert!(killed.success(), "an ssh client to kill");
+    assert!(killed.success(), "an ssh master to kill");
     let output = child.wait_with_output().unwrap();
     assert_eq!(
         output.status.code(),
