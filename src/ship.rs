@@ -378,20 +378,24 @@ pub async fn distribute(
                 (i, outcome)
             }
         });
-    let done: Vec<(usize, NodeOutcome)> = if settings.parallel {
-        futures_util::future::join_all(transfers).await
-    } else {
-        let mut done = Vec::new();
-        for transfer in transfers {
-            done.push(transfer.await);
-        }
-        done
-    };
-    for (i, outcome) in done {
+    let said = |(i, outcome): (usize, NodeOutcome)| {
         say(format!(
             "{}: {} ({:.2} s)",
             outcome.node, outcome.action, outcome.seconds
         ));
+        (i, outcome)
+    };
+    let done: Vec<(usize, NodeOutcome)> = if settings.parallel {
+        let done = futures_util::future::join_all(transfers).await;
+        done.into_iter().map(said).collect()
+    } else {
+        let mut done = Vec::new();
+        for transfer in transfers {
+            done.push(said(transfer.await));
+        }
+        done
+    };
+    for (i, outcome) in done {
         outcomes[i] = Some(outcome);
     }
     let outcomes: Vec<NodeOutcome> = outcomes
