@@ -29,6 +29,8 @@ pub struct Registry {
     local_port: Option<u16>,
     /// Killed when the registry is dropped.
     _process: Option<tokio::process::Child>,
+    /// Held while the registry hallmark started runs: one storage, one user at a time.
+    _lock: Option<std::fs::File>,
 }
 
 impl Registry {
@@ -40,8 +42,13 @@ impl Registry {
                 address: address.clone(),
                 local_port: None,
                 _process: None,
+                _lock: None,
             });
         }
+        let root = cache.join("registry");
+        fs_err::create_dir_all(&root).map_err(|e| Error::io(&root, e))?;
+        let lock = hold_lock(&root)?;
+        stop_leftover(&root);
         let port = match config.port {
             // Another server on the port would answer in the registry's place.
             Some(port) => match std::net::TcpListener::bind(("127.0.0.1", port)) {
@@ -55,7 +62,6 @@ impl Registry {
             },
             None => remembered_port(&cache.join("registry/port"))?,
         };
-        let root = cache.join("registry");
         let storage = root.join("storage");
         fs_err::create_dir_all(&storage).map_err(|e| Error::io(&storage, e))?;
         let config_path = root.join("config.yml");
@@ -86,6 +92,10 @@ impl Registry {
                 context: None,
                 stderr: e.to_string(),
             })?;
+        if let Some(pid) = child.id() {
+            let pid_path = root.join("pid");
+            fs_err::write(&pid_path, pid.to_string()).map_err(|e| Error::io(&pid_path, e))?;
+        }
         // Ready when it accepts connections; given up after 15 s or when it exits.
         let deadline = Instant::now() + Duration::from_secs(15);
         loop {
@@ -114,7 +124,74 @@ impl Registry {
             address: format!("127.0.0.1:{port}"),
             local_port: Some(port),
             _process: Some(child),
+            _lock: Some(lock),
         })
+    }
+}
+
+/// Takes `registry/lock`: a second hallmark distributing through the same cache would start
+/// a second registry on the same storage.
+fn hold_lock(root: &Path) -> Result<std::fs::File> {
+    let path = root.join("lock");
+    let file = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(&path)
+        .map_err(|e| Error::io(&path, e))?;
+    match file.try_lock() {
+        Ok(()) => Ok(file),
+        Err(std::fs::TryLockError::WouldBlock) => Err(Error::Usage {
+            message: format!(
+                "another hallmark is distributing through the registry it started (lock {} is held)",
+                path.display()
+            ),
+            hint: Some("wait for it to finish, or give this one its own HALLMARK_CACHE".into()),
+        }),
+        Err(std::fs::TryLockError::Error(e)) => Err(Error::io(&path, e)),
+    }
+}
+
+/// Stops the registry a SIGKILLed hallmark left running (`kill_on_drop` cannot run then): it
+/// holds the port and writes to the storage. Called with the lock held, so a process whose
+/// command line names this cache's registry config is such a leftover, not another
+/// hallmark's registry; a recycled pid names something else and is left alone.
+fn stop_leftover(root: &Path) {
+    let config = root.join("config.yml");
+    let Some(pid) = fs_err::read_to_string(root.join("pid"))
+        .ok()
+        .and_then(|t| t.trim().parse::<libc::pid_t>().ok())
+    else {
+        return;
+    };
+    let serves_ours = || {
+        std::fs::read(format!("/proc/{pid}/cmdline")).is_ok_and(|cmdline| {
+            cmdline
+                .split(|b| *b == 0)
+                .any(|arg| arg == config.as_os_str().as_encoded_bytes())
+        })
+    };
+    if !serves_ours() {
+        return;
+    }
+    // Running until it is gone or a zombie: its sockets are closed only then (its command
+    // line reads empty earlier, while it exits).
+    let running = || {
+        std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|stat| {
+            stat.rsplit_once(')')
+                .is_some_and(|(_, rest)| !rest.trim_start().starts_with('Z'))
+        })
+    };
+    eprintln!("stopping the registry (pid {pid}) an earlier hallmark left running");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    // SAFETY: kill(2) with a pid and a signal number; no memory is involved.
+    unsafe { libc::kill(pid, libc::SIGTERM) };
+    while running() {
+        if Instant::now() > deadline {
+            // SAFETY: as above.
+            unsafe { libc::kill(pid, libc::SIGKILL) };
+        }
+        std::thread::sleep(Duration::from_millis(20));
     }
 }
 

@@ -8,33 +8,13 @@ mod support;
 
 use serde_json::Value;
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
-use support::{OwnTestbed, TestProject, Testbed, hallmark_json, nodes_of, reference, ship_project};
+use std::process::Command;
+use support::{
+    OwnTestbed, TestProject, Testbed, hallmark_json, nodes_of, reference, ship_project, spawn,
+    wait_for,
+};
 
 /// hallmark in the background, its output captured.
-fn spawn(project: &TestProject, config: &Path, args: &[&str]) -> Child {
-    support::hallmark()
-        .arg("--config")
-        .arg(config)
-        .args(args)
-        .current_dir(project.root())
-        .env("HALLMARK_CACHE", project.root().join(".test-cache"))
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap()
-}
-
-/// Waits (two minutes at most) until `ready` holds.
-fn wait_for(what: &str, mut ready: impl FnMut() -> bool) {
-    let deadline = Instant::now() + Duration::from_secs(120);
-    while !ready() {
-        assert!(Instant::now() < deadline, "never saw: {what}");
-        std::thread::yield_now();
-    }
-}
-
 /// A classic node is loading: its daemon unpacks the archive under `<data root>/tmp`.
 fn loading(testbed: &Testbed, node: &str) -> bool {
     std::fs::read_dir(testbed.dir.join(node).join("data/tmp")).is_ok_and(|d| {

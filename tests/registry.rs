@@ -140,3 +140,71 @@ fn nodes_pull_from_the_registry_verify_and_a_node_that_cannot_reach_it_fails_alo
         .unwrap_or_else(|| panic!("{said}"));
     assert!(removed >= 4 * support::MIB, "{said}");
 }
+
+#[test]
+fn a_registry_left_by_a_killed_hallmark_is_stopped_and_one_cache_serves_one_distribute() {
+    let testbed = Testbed::get();
+    let project = ship_project(48, "left");
+    let config = registry_config(testbed, &support::unique(), free_port());
+    project
+        .run(&["--config", config.to_str().unwrap(), "-q", "build", "wrap"])
+        .success();
+
+    // hallmark SIGKILLed once its registry runs: the registry outlives it.
+    let registry = project.root().join(".test-cache/registry");
+    let mut child = support::spawn(&project, &config, &["-q", "distribute", "wrap"]);
+    let serving = |pid: &str| {
+        std::fs::read(format!("/proc/{pid}/cmdline")).is_ok_and(|c| {
+            String::from_utf8_lossy(&c).contains(&*registry.join("config.yml").to_string_lossy())
+        })
+    };
+    let mut leftover = String::new();
+    support::wait_for("the registry started", || {
+        leftover = std::fs::read_to_string(registry.join("pid")).unwrap_or_default();
+        !leftover.is_empty() && serving(&leftover)
+    });
+    child.kill().unwrap();
+    child.wait().unwrap();
+    assert!(
+        serving(&leftover),
+        "the registry outlived the killed hallmark"
+    );
+
+    // The next distribute stops it and finishes.
+    let run = project.run(&[
+        "--config",
+        config.to_str().unwrap(),
+        "--json",
+        "distribute",
+        "wrap",
+    ]);
+    assert_eq!(run.code(), 0, "{}\n{}", run.stderr(), run.stdout());
+    assert!(
+        run.stderr()
+            .contains(&format!("stopping the registry (pid {leftover})")),
+        "{}",
+        run.stderr()
+    );
+    assert!(!serving(&leftover), "the leftover registry is gone");
+    let report: Value = serde_json::from_str(&run.stdout()).unwrap();
+    for node in nodes_of(&report) {
+        assert_eq!(node["verified"], true, "{node}");
+    }
+
+    // While another hallmark holds the cache's registry, a distribute through it (node2 lost
+    // the image) is refused.
+    testbed.docker_ok("node2", &["rmi", &reference(&project, "wrap")]);
+    let lock = std::fs::File::open(registry.join("lock")).unwrap();
+    lock.lock().unwrap();
+    let (code, report) = hallmark_json(&project, &config, &["distribute", "wrap"]);
+    assert_eq!(code, 1, "{report}");
+    let node2 = nodes_of(&report)
+        .into_iter()
+        .find(|n| n["node"] == "node2")
+        .unwrap();
+    let error = node2["error"].as_str().unwrap_or_default();
+    assert!(
+        error.contains("another hallmark is distributing"),
+        "{report}"
+    );
+}

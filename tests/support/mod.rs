@@ -458,3 +458,26 @@ pub fn assert_rerun_finishes_only(project: &TestProject, config: &Path, node: &s
     let (code, report) = hallmark_json(project, config, &["verify", "wrap"]);
     assert_eq!(code, 0, "{report}");
 }
+
+/// hallmark started in the project (private cache), its output piped; for tests that stop it.
+pub fn spawn(project: &TestProject, config: &Path, args: &[&str]) -> std::process::Child {
+    hallmark()
+        .arg("--config")
+        .arg(config)
+        .args(args)
+        .current_dir(project.root())
+        .env("HALLMARK_CACHE", project.root().join(".test-cache"))
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap()
+}
+
+/// Waits (two minutes at most) until `ready` holds.
+pub fn wait_for(what: &str, mut ready: impl FnMut() -> bool) {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(120);
+    while !ready() {
+        assert!(std::time::Instant::now() < deadline, "never saw: {what}");
+        std::thread::yield_now();
+    }
+}
