@@ -88,18 +88,18 @@ impl Engine {
             docker.negotiate_version().await.ok()
         };
         let open = bridge.forward_path();
-        if bridge.persist && open.exists() {
-            if let Some(docker) = negotiate(open.clone()).await {
-                bridge.socket = open;
-                return Ok(engine(docker, bridge));
-            }
+        if bridge.persist
+            && open.exists()
+            && let Some(docker) = negotiate(open.clone()).await
+        {
+            bridge.socket = open;
+            return Ok(engine(docker, bridge));
         }
-        if let Some(remote) = bridge.ask_engine_socket().await.map_err(fail)? {
-            if bridge.forward_engine(&remote).await {
-                if let Some(docker) = negotiate(bridge.socket.clone()).await {
-                    return Ok(engine(docker, bridge));
-                }
-            }
+        if let Some(remote) = bridge.ask_engine_socket().await.map_err(fail)?
+            && bridge.forward_engine(&remote).await
+            && let Some(docker) = negotiate(bridge.socket.clone()).await
+        {
+            return Ok(engine(docker, bridge));
         }
         bridge
             .dial_stdio()
