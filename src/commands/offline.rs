@@ -1,0 +1,162 @@
+//! Commands that need no node: checksum, render, check, lock (which asks the builder for
+//! base digests when it can).
+
+use super::{Session, runtime};
+use crate::cli::Selection;
+use crate::error::{Error, Result};
+use crate::lock::{self, BaseResolver};
+use crate::pins::{BasePin, DigestKind};
+use crate::plan::Plan;
+use crate::project::cache_dir;
+use crate::values::Digest;
+use crate::{check, context, fetch, render};
+use serde_json::json;
+
+pub(super) fn checksum(session: &Session, selection: &Selection, explain: bool) -> Result<u8> {
+    let names = session.selection(selection)?;
+    let plan = Plan::new(&session.project, &names)?;
+    if session.json {
+        let rows: Vec<_> = names
+            .iter()
+            .map(|n| json!({"image": n, "checksum": plan.get(n).checksum}))
+            .collect();
+        println!("{}", serde_json::to_string_pretty(&rows).expect("json"));
+    } else if explain {
+        for name in &names {
+            print!("{}", plan.get(name).document);
+        }
+    } else {
+        for name in &names {
+            println!("{}  {name}", plan.get(name).checksum);
+        }
+    }
+    Ok(0)
+}
+
+pub(super) fn render_command(
+    session: &Session,
+    image: &str,
+    out: Option<&std::path::Path>,
+) -> Result<u8> {
+    let name = session.project.image_name(image)?;
+    let plan = Plan::new(&session.project, std::slice::from_ref(&name))?;
+    let planned = plan.get(&name);
+    let dockerfile = render::dockerfile(
+        planned,
+        &session.config.checksum_label,
+        session.parent_tag(&plan, &name).as_deref(),
+    )?;
+    print!("{dockerfile}");
+    if crate::assemble::assemblable(&planned.loaded.spec) {
+        session.note(format!(
+            "hallmark: `{name}` only adds files and metadata to its parent: `hallmark build` assembles it without running a build (the Dockerfile above gives the same content)"
+        ));
+    } else {
+        session.note(format!(
+            "hallmark: `{name}` is built by the engine's builder from the Dockerfile above"
+        ));
+    }
+    if let Some(dir) = out {
+        let fetched = fetch::fetch(&cache_dir(), planned)?;
+        context::unpack_into(planned, &dockerfile, &fetched, dir)?;
+        session.note(format!(
+            "wrote the build context of {name} to {}",
+            dir.display()
+        ));
+    }
+    Ok(0)
+}
+
+pub(super) fn check_command(session: &Session, selection: &Selection) -> Result<u8> {
+    let names = session.selection(selection)?;
+    let (passed, problems) = check::check(&session.project, &names, &cache_dir());
+    if session.json {
+        let rows: Vec<_> = passed
+            .iter()
+            .map(|(n, c)| json!({"image": n, "ok": true, "checksum": c}))
+            .collect();
+        let errors: Vec<_> = problems.iter().map(|e| e.to_string()).collect();
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&json!({"passed": rows, "problems": errors}))
+                .expect("json")
+        );
+    } else {
+        for (name, _) in &passed {
+            session.note(format!("ok  {name}"));
+        }
+    }
+    if problems.is_empty() {
+        return Ok(0);
+    }
+    Err(Error::Many(problems))
+}
+
+/// Pins an external base from the builder, when it is reachable and holds the image.
+struct EngineResolver<'a> {
+    session: &'a Session,
+    runtime: tokio::runtime::Runtime,
+}
+
+impl BaseResolver for EngineResolver<'_> {
+    fn resolve(&self, reference: &str) -> Result<Option<BasePin>> {
+        self.runtime.block_on(async {
+            let Ok(engine) = self.session.engine(&self.session.config.builder).await else {
+                return Ok(None);
+            };
+            let Some(image) = engine.inspect(reference).await? else {
+                return Ok(None);
+            };
+            // `host:5000/repo:tag` -> `host:5000/repo`: a colon followed by a `/` is a port.
+            let repository = reference
+                .rsplit_once(':')
+                .filter(|(_, tag)| !tag.contains('/'))
+                .map_or(reference, |(r, _)| r);
+            let repo_digest = image
+                .repo_digests
+                .unwrap_or_default()
+                .into_iter()
+                .find_map(|d| {
+                    d.split_once('@')
+                        .filter(|(r, _)| *r == repository || r.ends_with(&format!("/{repository}")))
+                        .map(|(_, digest)| digest.to_string())
+                });
+            let (digest, kind) = match repo_digest {
+                Some(digest) => (digest, DigestKind::RepoDigest),
+                None => (image.id.unwrap_or_default(), DigestKind::ImageId),
+            };
+            let digest =
+                Digest::try_from(digest).map_err(|e| engine.error(format!("{reference}: {e}")))?;
+            let config = image.config.unwrap_or_default();
+            Ok(Some(BasePin {
+                reference: reference.to_string(),
+                digest,
+                kind,
+                entrypoint: config.entrypoint.filter(|e| !e.is_empty()),
+                cmd: config.cmd.filter(|c| !c.is_empty()),
+            }))
+        })
+    }
+}
+
+pub(super) fn lock_command(session: &Session, images: &[String], update: bool) -> Result<u8> {
+    let names = if images.is_empty() {
+        session.project.image_names()?
+    } else {
+        session.names(images)?
+    };
+    let resolver = EngineResolver {
+        session,
+        runtime: runtime()?,
+    };
+    for name in &names {
+        let report = lock::lock(&session.project, name, update, &resolver, &cache_dir())?;
+        if report.changes.is_empty() {
+            session.note(format!("{}: pins current", report.image));
+        }
+        for change in &report.changes {
+            session.note(format!("{}: {change}", report.image));
+        }
+    }
+    Ok(0)
+}
