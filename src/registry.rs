@@ -310,12 +310,7 @@ pub async fn distribute(
     shipment: &Shipment,
     settings: &ShipSettings<'_>,
 ) -> Vec<NodeOutcome> {
-    let phase = Instant::now();
-    let say = |what: String| {
-        if settings.verbose {
-            eprintln!("{:>7.2} s  {what}", phase.elapsed().as_secs_f64());
-        }
-    };
+    let phases = ship::Phases::start(settings.verbose);
     let chains = ship::chain_ids(&shipment.diff_ids);
     let decisions = futures_util::future::join_all(
         nodes
@@ -323,7 +318,7 @@ pub async fn distribute(
             .map(|node| ship::decide(node, shipment, settings, &chains, true)),
     )
     .await;
-    say(format!("asked {} nodes what they hold", nodes.len()));
+    phases.say(format!("asked {} nodes what they hold", nodes.len()));
     let mut outcomes: Vec<Option<NodeOutcome>> = decisions
         .iter()
         .zip(nodes)
@@ -338,9 +333,9 @@ pub async fn distribute(
     }
     let pushed = async {
         let registry = Registry::open(config, cache).await?;
-        say(format!("registry at {}", registry.address));
+        phases.say(format!("registry at {}", registry.address));
         let pushed = push(builder, &registry, shipment).await?;
-        say(format!(
+        phases.say(format!(
             "pushed {}: {} layers sent, {} already there",
             shipment.reference, pushed.0, pushed.1
         ));
@@ -360,11 +355,7 @@ pub async fn distribute(
                 .collect();
         }
     };
-    let bars = indicatif::MultiProgress::with_draw_target(if settings.progress {
-        indicatif::ProgressDrawTarget::stderr()
-    } else {
-        indicatif::ProgressDrawTarget::hidden()
-    });
+    let bars = ship::progress_bars(settings);
     let pulls = outcomes
         .iter()
         .enumerate()
@@ -394,10 +385,7 @@ pub async fn distribute(
     let bound = config.pulls.unwrap_or(4);
     let mut done = futures_util::stream::iter(pulls).buffer_unordered(bound);
     while let Some((i, outcome)) = done.next().await {
-        say(format!(
-            "{}: {} ({:.2} s)",
-            outcome.node, outcome.action, outcome.seconds
-        ));
+        phases.node_done(&outcome);
         outcomes[i] = Some(outcome);
     }
     let _ = bars.clear();

@@ -266,19 +266,10 @@ pub async fn distribute(
     settings: &ShipSettings<'_>,
 ) -> Result<Vec<NodeOutcome>> {
     let mut full_nodes = remembered_full_nodes(settings.state_dir);
-    let bars = indicatif::MultiProgress::with_draw_target(if settings.progress {
-        indicatif::ProgressDrawTarget::stderr()
-    } else {
-        indicatif::ProgressDrawTarget::hidden()
-    });
+    let bars = progress_bars(settings);
     // Read-only questions first, to every node at once: does it hold the image, and which
     // of its layers. Transfers come after, serially unless --parallel.
-    let phase = Instant::now();
-    let say = |what: String| {
-        if settings.verbose {
-            eprintln!("{:>7.2} s  {what}", phase.elapsed().as_secs_f64());
-        }
-    };
+    let phases = Phases::start(settings.verbose);
     let chains = chain_ids(&shipment.diff_ids);
     let mut asking: futures_util::stream::FuturesUnordered<_> = nodes
         .iter()
@@ -315,7 +306,7 @@ pub async fn distribute(
     let decisions: Vec<Decision> = decisions.into_iter().map(|d| d.expect("decided")).collect();
     drop(asking);
 
-    say(format!("asked {} nodes what they hold", nodes.len()));
+    phases.say(format!("asked {} nodes what they hold", nodes.len()));
     let mut outcomes: Vec<Option<NodeOutcome>> = vec![None; nodes.len()];
     if let (true, Some(rest)) = (exporting, pending_export.take()) {
         let stream = match first_chunk {
@@ -340,7 +331,7 @@ pub async fn distribute(
         )
         .await;
         bar.finish_and_clear();
-        say(format!(
+        phases.say(format!(
             "exported {} from the builder into the layer store",
             shipment.reference
         ));
@@ -379,10 +370,7 @@ pub async fn distribute(
             }
         });
     let said = |(i, outcome): (usize, NodeOutcome)| {
-        say(format!(
-            "{}: {} ({:.2} s)",
-            outcome.node, outcome.action, outcome.seconds
-        ));
+        phases.node_done(&outcome);
         (i, outcome)
     };
     let done: Vec<(usize, NodeOutcome)> = if settings.parallel {
@@ -418,6 +406,42 @@ pub async fn distribute(
         remember_full_nodes(settings.state_dir, &full_nodes)?;
     }
     Ok(outcomes)
+}
+
+/// `-v`: each phase of a distribute on stderr, with the seconds since it began.
+pub(crate) struct Phases {
+    started: Instant,
+    verbose: bool,
+}
+
+impl Phases {
+    pub(crate) fn start(verbose: bool) -> Phases {
+        Phases {
+            started: Instant::now(),
+            verbose,
+        }
+    }
+
+    pub(crate) fn say(&self, what: impl AsRef<str>) {
+        if self.verbose {
+            let seconds = self.started.elapsed().as_secs_f64();
+            eprintln!("{seconds:>7.2} s  {}", what.as_ref());
+        }
+    }
+
+    pub(crate) fn node_done(&self, outcome: &NodeOutcome) {
+        let (node, action, seconds) = (&outcome.node, outcome.action, outcome.seconds);
+        self.say(format!("{node}: {action} ({seconds:.2} s)"));
+    }
+}
+
+/// The transfers' progress bars: on stderr when it is a terminal and output is not quiet.
+pub(crate) fn progress_bars(settings: &ShipSettings<'_>) -> indicatif::MultiProgress {
+    indicatif::MultiProgress::with_draw_target(if settings.progress {
+        indicatif::ProgressDrawTarget::stderr()
+    } else {
+        indicatif::ProgressDrawTarget::hidden()
+    })
 }
 
 /// What a node needs: nothing, the layers from some point on, or it cannot be asked.
