@@ -349,21 +349,20 @@ impl LayerStore {
     /// Removes every stored image and blob not used by `keep` (the builder's image ids).
     pub fn prune(&self, keep: &[String]) -> Result<(usize, u64)> {
         let mut used = std::collections::HashSet::new();
-        for digest in keep {
-            if let Some(image) = self.image(digest) {
+        for id in keep {
+            if let Some(image) = self.image(id) {
                 used.insert(image.config.digest.clone());
                 used.extend(image.layers.iter().map(|l| l.blob.digest.clone()));
             }
         }
+        // Records are named by the builder's image id, which on the containerd store is the
+        // manifest digest, not the config's: kept by id, not by what they use.
+        let kept: std::collections::HashSet<PathBuf> =
+            keep.iter().map(|id| self.record_path(id)).collect();
         let (mut removed, mut bytes) = (0, 0);
         let images = self.root.join("images");
         for entry in fs_err::read_dir(&images).into_iter().flatten().flatten() {
-            let name = entry
-                .file_name()
-                .to_string_lossy()
-                .trim_end_matches(".json")
-                .to_string();
-            if !used.contains(&format!("sha256:{name}")) {
+            if !kept.contains(&entry.path()) {
                 let _ = fs_err::remove_file(entry.path());
             }
         }
@@ -475,6 +474,34 @@ mod tests {
             r#"[{"Config":"config.json","RepoTags":["x:1"],"Layers":["layer/layer.tar"]}]"#
                 .to_string();
         (config, manifest)
+    }
+
+    /// On a containerd-store builder the image id is the manifest digest: prune removed the
+    /// record of every image it was asked to keep, and the next distribute exported again.
+    #[test]
+    fn prune_keeps_the_record_of_an_image_kept_by_a_manifest_digest() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = LayerStore::open(dir.path());
+        let (kept_layer, gone_layer) = (b"kept layer".as_slice(), b"gone layer".as_slice());
+        let mut ids = Vec::new();
+        for layer in [kept_layer, gone_layer] {
+            let (config, manifest) = image_files(layer);
+            let files = [
+                ("layer/layer.tar", layer),
+                ("config.json", config.as_bytes()),
+                ("manifest.json", manifest.as_bytes()),
+            ];
+            let image = store.ingest(archive(&files, &[]).as_slice()).unwrap();
+            // Not the config digest: what a containerd-store engine calls the image.
+            let manifest_digest = sha(format!("manifest of {}", sha(layer)).as_bytes());
+            store.remember(&manifest_digest, &image).unwrap();
+            ids.push(manifest_digest);
+        }
+        store.prune(&ids[..1]).unwrap();
+        let kept = store.image(&ids[0]).expect("the kept image's record and blobs stay");
+        assert_eq!(kept.layers[0].diff_id, sha(kept_layer));
+        assert!(store.image(&ids[1]).is_none());
+        assert!(!store.blob_path(&sha(gone_layer)).exists());
     }
 
     #[test]
