@@ -244,7 +244,17 @@ fn collect_files(loaded: &LoadedSpec) -> Result<Vec<ContextFile>> {
             .as_str()
             .trim_end_matches('/')
             .to_string();
-        let metadata = fs_err::symlink_metadata(&src).map_err(|e| Error::io(&src, e))?;
+        let metadata = match std::fs::symlink_metadata(&src) {
+            Ok(metadata) => metadata,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                return loaded.invalid(
+                    copy.src.span(),
+                    "file.src",
+                    format!("{} does not exist", src.display()),
+                );
+            }
+            Err(e) => return Err(Error::io(&src, e)),
+        };
         // `src` has no `..` (checked when parsed), but a symlink on the way could still lead
         // out of the spec folder: resolve it and compare.
         let real = fs_err::canonicalize(&src).map_err(|e| Error::io(&src, e))?;

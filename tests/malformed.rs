@@ -266,6 +266,14 @@ fn corpus() -> Vec<Case> {
             ],
         ),
         case(
+            "missing file source",
+            vec![
+                spec(&format!("{FROM}\n[[file]]\nsrc = \"gone\"\ndest = \"/opt/gone\"\n")),
+                pins(&base_pin()),
+            ],
+            vec!["images/bad/image.toml:", "gone does not exist"],
+        ),
+        case(
             "series entry escaping the set",
             vec![
                 spec(&format!("{FROM}{}patches = [\"set\"]\n", source("a", "/a"))),
