@@ -45,7 +45,7 @@ impl Engine {
         };
         let docker = if let Some(path) = endpoint.strip_prefix("unix://") {
             Docker::connect_with_unix(path, TIMEOUT_SECS, bollard::API_DEFAULT_VERSION)
-        } else if endpoint.starts_with("tcp://") || endpoint.starts_with("http://") {
+        } else if endpoint.starts_with("tcp://") {
             Docker::connect_with_http(&endpoint, TIMEOUT_SECS, bollard::API_DEFAULT_VERSION)
         } else if let Some(host) = endpoint.strip_prefix("ssh://") {
             let bridge = SshBridge::new(host, ssh_config)

@@ -93,8 +93,27 @@ fn hello_builds_smokes_and_is_up_to_date_the_second_time() {
             junit.to_str().unwrap(),
         ])
         .success();
-    let xml = std::fs::read_to_string(junit).unwrap();
+    let xml = std::fs::read_to_string(&junit).unwrap();
     assert!(xml.contains("tests=\"2\" failures=\"0\""), "{xml}");
+
+    // On a node that never received the image the smoke run fails, and CI still gets its
+    // report, with the reason as an error case.
+    let missing = project.run(&[
+        "--config",
+        config.to_str().unwrap(),
+        "smoke",
+        "hello",
+        "--node",
+        "node2",
+        "--junit",
+        junit.to_str().unwrap(),
+    ]);
+    assert_eq!(missing.code(), 1, "{}", missing.stderr());
+    let xml = std::fs::read_to_string(&junit).unwrap();
+    assert!(
+        xml.contains("failures=\"1\"") && xml.contains("holds no image with checksum"),
+        "{xml}"
+    );
 }
 
 #[test]
