@@ -1,4 +1,4 @@
-//! The command line: names and flags are a contract (see DESIGN.md), scripts call them.
+//! The command line: names and flags are a contract (README.md, "Using it"), scripts call them.
 
 use clap::{Args, Parser, Subcommand};
 use std::path::PathBuf;

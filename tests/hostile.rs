@@ -1,7 +1,8 @@
 //! Hostile inputs, through the real binary and real git: patches and file sources that try
 //! to reach outside their tree. Each gets a clear error (exit 2 for input, naming the file)
 //! and writes nothing outside. Hostile archives are in src/store.rs's tests (the reader is
-//! a library function), a node's forged image in tests/ship.rs (`a_forged_image_...`).
+//! a library function), a node's forged image in tests/ship.rs
+//! (`verify_fails_on_a_node_whose_content_differs_under_the_same_label`).
 
 mod support;
 
