@@ -207,6 +207,47 @@ impl LoadedSpec {
     }
 }
 
+impl LoadedSpec {
+    /// An error at `path` in the spec's text, for the checks made after parsing on values
+    /// that carry no span of their own: each step of `path` a table key, or for an array the
+    /// item with that text. Without a place if the path is not in the text (a default).
+    fn invalid_at<T>(&self, path: &[&str], key: &str, message: String) -> Result<T> {
+        let location =
+            locate(&self.text, path).map(|span| Location::of_offset(&self.text, span.start));
+        Err(Error::Invalid {
+            path: self.path.clone(),
+            location,
+            key: Some(key.to_string()),
+            message,
+            hint: None,
+        })
+    }
+}
+
+/// The span of the value at `path` in a TOML text (see [`LoadedSpec::invalid_at`]).
+fn locate(text: &str, path: &[&str]) -> Option<std::ops::Range<usize>> {
+    use toml::de::{DeTable, DeValue};
+    fn entry<'a, 'i>(table: &'a DeTable<'i>, key: &str) -> Option<&'a Spanned<DeValue<'i>>> {
+        table
+            .iter()
+            .find(|(k, _)| k.get_ref().as_ref() == key)
+            .map(|(_, v)| v)
+    }
+    let root = DeTable::parse(text).ok()?;
+    let (first, rest) = path.split_first()?;
+    let mut value = entry(root.get_ref(), first)?;
+    for step in rest {
+        value = match value.get_ref() {
+            DeValue::Table(table) => entry(table, step)?,
+            DeValue::Array(items) => items
+                .iter()
+                .find(|item| matches!(item.get_ref(), DeValue::String(s) if s == step))?,
+            _ => return None,
+        };
+    }
+    Some(value.span())
+}
+
 /// Parse a TOML document strictly, turning the parser's error into one that names file,
 /// line, column and key.
 pub fn parse_toml<T: serde::de::DeserializeOwned>(path: &Path, text: &str) -> Result<T> {
@@ -292,13 +333,11 @@ fn validate(loaded: &LoadedSpec) -> Result<()> {
             .bytes()
             .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-'))
     {
-        return Err(Error::Invalid {
-            path: loaded.path.clone(),
-            location: None,
-            key: Some("image.tag".into()),
-            message: format!("`{}` is not a valid tag", spec.image.tag),
-            hint: None,
-        });
+        return loaded.invalid_at(
+            &["image", "tag"],
+            "image.tag",
+            format!("`{}` is not a valid tag", spec.image.tag),
+        );
     }
 
     let mut names = BTreeSet::new();
@@ -428,13 +467,11 @@ fn validate(loaded: &LoadedSpec) -> Result<()> {
                 .bytes()
                 .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'-' | b'.' | b':'));
         if !ok {
-            return Err(Error::Invalid {
-                path: loaded.path.clone(),
-                location: None,
-                key: Some("container.user".into()),
-                message: format!("`{user}` is not a user: write `name`, `uid` or `uid:gid`"),
-                hint: None,
-            });
+            return loaded.invalid_at(
+                &["container", "user"],
+                "container.user",
+                format!("`{user}` is not a user: write `name`, `uid` or `uid:gid`"),
+            );
         }
     }
     let repository = loaded.repository();
@@ -453,39 +490,36 @@ fn validate(loaded: &LoadedSpec) -> Result<()> {
                 .chars()
                 .any(|c| c.is_whitespace() || c.is_control() || c == '"' || c == '=')
         {
-            return Err(Error::Invalid {
-                path: loaded.path.clone(),
-                location: None,
-                key: Some(format!("labels.{key}")),
-                message: format!("`{key}` is not a label key"),
-                hint: None,
-            });
+            return loaded.invalid_at(
+                &["labels", key],
+                &format!("labels.{key}"),
+                format!("`{key}` is not a label key"),
+            );
         }
     }
-    for (key, table) in [("env", &spec.env), ("build.args", &spec.build.args)] {
+    for (key, path, table) in [
+        ("env", &["env"][..], &spec.env),
+        ("build.args", &["build", "args"], &spec.build.args),
+    ] {
         for name in table.keys() {
             let ok = !name.is_empty()
                 && !name.starts_with(|c: char| c.is_ascii_digit())
                 && name.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_');
             if !ok {
-                return Err(Error::Invalid {
-                    path: loaded.path.clone(),
-                    location: None,
-                    key: Some(format!("{key}.{name}")),
-                    message: format!("`{name}` is not a valid variable name"),
-                    hint: None,
-                });
+                return loaded.invalid_at(
+                    &[path, &[name.as_str()]].concat(),
+                    &format!("{key}.{name}"),
+                    format!("`{name}` is not a valid variable name"),
+                );
             }
         }
     }
     if !spec.build.apt.is_empty() && !spec.build.network {
-        return Err(Error::Invalid {
-            path: loaded.path.clone(),
-            location: None,
-            key: Some("build.apt".into()),
-            message: "apt needs the network; set `network = true` in [build]".into(),
-            hint: None,
-        });
+        return loaded.invalid_at(
+            &["build", "apt"],
+            "build.apt",
+            "apt needs the network; set `network = true` in [build]".into(),
+        );
     }
     for package in &spec.build.apt {
         if package.is_empty()
@@ -493,13 +527,11 @@ fn validate(loaded: &LoadedSpec) -> Result<()> {
                 b.is_ascii_alphanumeric() || matches!(b, b'.' | b'+' | b'-' | b':' | b'=' | b'~')
             })
         {
-            return Err(Error::Invalid {
-                path: loaded.path.clone(),
-                location: None,
-                key: Some("build.apt".into()),
-                message: format!("`{package}` is not a package name"),
-                hint: None,
-            });
+            return loaded.invalid_at(
+                &["build", "apt", package],
+                "build.apt",
+                format!("`{package}` is not a package name"),
+            );
         }
     }
     Ok(())

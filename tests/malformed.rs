@@ -268,7 +268,9 @@ fn corpus() -> Vec<Case> {
         case(
             "missing file source",
             vec![
-                spec(&format!("{FROM}\n[[file]]\nsrc = \"gone\"\ndest = \"/opt/gone\"\n")),
+                spec(&format!(
+                    "{FROM}\n[[file]]\nsrc = \"gone\"\ndest = \"/opt/gone\"\n"
+                )),
                 pins(&base_pin()),
             ],
             vec!["images/bad/image.toml:", "gone does not exist"],
@@ -314,7 +316,36 @@ fn corpus() -> Vec<Case> {
                 spec(&format!("{FROM}[env]\n\"A-B\" = \"1\"\n")),
                 pins(&base_pin()),
             ],
-            vec!["images/bad/image.toml", "env.A-B"],
+            vec!["images/bad/image.toml:4", "env.A-B"],
+        ),
+        case(
+            "invalid tag",
+            vec![
+                spec(&format!("[image]\ntag = \"v 1\"\n{FROM}")),
+                pins(&base_pin()),
+            ],
+            vec!["images/bad/image.toml:2:7", "`v 1` is not a valid tag"],
+        ),
+        case(
+            "invalid apt package",
+            vec![
+                spec(&format!(
+                    "{FROM}[build]\nnetwork = true\napt = [\"curl\", \"Bad Name\"]\n"
+                )),
+                pins(&base_pin()),
+            ],
+            vec![
+                "images/bad/image.toml:5:16",
+                "`Bad Name` is not a package name",
+            ],
+        ),
+        case(
+            "invalid label key",
+            vec![
+                spec(&format!("{FROM}[labels]\n\"a=b\" = \"x\"\n")),
+                pins(&base_pin()),
+            ],
+            vec!["images/bad/image.toml:4", "`a=b` is not a label key"],
         ),
         case(
             "empty smoke command",
