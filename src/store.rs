@@ -498,7 +498,9 @@ mod tests {
             ids.push(manifest_digest);
         }
         store.prune(&ids[..1]).unwrap();
-        let kept = store.image(&ids[0]).expect("the kept image's record and blobs stay");
+        let kept = store
+            .image(&ids[0])
+            .expect("the kept image's record and blobs stay");
         assert_eq!(kept.layers[0].diff_id, sha(kept_layer));
         assert!(store.image(&ids[1]).is_none());
         assert!(!store.blob_path(&sha(gone_layer)).exists());
