@@ -476,9 +476,12 @@ fn validate(loaded: &LoadedSpec) -> Result<()> {
     }
     let repository = loaded.repository();
     if repository.bytes().any(|b| b.is_ascii_uppercase()) {
+        // Where `name` is set; a folder name has no place in the text.
+        let location = locate(&loaded.text, &["image", "name"])
+            .map(|span| Location::of_offset(&loaded.text, span.start));
         return Err(Error::Invalid {
             path: loaded.path.clone(),
-            location: None,
+            location,
             key: Some("image.name".into()),
             message: format!("`{repository}` has capitals; image repositories are lowercase"),
             hint: Some("rename the folder or set `name` in [image]".into()),
