@@ -143,3 +143,47 @@ fn a_node_that_forbids_socket_forwarding_is_reached_through_dial_stdio() {
         "dial-stdio sessions ran:\n{log}"
     );
 }
+
+#[test]
+fn a_second_command_reuses_the_engine_forward_and_starts_no_remote_session() {
+    let testbed = Testbed::get();
+    let node = ssh_node(testbed);
+    let project = TestProject::new();
+    let sessions = || {
+        std::fs::read_to_string(testbed.dir.join("ssh/sshd.log"))
+            .unwrap()
+            .matches("Starting session")
+            .count()
+    };
+    let reachable = |report: &Value| {
+        report
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|r| r["node"] == node.as_str() && r["reachable"] == true)
+    };
+    let config = testbed.config();
+    let (code, report) = hallmark_json(&project, &config, &["nodes"]);
+    assert_eq!(code, 0, "{report}");
+    assert!(reachable(&report), "{report}");
+    let forwards: Vec<_> = std::fs::read_dir(project.root().join(".test-cache/ssh"))
+        .unwrap()
+        .flatten()
+        .filter(|e| e.path().extension().is_some_and(|x| x == "engine"))
+        .collect();
+    assert_eq!(
+        forwards.len(),
+        1,
+        "the engine socket is forwarded beside the master"
+    );
+
+    let before = sessions();
+    let (code, report) = hallmark_json(&project, &config, &["nodes"]);
+    assert_eq!(code, 0, "{report}");
+    assert!(reachable(&report), "{report}");
+    assert_eq!(
+        sessions(),
+        before,
+        "no ssh session (dial-stdio or other) was started"
+    );
+}
