@@ -112,6 +112,17 @@ impl Engine {
         Ok(engine(docker, bridge))
     }
 
+    /// How API requests reach the engine: `socket`, `tcp`, `ssh forward` (the ssh master
+    /// forwards the node's engine socket) or `ssh dial-stdio` (a remote session each).
+    pub fn via(&self) -> &'static str {
+        match &self.bridge {
+            Some(bridge) if bridge.task.is_some() => "ssh dial-stdio",
+            Some(_) => "ssh forward",
+            None if self.endpoint.starts_with("tcp://") => "tcp",
+            None => "socket",
+        }
+    }
+
     pub fn error(&self, message: impl Into<String>) -> Error {
         Error::Engine {
             node: self.node.clone(),

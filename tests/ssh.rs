@@ -130,6 +130,9 @@ fn a_node_that_forbids_socket_forwarding_is_reached_through_dial_stdio() {
     assert_eq!(code, 0, "{report}");
     let (code, report) = hallmark_json(&project, &config, &["verify", "wrap"]);
     assert_eq!(code, 0, "{report}");
+    let (code, report) = hallmark_json(&project, &config, &["nodes"]);
+    assert_eq!(code, 0, "{report}");
+    assert_eq!(report[1]["via"], "ssh dial-stdio", "{report}");
     // The forward was asked for and refused by the node, so the load above went through
     // dial-stdio sessions.
     let log = std::fs::read_to_string(testbed.dir.join("ssh/sshd.log")).unwrap();
@@ -156,11 +159,9 @@ fn a_second_command_reuses_the_engine_forward_and_starts_no_remote_session() {
             .count()
     };
     let reachable = |report: &Value| {
-        report
-            .as_array()
-            .unwrap()
-            .iter()
-            .any(|r| r["node"] == node.as_str() && r["reachable"] == true)
+        report.as_array().unwrap().iter().any(|r| {
+            r["node"] == node.as_str() && r["reachable"] == true && r["via"] == "ssh forward"
+        })
     };
     let config = testbed.config();
     let (code, report) = hallmark_json(&project, &config, &["nodes"]);

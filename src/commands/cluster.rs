@@ -320,6 +320,7 @@ pub(super) fn nodes_command(session: &Session) -> Result<u8> {
                     json!({
                         "node": node.name,
                         "engine": node.engine,
+                        "via": engine.via(),
                         "reachable": true,
                         "version": version.as_ref().and_then(|v| v.version.clone()),
                         "api": version.as_ref().and_then(|v| v.api_version.clone()),
@@ -345,14 +346,15 @@ pub(super) fn nodes_command(session: &Session) -> Result<u8> {
             };
             if r["reachable"] == true {
                 println!(
-                    "{:<10} {:<8} {:<10} api {:<6} {:<11} {} images  {}",
+                    "{:<10} {:<8} {:<10} api {:<6} {:<11} {} images  {} ({})",
                     s("node"),
                     "ok",
                     s("version"),
                     s("api"),
                     s("image_store"),
                     s("images"),
-                    s("engine")
+                    s("engine"),
+                    s("via")
                 );
             } else {
                 println!("{:<10} {:<8} {}", s("node"), "down", s("error"));
