@@ -225,7 +225,7 @@ impl LoadedSpec {
 }
 
 /// The span of the value at `path` in a TOML text (see [`LoadedSpec::invalid_at`]).
-fn locate(text: &str, path: &[&str]) -> Option<std::ops::Range<usize>> {
+pub(crate) fn locate(text: &str, path: &[&str]) -> Option<std::ops::Range<usize>> {
     use toml::de::{DeTable, DeValue};
     fn entry<'a, 'i>(table: &'a DeTable<'i>, key: &str) -> Option<&'a Spanned<DeValue<'i>>> {
         table
@@ -239,9 +239,14 @@ fn locate(text: &str, path: &[&str]) -> Option<std::ops::Range<usize>> {
     for step in rest {
         value = match value.get_ref() {
             DeValue::Table(table) => entry(table, step)?,
-            DeValue::Array(items) => items
-                .iter()
-                .find(|item| matches!(item.get_ref(), DeValue::String(s) if s == step))?,
+            // An array item: the string `step`, or the table holding it as a value.
+            DeValue::Array(items) => items.iter().find(|item| match item.get_ref() {
+                DeValue::String(s) => s == step,
+                DeValue::Table(table) => table
+                    .iter()
+                    .any(|(_, v)| matches!(v.get_ref(), DeValue::String(s) if s == step)),
+                _ => false,
+            })?,
             _ => return None,
         };
     }

@@ -367,7 +367,7 @@ fn corpus() -> Vec<Case> {
                     "c".repeat(64)
                 )),
             ],
-            vec!["pins/bad.toml", "wheel.file"],
+            vec!["pins/bad.toml:7:8", "wheel.file"],
         ),
     ]
 }
