@@ -97,9 +97,13 @@ impl Engine {
         }
         if let Some(remote) = bridge.ask_engine_socket().await.map_err(fail)?
             && bridge.forward_engine(&remote).await
-            && let Some(docker) = negotiate(bridge.socket.clone()).await
         {
-            return Ok(engine(docker, bridge));
+            if let Some(docker) = negotiate(bridge.socket.clone()).await {
+                return Ok(engine(docker, bridge));
+            }
+            // Forwarded, but the node refuses the channels (sshd's AllowStreamLocalForwarding):
+            // no listener that leads nowhere is left on the master for the next command.
+            bridge.cancel_engine_forward(&remote).await;
         }
         bridge
             .dial_stdio()
@@ -560,10 +564,12 @@ impl SshBridge {
 
     /// Has the master forward `remote` (the node's engine socket) to [`SshBridge::forward_path`].
     async fn forward_engine(&mut self, remote: &str) -> bool {
+        // A forward the master still lists (its socket gone) would be "forwarded" again
+        // without a socket, and a socket that outlived its master would make the bind fail:
+        // both cleared first.
+        self.cancel_engine_forward(remote).await;
         let local = self.forward_path();
-        // A forward's socket outlives its master; a stale one would make ssh's bind fail.
-        let _ = std::fs::remove_file(&local);
-        let spec = vec!["-L".to_string(), format!("{}:{remote}", local.display())];
+        let spec = self.engine_forward(remote);
         let forwarded = tokio::process::Command::from(self.control_command("forward", &spec))
             .stdout(std::process::Stdio::null())
             .stderr(std::process::Stdio::null())
@@ -574,6 +580,23 @@ impl SshBridge {
             self.socket = local;
         }
         forwarded
+    }
+
+    /// Undoes [`SshBridge::forward_engine`].
+    async fn cancel_engine_forward(&mut self, remote: &str) {
+        let spec = self.engine_forward(remote);
+        let _ = tokio::process::Command::from(self.control_command("cancel", &spec))
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .status()
+            .await;
+        let _ = std::fs::remove_file(self.forward_path());
+    }
+
+    /// `-L <forward path>:<the node's engine socket>`.
+    fn engine_forward(&self, remote: &str) -> Vec<String> {
+        let local = self.forward_path();
+        vec!["-L".to_string(), format!("{}:{remote}", local.display())]
     }
 
     /// Serves [`SshBridge::socket`] here, each connection carried by `ssh HOST docker system

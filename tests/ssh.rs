@@ -133,6 +133,13 @@ fn a_node_that_forbids_socket_forwarding_is_reached_through_dial_stdio() {
     let (code, report) = hallmark_json(&project, &config, &["nodes"]);
     assert_eq!(code, 0, "{report}");
     assert_eq!(report[1]["via"], "ssh dial-stdio", "{report}");
+    // The refused forward was taken back: no socket beside the master leads nowhere.
+    let left: Vec<_> = std::fs::read_dir(project.root().join(".test-cache/ssh"))
+        .unwrap()
+        .flatten()
+        .filter(|e| e.path().extension().is_some_and(|x| x == "engine"))
+        .collect();
+    assert!(left.is_empty(), "{left:?}");
     // The forward was asked for and refused by the node, so the load above went through
     // dial-stdio sessions.
     let log = std::fs::read_to_string(testbed.dir.join("ssh/sshd.log")).unwrap();
@@ -187,4 +194,12 @@ fn a_second_command_reuses_the_engine_forward_and_starts_no_remote_session() {
         before,
         "no ssh session (dial-stdio or other) was started"
     );
+
+    // The forward's socket removed behind the live master's back: the next command forwards
+    // again (not dial-stdio), and the socket is back.
+    std::fs::remove_file(forwards[0].path()).unwrap();
+    let (code, report) = hallmark_json(&project, &config, &["nodes"]);
+    assert_eq!(code, 0, "{report}");
+    assert!(reachable(&report), "{report}");
+    assert!(forwards[0].path().exists());
 }
