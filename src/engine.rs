@@ -144,10 +144,7 @@ impl Engine {
         let Some(bridge) = &self.bridge else {
             return Ok(false);
         };
-        let spec = vec![
-            "-R".to_string(),
-            format!("127.0.0.1:{port}:127.0.0.1:{port}"),
-        ];
+        let spec = loopback_forward(port);
         let mut command = tokio::process::Command::from(bridge.control_command("forward", &spec));
         let output = command
             .stdout(std::process::Stdio::null())
@@ -166,14 +163,8 @@ impl Engine {
     /// Undoes [`Engine::forward_here`].
     pub async fn cancel_forward(&self, port: u16) {
         if let Some(bridge) = &self.bridge {
-            let spec = vec![
-                "-R".to_string(),
-                format!("127.0.0.1:{port}:127.0.0.1:{port}"),
-            ];
-            let _ = tokio::process::Command::from(bridge.control_command("cancel", &spec))
-                .stdout(std::process::Stdio::null())
-                .stderr(std::process::Stdio::null())
-                .status()
+            bridge
+                .control_quietly("cancel", &loopback_forward(port))
                 .await;
         }
     }
@@ -447,6 +438,11 @@ fn forwardable_socket(answer: &str) -> Option<&str> {
     (path.starts_with('/') && path.chars().all(plain)).then_some(path)
 }
 
+/// `-R 127.0.0.1:port:127.0.0.1:port`: the node's loopback port leads to this machine's.
+fn loopback_forward(port: u16) -> Vec<String> {
+    vec!["-R".into(), format!("127.0.0.1:{port}:127.0.0.1:{port}")]
+}
+
 /// Where the control master's socket goes: `<cache>/ssh/<hash of host and ssh config>`, a
 /// folder only the user can enter; in `fallback` (the bridge's own temporary folder, the
 /// master then ending with hallmark) if the cache is unusable or its path too long for a
@@ -568,27 +564,18 @@ impl SshBridge {
         // without a socket, and a socket that outlived its master would make the bind fail:
         // both cleared first.
         self.cancel_engine_forward(remote).await;
-        let local = self.forward_path();
-        let spec = self.engine_forward(remote);
-        let forwarded = tokio::process::Command::from(self.control_command("forward", &spec))
-            .stdout(std::process::Stdio::null())
-            .stderr(std::process::Stdio::null())
-            .status()
-            .await
-            .is_ok_and(|status| status.success());
+        let forwarded = self
+            .control_quietly("forward", &self.engine_forward(remote))
+            .await;
         if forwarded {
-            self.socket = local;
+            self.socket = self.forward_path();
         }
         forwarded
     }
 
     /// Undoes [`SshBridge::forward_engine`].
-    async fn cancel_engine_forward(&mut self, remote: &str) {
-        let spec = self.engine_forward(remote);
-        let _ = tokio::process::Command::from(self.control_command("cancel", &spec))
-            .stdout(std::process::Stdio::null())
-            .stderr(std::process::Stdio::null())
-            .status()
+    async fn cancel_engine_forward(&self, remote: &str) {
+        self.control_quietly("cancel", &self.engine_forward(remote))
             .await;
         let _ = std::fs::remove_file(self.forward_path());
     }
@@ -597,6 +584,16 @@ impl SshBridge {
     fn engine_forward(&self, remote: &str) -> Vec<String> {
         let local = self.forward_path();
         vec!["-L".to_string(), format!("{}:{remote}", local.display())]
+    }
+
+    /// Runs [`SshBridge::control_command`] with its output discarded: whether it succeeded.
+    async fn control_quietly(&self, operation: &str, args: &[String]) -> bool {
+        tokio::process::Command::from(self.control_command(operation, args))
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .status()
+            .await
+            .is_ok_and(|status| status.success())
     }
 
     /// Serves [`SshBridge::socket`] here, each connection carried by `ssh HOST docker system

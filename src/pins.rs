@@ -2,7 +2,7 @@
 //! reviewed in git. A pin is stale when the spec no longer asks for what it resolved; then
 //! nothing is built or checksummed from it.
 
-use crate::error::{Error, Location, Result};
+use crate::error::{Error, Result};
 use crate::spec::{LoadedSpec, Parent, parse_toml};
 use crate::values::{Digest, GitCommit, Name, Sha256Hex};
 use serde::{Deserialize, Serialize};
@@ -89,11 +89,9 @@ pub fn parse(path: PathBuf, text: &str) -> Result<Pins> {
                 .chars()
                 .any(|c| c.is_whitespace() || c.is_control())
         {
-            let location = crate::spec::locate(text, &["wheel", &wheel.file, "file"])
-                .map(|span| Location::of_offset(text, span.start));
             return Err(Error::Invalid {
                 path,
-                location,
+                location: crate::spec::locate(text, &["wheel", &wheel.file, "file"]),
                 key: Some("wheel.file".into()),
                 message: format!(
                     "`{}` is not a wheel file name for `{}`",

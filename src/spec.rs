@@ -205,18 +205,14 @@ impl LoadedSpec {
             hint: None,
         })
     }
-}
 
-impl LoadedSpec {
     /// An error at `path` in the spec's text, for the checks made after parsing on values
-    /// that carry no span of their own: each step of `path` a table key, or for an array the
-    /// item with that text. Without a place if the path is not in the text (a default).
+    /// that carry no span of their own. Without a place if the path is not in the text (a
+    /// default).
     fn invalid_at<T>(&self, path: &[&str], key: &str, message: String) -> Result<T> {
-        let location =
-            locate(&self.text, path).map(|span| Location::of_offset(&self.text, span.start));
         Err(Error::Invalid {
             path: self.path.clone(),
-            location,
+            location: locate(&self.text, path),
             key: Some(key.to_string()),
             message,
             hint: None,
@@ -224,8 +220,9 @@ impl LoadedSpec {
     }
 }
 
-/// The span of the value at `path` in a TOML text (see [`LoadedSpec::invalid_at`]).
-pub(crate) fn locate(text: &str, path: &[&str]) -> Option<std::ops::Range<usize>> {
+/// Where the value at `path` stands in a TOML text: each step of `path` a table key, or for
+/// an array the item with that text (a string, or a table holding it as a value).
+pub(crate) fn locate(text: &str, path: &[&str]) -> Option<Location> {
     use toml::de::{DeTable, DeValue};
     fn entry<'a, 'i>(table: &'a DeTable<'i>, key: &str) -> Option<&'a Spanned<DeValue<'i>>> {
         table
@@ -239,7 +236,6 @@ pub(crate) fn locate(text: &str, path: &[&str]) -> Option<std::ops::Range<usize>
     for step in rest {
         value = match value.get_ref() {
             DeValue::Table(table) => entry(table, step)?,
-            // An array item: the string `step`, or the table holding it as a value.
             DeValue::Array(items) => items.iter().find(|item| match item.get_ref() {
                 DeValue::String(s) => s == step,
                 DeValue::Table(table) => table
@@ -250,7 +246,7 @@ pub(crate) fn locate(text: &str, path: &[&str]) -> Option<std::ops::Range<usize>
             _ => return None,
         };
     }
-    Some(value.span())
+    Some(Location::of_offset(text, value.span().start))
 }
 
 /// Parse a TOML document strictly, turning the parser's error into one that names file,
@@ -482,11 +478,9 @@ fn validate(loaded: &LoadedSpec) -> Result<()> {
     let repository = loaded.repository();
     if repository.bytes().any(|b| b.is_ascii_uppercase()) {
         // Where `name` is set; a folder name has no place in the text.
-        let location = locate(&loaded.text, &["image", "name"])
-            .map(|span| Location::of_offset(&loaded.text, span.start));
         return Err(Error::Invalid {
             path: loaded.path.clone(),
-            location,
+            location: locate(&loaded.text, &["image", "name"]),
             key: Some("image.name".into()),
             message: format!("`{repository}` has capitals; image repositories are lowercase"),
             hint: Some("rename the folder or set `name` in [image]".into()),

@@ -314,8 +314,7 @@ fn nodes_status_and_prune_report_what_is_there() {
     assert_eq!(code, 0, "{nodes}");
     let rows = nodes.as_array().unwrap();
     assert_eq!(rows.len(), 5, "the builder and four nodes: {nodes}");
-    let store =
-        |name: &str| rows.iter().find(|r| r["node"] == name).unwrap()["image_store"].clone();
+    let store = |name: &str| support::row(&nodes, name)["image_store"].clone();
     assert_eq!(store("node1"), "containerd");
     assert_eq!(store("node2"), "classic");
     assert!(
@@ -422,12 +421,7 @@ fn a_tcp_engine_is_reached_loaded_and_verified() {
 
     let (code, nodes) = hallmark_json(&project, &config, &["nodes"]);
     assert_eq!(code, 0, "{nodes}");
-    let node2 = nodes
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|r| r["node"] == "node2")
-        .unwrap();
+    let node2 = support::row(&nodes, "node2");
     assert_eq!(node2["via"], "tcp", "{node2}");
     assert_eq!(node2["engine"], tcp.as_str(), "{node2}");
 

@@ -83,12 +83,7 @@ fn an_unknown_or_changed_host_key_is_refused_and_never_written() {
         let config = config_knowing(testbed, &dir, &known_hosts);
         let (code, report) = hallmark_json(&project, &config, &["nodes"]);
         assert_eq!(code, 1, "{case}: {report}");
-        let row = report
-            .as_array()
-            .unwrap()
-            .iter()
-            .find(|r| r["node"] == node.as_str())
-            .unwrap_or_else(|| panic!("{case}: no row for {node}: {report}"));
+        let row = support::row(&report, &node);
         assert_eq!(row["reachable"], false, "{case}: {row}");
         let error = row.to_string();
         assert!(
@@ -166,9 +161,8 @@ fn a_second_command_reuses_the_engine_forward_and_starts_no_remote_session() {
             .count()
     };
     let reachable = |report: &Value| {
-        report.as_array().unwrap().iter().any(|r| {
-            r["node"] == node.as_str() && r["reachable"] == true && r["via"] == "ssh forward"
-        })
+        let row = support::row(report, &node);
+        row["reachable"] == true && row["via"] == "ssh forward"
     };
     let config = testbed.config();
     let (code, report) = hallmark_json(&project, &config, &["nodes"]);

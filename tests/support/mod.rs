@@ -401,6 +401,15 @@ pub fn hallmark_json(
     (run.code(), value)
 }
 
+/// The row of `node` in a list of per-node rows (`hallmark --json nodes`).
+pub fn row<'a>(rows: &'a Value, node: &str) -> &'a Value {
+    rows.as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["node"] == node)
+        .unwrap_or_else(|| panic!("no row for {node}: {rows}"))
+}
+
 pub fn nodes_of(report: &Value) -> Vec<Value> {
     report
         .as_array()
