@@ -32,6 +32,8 @@ pub struct Engine {
     pub docker: Docker,
     /// Keeps the ssh bridge of an `ssh://` engine alive as long as the engine.
     bridge: Option<SshBridge>,
+    /// Containers `run_once` has created and not yet removed: what an interrupt must clean up.
+    live: std::sync::Mutex<Vec<String>>,
 }
 
 impl Engine {
@@ -64,6 +66,7 @@ impl Engine {
             endpoint,
             docker,
             bridge: None,
+            live: Default::default(),
         })
     }
 
@@ -82,6 +85,7 @@ impl Engine {
             endpoint: node.engine.clone(),
             docker,
             bridge: Some(bridge),
+            live: Default::default(),
         };
         let negotiate = |socket: PathBuf| async move {
             let docker = pooled_client(socket).ok()?;
@@ -234,13 +238,45 @@ impl Engine {
             .create_container(Some(options), body)
             .await
             .map_err(|e| self.error(format!("creating a container from {image}: {e}")))?;
+        self.live
+            .lock()
+            .expect("not poisoned")
+            .push(created.id.clone());
         let outcome = self.run_created(&created.id).await;
-        let remove = RemoveContainerOptionsBuilder::new().force(true).build();
-        let _ = self
-            .docker
-            .remove_container(&created.id, Some(remove))
-            .await;
+        self.remove_container(&created.id).await;
         outcome
+    }
+
+    async fn remove_container(&self, id: &str) {
+        let remove = RemoveContainerOptionsBuilder::new().force(true).build();
+        let _ = self.docker.remove_container(id, Some(remove)).await;
+        self.live
+            .lock()
+            .expect("not poisoned")
+            .retain(|live| live != id);
+    }
+
+    /// Removes every container `run_once` started and has not removed yet: called when the
+    /// user interrupts hallmark, whose futures are then dropped before their own cleanup.
+    pub async fn remove_live_containers(&self) {
+        let live = self.live.lock().expect("not poisoned").clone();
+        for id in live {
+            self.remove_container(&id).await;
+        }
+    }
+
+    /// The engine's own platform, `os/arch` as the OCI names them (`linux/amd64`).
+    pub async fn platform(&self) -> Result<String> {
+        let version = self
+            .docker
+            .version()
+            .await
+            .map_err(|e| self.error(format!("asking the engine's version: {e}")))?;
+        Ok(format!(
+            "{}/{}",
+            version.os.unwrap_or_default(),
+            version.arch.unwrap_or_default()
+        ))
     }
 
     async fn run_created(&self, id: &str) -> Result<(i64, String)> {

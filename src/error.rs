@@ -151,6 +151,11 @@ pub enum Error {
         output: String,
     },
 
+    /// The user pressed Ctrl-C (SIGINT): the containers hallmark started are removed, no tag
+    /// has moved, and nothing unfinished carries a checksum.
+    #[error("interrupted: {what}")]
+    Interrupted { what: String },
+
     /// Several independent problems, reported together (as `check` does).
     #[error("{} problems", .0.len())]
     Many(Vec<Error>),
@@ -197,6 +202,8 @@ impl Error {
             | Error::Engine { .. }
             | Error::BuildFailed { .. }
             | Error::SmokeFailed { .. } => 1,
+            // The shell's convention for a command ended by SIGINT (128 + 2).
+            Error::Interrupted { .. } => 130,
             Error::Many(errors) => errors.iter().map(Error::exit_code).min().unwrap_or(1),
         }
     }
@@ -270,5 +277,58 @@ impl Error {
             let _ = writeln!(out, "hint: {hint}");
         }
         out
+    }
+}
+
+/// `text` without terminal escape sequences (colours, cursor moves: ESC `[` ... final byte,
+/// ESC `]` ... BEL or ESC `\\`) and without other control characters but newline and tab, so
+/// that build output can go into error reports, JSON and XML as plain text.
+pub fn plain_text(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    let mut chars = text.chars().peekable();
+    while let Some(c) = chars.next() {
+        match c {
+            '\u{1b}' => match chars.next() {
+                // CSI: parameters and intermediates, then one final byte in @..~.
+                Some('[') => {
+                    for c in chars.by_ref() {
+                        if ('@'..='~').contains(&c) {
+                            break;
+                        }
+                    }
+                }
+                // OSC: up to BEL or the string terminator ESC \.
+                Some(']') => {
+                    while let Some(c) = chars.next() {
+                        if c == '\u{7}' || (c == '\u{1b}' && chars.next_if_eq(&'\\').is_some()) {
+                            break;
+                        }
+                    }
+                }
+                // Any other escape is two characters long.
+                _ => {}
+            },
+            '\n' | '\t' => out.push(c),
+            '\r' => {
+                // A lone carriage return redraws a line (progress output): keep what follows.
+                if chars.peek() != Some(&'\n') {
+                    out.push('\n');
+                }
+            }
+            c if c.is_control() => {}
+            c => out.push(c),
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::plain_text;
+
+    #[test]
+    fn plain_text_drops_colours_titles_and_control_characters() {
+        let raw = "\u{1b}[1;31merror\u{1b}[0m: \u{1b}]0;title\u{7}bad\u{0}\u{8} byte\r\nnext\tline\rredrawn";
+        assert_eq!(plain_text(raw), "error: bad byte\nnext\tline\nredrawn");
     }
 }

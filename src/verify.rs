@@ -64,6 +64,9 @@ pub enum Holding {
     Stale,
     /// The label matches but the content does not: something other than hallmark made it.
     Mismatch,
+    /// The label matches, but the content cannot be checked: the builder, whose image is the
+    /// reference, does not hold it (any more). `status` says so rather than `current`.
+    Unverified,
     Missing,
     Unreachable,
 }

@@ -111,7 +111,7 @@ fn hello_builds_smokes_and_is_up_to_date_the_second_time() {
     assert_eq!(missing.code(), 1, "{}", missing.stderr());
     let xml = std::fs::read_to_string(&junit).unwrap();
     assert!(
-        xml.contains("failures=\"1\"") && xml.contains("holds no image with checksum"),
+        xml.contains("failures=\"0\" errors=\"1\"") && xml.contains("holds no image tagged"),
         "{xml}"
     );
 }

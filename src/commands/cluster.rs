@@ -273,10 +273,11 @@ pub(super) fn status_command(session: &Session) -> Result<u8> {
                         )
                         .await
                         {
+                            // Without the builder's image, a matching label is all there
+                            // is: the content is not checked, so the node is not `current`.
                             Ok(mut h) if expected.is_none() && h.state == Holding::Mismatch => {
-                                h.state = Holding::Current;
-                                h.detail =
-                                    Some("label only: the builder does not hold the image".into());
+                                h.state = Holding::Unverified;
+                                h.detail = Some("the label matches; the content is not checked: the builder does not hold the image".into());
                                 h
                             }
                             Ok(h) => h,

@@ -44,6 +44,7 @@ pub(super) fn render_command(
     let dockerfile = render::dockerfile(
         planned,
         &session.config.checksum_label,
+        planned.checksum.as_str(),
         session.parent_tag(&plan, &name).as_deref(),
     )?;
     print!("{dockerfile}");
