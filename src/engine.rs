@@ -33,7 +33,8 @@ pub struct Engine {
     /// Keeps the ssh bridge of an `ssh://` engine alive as long as the engine.
     bridge: Option<SshBridge>,
     /// Containers `run_once` has created and not yet removed: what an interrupt must clean up.
-    live: std::sync::Mutex<Vec<String>>,
+    /// Locked for the whole of a creation, so an interrupt waits for one under way.
+    live: Arc<tokio::sync::Mutex<Vec<String>>>,
 }
 
 impl Engine {
@@ -233,35 +234,40 @@ impl Engine {
             ..Default::default()
         };
         let options = CreateContainerOptionsBuilder::new().build();
-        let created = self
-            .docker
-            .create_container(Some(options), body)
-            .await
-            .map_err(|e| self.error(format!("creating a container from {image}: {e}")))?;
-        self.live
-            .lock()
-            .expect("not poisoned")
-            .push(created.id.clone());
-        let outcome = self.run_created(&created.id).await;
-        self.remove_container(&created.id).await;
+        // Created in a task of its own, which records the container before it ends: dropping
+        // this future (Ctrl-C) cannot lose a container the engine made, and the interrupt's
+        // cleanup waits for the lock, so for a creation under way.
+        let (docker, live) = (self.docker.clone(), Arc::clone(&self.live));
+        let id = tokio::spawn(async move {
+            let mut live = live.lock().await;
+            let created = docker.create_container(Some(options), body).await?;
+            live.push(created.id.clone());
+            Ok::<_, bollard::errors::Error>(created.id)
+        })
+        .await
+        .map_err(|e| self.error(format!("creating a container from {image}: {e}")))?
+        .map_err(|e| self.error(format!("creating a container from {image}: {e}")))?;
+        let outcome = self.run_created(&id).await;
+        self.remove_container(&id).await;
         outcome
     }
 
     async fn remove_container(&self, id: &str) {
         let remove = RemoveContainerOptionsBuilder::new().force(true).build();
         let _ = self.docker.remove_container(id, Some(remove)).await;
-        self.live
-            .lock()
-            .expect("not poisoned")
-            .retain(|live| live != id);
+        self.live.lock().await.retain(|live| live != id);
     }
 
     /// Removes every container `run_once` started and has not removed yet: called when the
     /// user interrupts hallmark, whose futures are then dropped before their own cleanup.
     pub async fn remove_live_containers(&self) {
-        let live = self.live.lock().expect("not poisoned").clone();
-        for id in live {
-            self.remove_container(&id).await;
+        let mut live = self.live.lock().await;
+        let remove = RemoveContainerOptionsBuilder::new().force(true).build();
+        for id in live.drain(..) {
+            let _ = self
+                .docker
+                .remove_container(&id, Some(remove.clone()))
+                .await;
         }
     }
 

@@ -402,3 +402,437 @@ fn check_repro_names_a_file_that_differs_and_passes_hello() {
     assert_eq!(differs.len(), 1, "{err}");
     assert!(differs[0].ends_with("/stamp: content"), "{err}");
 }
+
+// ---------------------------------------------------------------------------------------
+// Every answer true: a checksum label only on images that passed (issue 14).
+
+/// A project with one image `name` on the testbed's busybox base, `image_keys` added to its
+/// `[image]` table and `body` after `[from]`, labelled with a run word of its own so tests
+/// sharing the builder share nothing. Returns the project, the tag and the checksum.
+fn busybox_project(name: &str, image_keys: &str, body: &str) -> (TestProject, String, String) {
+    let project = TestProject::new();
+    let run = unique();
+    let spec = format!(
+        "[image]\nname = \"{name}-{run}\"\n{image_keys}\n\n[from]\nref = \"hallmark-testbed/busybox:latest\"\n\n{body}\n\n[labels]\n\"test.run\" = \"{run}\"\n"
+    );
+    project
+        .write(&format!("images/{name}/image.toml"), &spec)
+        .write(&format!("pins/{name}.toml"), HELLO_PINS)
+        .write(&format!("images/{name}/marker.txt"), "marker\n");
+    let checksum = project.run(&["checksum", name]).success().stdout()[..64].to_string();
+    (project, format!("{name}-{run}:latest"), checksum)
+}
+
+/// Ids of the images on `node` (intermediate ones included) labelled `hallmark.checksum=value`.
+fn images_labelled(testbed: &Testbed, node: &str, value: &str) -> Vec<String> {
+    let filter = format!("label=hallmark.checksum={value}");
+    let listed = testbed.docker_ok(node, &["images", "-aq", "--filter", &filter]);
+    listed.lines().map(String::from).collect()
+}
+
+/// Containers on `node` (running or not) whose image is labelled `hallmark.checksum=value`.
+/// (The engine's builder commits a LABEL step through such a container too: it is created,
+/// never started, and removed by the engine itself.)
+fn containers_labelled(testbed: &Testbed, node: &str, value: &str) -> Vec<String> {
+    let filter = format!("label=hallmark.checksum={value}");
+    let listed = testbed.docker_ok(node, &["ps", "-aq", "--filter", &filter]);
+    listed.lines().map(String::from).collect()
+}
+
+/// The running containers among them: smoke tests.
+fn running_labelled(testbed: &Testbed, node: &str, value: &str) -> Vec<String> {
+    let filter = format!("label=hallmark.checksum={value}");
+    let listed = testbed.docker_ok(
+        node,
+        &[
+            "ps",
+            "-q",
+            "--filter",
+            &filter,
+            "--filter",
+            "status=running",
+        ],
+    );
+    listed.lines().map(String::from).collect()
+}
+
+fn pending(checksum: &str) -> String {
+    format!("pending-{checksum}")
+}
+
+/// The three ways an image is made (assembled, engine-built and normalised, engine-built
+/// as is): each stamps its checksum only after its smoke tests pass.
+const MAKINGS: [(&str, &str, &str); 3] = [
+    ("assembled", "", ""),
+    ("built", "", "[build]\nrun = [\"echo built > /built\"]\n"),
+    (
+        "built",
+        "normalize = false",
+        "[build]\nrun = [\"echo built > /built\"]\n",
+    ),
+];
+
+#[test]
+fn a_failed_smoke_test_leaves_no_image_with_the_checksum_and_a_re_run_builds_again() {
+    let testbed = Testbed::get();
+    let config = testbed.config();
+    for (outcome, image_keys, build) in MAKINGS {
+        let body = format!(
+            "[[file]]\nsrc = \"marker.txt\"\ndest = \"/marker.txt\"\n\n{build}\n[[smoke]]\nname = \"fails\"\nrun = [\"sh\", \"-c\", \"echo smoke-said-no; exit 3\"]\n"
+        );
+        let (project, tag, checksum) = busybox_project("smokefail", image_keys, &body);
+        for attempt in ["first", "re-run"] {
+            let (code, records) =
+                support::hallmark_json(&project, &config, &["build", "smokefail"]);
+            assert_eq!(code, 1, "{outcome} {image_keys} {attempt}: {records}");
+            let record = records.as_array().unwrap().last().unwrap();
+            assert_eq!(record["outcome"], "failed", "{attempt}: {record}");
+            assert!(
+                record["error"]
+                    .as_str()
+                    .unwrap()
+                    .contains("smoke test `fails`"),
+                "{record}"
+            );
+            assert_eq!(record["smoke"][0]["passed"], false, "{record}");
+            assert!(
+                images_labelled(testbed, "builder", &checksum).is_empty(),
+                "{outcome} {image_keys} {attempt}: an image that failed its smoke test carries the checksum"
+            );
+            assert!(
+                !testbed
+                    .docker("builder", &["image", "inspect", &tag])
+                    .status
+                    .success()
+            );
+        }
+        let shipped = project.run(&[
+            "--config",
+            config.to_str().unwrap(),
+            "distribute",
+            "smokefail",
+            "--to",
+            "node2",
+        ]);
+        assert_ne!(shipped.code(), 0, "a failed image was shipped");
+
+        // The same making with a passing smoke test is stamped, and nothing unfinished stays.
+        let passing = body.replace("echo smoke-said-no; exit 3", "grep -q marker /marker.txt");
+        let (project, tag, checksum) = busybox_project("smokepass", image_keys, &passing);
+        let (code, records) = support::hallmark_json(&project, &config, &["build", "smokepass"]);
+        assert_eq!(code, 0, "{records}");
+        assert_eq!(records[0]["outcome"], outcome, "{records}");
+        assert_eq!(testbed.checksum_label("builder", &tag), checksum);
+        assert_eq!(
+            images_labelled(testbed, "builder", &checksum),
+            vec![testbed.image_id("builder", &tag)[7..19].to_string()]
+        );
+        // What is left unfinished is at most the parent of the stamped image (normalize =
+        // false): never an image of its own, so never found.
+        let filter = format!("label=hallmark.checksum={}", pending(&checksum));
+        let top_level = testbed.docker_ok("builder", &["images", "-q", "--filter", &filter]);
+        assert_eq!(top_level, "", "{outcome} {image_keys}");
+    }
+}
+
+/// Sends SIGINT to `child` (as Ctrl-C does) and returns how it ended.
+fn interrupt(mut child: std::process::Child) -> (Option<i32>, String) {
+    let pid = child.id().to_string();
+    let sent = std::process::Command::new("kill")
+        .args(["-INT", &pid])
+        .status()
+        .unwrap();
+    assert!(sent.success());
+    let output = child.wait_with_output().unwrap();
+    (
+        output.status.code(),
+        String::from_utf8_lossy(&output.stderr).into_owned(),
+    )
+}
+
+#[test]
+fn ctrl_c_during_normalisation_or_smoke_leaves_no_container_and_nothing_to_adopt() {
+    let testbed = Testbed::get();
+    let config = testbed.config();
+    // A layer big enough that normalising it takes a while, and a smoke test that never ends.
+    let body = "[build]\nrun = [\"dd if=/dev/zero of=/big bs=1M count=150\"]\n\n[[smoke]]\nname = \"hangs\"\nrun = [\"sleep\", \"600\"]\n";
+    let (project, tag, checksum) = busybox_project("interrupted", "", body);
+    let unfinished = pending(&checksum);
+
+    // First: interrupted as soon as the engine's build is done (normalising or smoking).
+    let child = support::spawn(&project, &config, &["build", "interrupted"]);
+    support::wait_for("the engine's unfinished image", || {
+        !images_labelled(testbed, "builder", &unfinished).is_empty()
+    });
+    let (code, stderr) = interrupt(child);
+    assert_eq!(code, Some(130), "{stderr}");
+    assert!(stderr.contains("interrupted"), "{stderr}");
+    // Second: the re-run makes the image again (nothing was adopted) and is interrupted in
+    // its smoke test.
+    let child = support::spawn(&project, &config, &["build", "interrupted"]);
+    support::wait_for("the re-run's smoke container", || {
+        !running_labelled(testbed, "builder", &unfinished).is_empty()
+    });
+    let (code, stderr) = interrupt(child);
+    assert_eq!(code, Some(130), "{stderr}");
+    assert!(
+        !stderr.contains("up-to-date"),
+        "an unfinished image was adopted: {stderr}"
+    );
+
+    let left = containers_labelled(testbed, "builder", &unfinished);
+    assert!(
+        left.is_empty(),
+        "{left:?} {}",
+        testbed.docker_ok("builder", &["ps", "-a", "--no-trunc"])
+    );
+    assert!(containers_labelled(testbed, "builder", &checksum).is_empty());
+    assert!(images_labelled(testbed, "builder", &checksum).is_empty());
+    assert!(
+        !testbed
+            .docker("builder", &["image", "inspect", &tag])
+            .status
+            .success()
+    );
+    let verify = project.run(&[
+        "--config",
+        config.to_str().unwrap(),
+        "verify",
+        "interrupted",
+        "--nodes",
+        "node2",
+    ]);
+    assert_ne!(verify.code(), 0, "{}", verify.stdout());
+}
+
+#[test]
+fn smoke_runs_the_tagged_image_not_another_with_the_same_label() {
+    let testbed = Testbed::get();
+    let config = testbed.config();
+    let body = "[[file]]\nsrc = \"marker.txt\"\ndest = \"/marker.txt\"\n\n[[smoke]]\nname = \"marker\"\nrun = [\"grep\", \"-q\", \"marker\", \"/marker.txt\"]\n";
+    let (project, tag, _) = busybox_project("forged", "", body);
+    let config_arg = config.to_str().unwrap();
+    project
+        .run(&["--config", config_arg, "build", "forged"])
+        .success();
+    project
+        .run(&["--config", config_arg, "smoke", "forged"])
+        .success();
+    // The tag now names an image hallmark did not make; the real one is still on the engine.
+    testbed.docker_ok("builder", &["tag", "hallmark-testbed/busybox:latest", &tag]);
+    let forged = project.run(&["--config", config_arg, "smoke", "forged"]);
+    assert_eq!(forged.code(), 1, "{}", forged.stderr());
+    assert!(
+        forged
+            .stderr()
+            .contains("is not the current build of `forged`"),
+        "{}",
+        forged.stderr()
+    );
+}
+
+#[test]
+fn status_says_unverified_when_the_builder_no_longer_holds_the_image() {
+    let testbed = Testbed::get();
+    let config = testbed.config();
+    let body = "[[file]]\nsrc = \"marker.txt\"\ndest = \"/marker.txt\"\n";
+    let (project, tag, _) = busybox_project("gone", "", body);
+    let config_arg = config.to_str().unwrap();
+    project
+        .run(&["--config", config_arg, "build", "gone"])
+        .success();
+    project
+        .run(&[
+            "--config",
+            config_arg,
+            "distribute",
+            "gone",
+            "--to",
+            "node2",
+        ])
+        .success();
+    let state = |report: &serde_json::Value| {
+        report
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|r| r["node"] == "node2")
+            .unwrap()["state"]
+            .clone()
+    };
+    let (_, report) = support::hallmark_json(&project, &config, &["status"]);
+    assert_eq!(state(&report), "current", "{report}");
+    testbed.docker_ok("builder", &["rmi", &tag]);
+    let (code, report) = support::hallmark_json(&project, &config, &["status"]);
+    assert_eq!(code, 0);
+    assert_eq!(state(&report), "unverified", "{report}");
+}
+
+#[test]
+fn two_builds_of_one_image_at_once_give_one_build_and_one_adoption() {
+    let testbed = Testbed::get();
+    let config = testbed.config();
+    // Not normalised: two builds would give two different images.
+    let body = "[build]\nrun = [\"sleep 5 && date > /built-at\"]\n";
+    let (project, _, checksum) = busybox_project("twice", "normalize = false", body);
+    let log = project
+        .root()
+        .join(format!(".hallmark/logs/twice-{}.log", &checksum[..12]));
+    let first = support::spawn(&project, &config, &["--json", "build", "twice"]);
+    support::wait_for("the first build's RUN step", || {
+        std::fs::read_to_string(&log).is_ok_and(|l| l.contains("sleep 5"))
+    });
+    let second = support::spawn(&project, &config, &["--json", "build", "twice"]);
+    let mut records = Vec::new();
+    for child in [first, second] {
+        let output = child.wait_with_output().unwrap();
+        assert!(
+            output.status.success(),
+            "{}",
+            String::from_utf8_lossy(&output.stderr)
+        );
+        let report: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap();
+        records.push(report[0].clone());
+    }
+    let mut outcomes: Vec<&str> = records
+        .iter()
+        .map(|r| r["outcome"].as_str().unwrap())
+        .collect();
+    outcomes.sort();
+    assert_eq!(outcomes, ["built", "up-to-date"], "{records:?}");
+    assert_eq!(records[0]["image_id"], records[1]["image_id"]);
+    assert_eq!(images_labelled(testbed, "builder", &checksum).len(), 1);
+}
+
+#[test]
+fn a_failed_build_still_reports_its_parents_in_json_and_its_output_as_plain_text() {
+    let testbed = Testbed::get();
+    let config = testbed.config();
+    let (project, _, _) = busybox_project(
+        "parent",
+        "",
+        "[[file]]\nsrc = \"marker.txt\"\ndest = \"/marker.txt\"\n",
+    );
+    project.write(
+        "images/child/image.toml",
+        "[from]\nimage = \"parent\"\n\n[build]\nrun = [\"printf '\\\\033[31mred-failure\\\\033[0m\\\\n'; exit 4\"]\n",
+    );
+    let run = project.run(&[
+        "--config",
+        config.to_str().unwrap(),
+        "--json",
+        "build",
+        "child",
+    ]);
+    assert_eq!(run.code(), 1, "{}", run.stderr());
+    let records: serde_json::Value = serde_json::from_str(&run.stdout()).unwrap();
+    let outcomes: Vec<&str> = records
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["outcome"].as_str().unwrap())
+        .collect();
+    assert_eq!(outcomes, ["assembled", "failed"], "{records}");
+    assert!(
+        records[0]["image_id"]
+            .as_str()
+            .unwrap()
+            .starts_with("sha256:")
+    );
+    let stderr = run.stderr();
+    assert!(stderr.contains("red-failure"), "{stderr}");
+    assert!(!stderr.contains('\u{1b}'), "escape sequences in {stderr:?}");
+    assert!(!records[1]["error"].as_str().unwrap().contains('\u{1b}'));
+}
+
+/// The builder's platform and another one it is not.
+fn foreign_platform(testbed: &Testbed) -> (String, String) {
+    let own = testbed.docker_ok(
+        "builder",
+        &["version", "--format", "{{.Server.Os}}/{{.Server.Arch}}"],
+    );
+    let other = if own.ends_with("/arm64") {
+        "linux/amd64"
+    } else {
+        "linux/arm64"
+    };
+    (own, other.to_string())
+}
+
+#[test]
+fn the_platform_a_spec_names_is_the_platform_it_gets_or_the_build_says_why_not() {
+    let testbed = Testbed::get();
+    let config = testbed.config();
+    let config_arg = config.to_str().unwrap();
+    let (own, other) = foreign_platform(testbed);
+    let platform = format!("platform = \"{other}\"");
+
+    // RUN steps run on the builder: refused before any build.
+    let (project, _, _) = busybox_project("foreignrun", &platform, "[build]\nrun = [\"true\"]\n");
+    let run = project.run(&["--config", config_arg, "build", "foreignrun"]);
+    assert_eq!(run.code(), 1, "{}", run.stderr());
+    assert!(
+        run.stderr().contains(&format!("the builder is {own}")),
+        "{}",
+        run.stderr()
+    );
+
+    // Assembled on a parent of the builder's own platform: the result is not what it names.
+    let files = "[[file]]\nsrc = \"marker.txt\"\ndest = \"/marker.txt\"\n";
+    let (project, _, _) = busybox_project("foreignparent", &platform, files);
+    let run = project.run(&["--config", config_arg, "build", "foreignparent"]);
+    assert_eq!(run.code(), 1, "{}", run.stderr());
+    assert!(
+        run.stderr()
+            .contains(&format!("is {own}, but its spec names {other}")),
+        "{}",
+        run.stderr()
+    );
+
+    // A parent of the other platform: assembled, and its smoke tests say why they cannot run.
+    let base = format!("foreign-base-{}:latest", unique());
+    let helper = concat!(env!("CARGO_MANIFEST_DIR"), "/scripts/testbed.d/mkimage.py");
+    let dir = tempfile::tempdir().unwrap();
+    let (layer, archive) = (dir.path().join("layer.tar"), dir.path().join("image.tar"));
+    let arch = other.rsplit('/').next().unwrap();
+    let made = std::process::Command::new("sh")
+        .arg("-c")
+        .arg(format!(
+            "/usr/bin/python3 {helper} busybox-layer --busybox /bin/busybox --out {l} && \
+             /usr/bin/python3 {helper} archive --layer {l} --tag {base} --arch {arch} --out {a} && \
+             docker -H {e} load -i {a}",
+            l = layer.display(),
+            a = archive.display(),
+            e = testbed.endpoint("builder")
+        ))
+        .output()
+        .unwrap();
+    assert!(
+        made.status.success(),
+        "{}",
+        String::from_utf8_lossy(&made.stderr)
+    );
+    let (project, _, _) = busybox_project(
+        "foreignsmoke",
+        &platform,
+        &format!("{files}\n[[smoke]]\nname = \"runs\"\nrun = [\"true\"]\n"),
+    );
+    let spec = project.read("images/foreignsmoke/image.toml");
+    project.write(
+        "images/foreignsmoke/image.toml",
+        &spec.replace("hallmark-testbed/busybox:latest", &base),
+    );
+    project.write("pins/foreignsmoke.toml", "");
+    project
+        .run(&["--config", config_arg, "lock", "foreignsmoke"])
+        .success();
+    let run = project.run(&["--config", config_arg, "build", "foreignsmoke"]);
+    assert_eq!(run.code(), 1, "{}", run.stderr());
+    assert!(
+        run.stderr().contains(&format!(
+            "cannot run the smoke tests of `foreignsmoke`: the image is {other} and the engine is {own}"
+        )),
+        "{}",
+        run.stderr()
+    );
+}
