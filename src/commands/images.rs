@@ -235,3 +235,32 @@ fn junit_xml(
         "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<testsuites>\n  <testsuite name=\"hallmark smoke {image} on {node}\" tests=\"{tests}\" failures=\"{failures}\" errors=\"{errors}\">\n{cases}  </testsuite>\n</testsuites>\n"
     )
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn junit_reports_are_xml_whatever_the_smoke_test_printed() {
+        let result = build::SmokeResult {
+            name: "quotes \"'<&>".into(),
+            passed: false,
+            exit_code: 3,
+            seconds: 0.5,
+            output: "\u{1b}[31mred\u{1b}[0m\u{0}\u{7} a < b & c\r\n".into(),
+        };
+        let outcome = Err(Error::Interrupted {
+            what: "the \u{1b}[1msmoke\u{1b}[0m tests".into(),
+        });
+        let name = Name::try_from("img".to_string()).unwrap();
+        let xml = junit_xml(&name, &name, &[result], &outcome);
+        // XML 1.0 allows no control characters but tab, newline and carriage return.
+        assert!(
+            !xml.chars().any(|c| c.is_control() && c != '\n' && c != '\t'),
+            "{xml:?}"
+        );
+        assert!(xml.contains("red a &lt; b &amp; c"), "{xml}");
+        assert!(xml.contains("name=\"quotes &quot;&apos;&lt;&amp;&gt;\""), "{xml}");
+        assert!(xml.contains("tests=\"2\" failures=\"1\" errors=\"1\""), "{xml}");
+    }
+}
