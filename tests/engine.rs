@@ -408,10 +408,12 @@ fn check_repro_names_a_file_that_differs_and_passes_hello() {
 
 /// A project with one image `name` on the testbed's busybox base, `image_keys` added to its
 /// `[image]` table and `body` after `[from]`, labelled with a run word of its own so tests
-/// sharing the builder share nothing. Returns the project, the tag and the checksum.
+/// sharing the builder share nothing (`RUNWORD` in `body` becomes it too, for RUN steps the
+/// engine's build cache must not have seen). Returns the project, the tag and the checksum.
 fn busybox_project(name: &str, image_keys: &str, body: &str) -> (TestProject, String, String) {
     let project = TestProject::new();
     let run = unique();
+    let body = body.replace("RUNWORD", &run);
     let spec = format!(
         "[image]\nname = \"{name}-{run}\"\n{image_keys}\n\n[from]\nref = \"hallmark-testbed/busybox:latest\"\n\n{body}\n\n[labels]\n\"test.run\" = \"{run}\"\n"
     );
@@ -555,14 +557,15 @@ fn ctrl_c_during_normalisation_or_smoke_leaves_no_container_and_nothing_to_adopt
     let testbed = Testbed::get();
     let config = testbed.config();
     // A layer big enough that normalising it takes a while, and a smoke test that never ends.
-    let body = "[build]\nrun = [\"dd if=/dev/zero of=/big bs=1M count=150\"]\n\n[[smoke]]\nname = \"hangs\"\nrun = [\"sleep\", \"600\"]\n";
+    let body = "[build]\nrun = [\"dd if=/dev/zero of=/big bs=1M count=200 && echo RUNWORD > /built-by\"]\n\n[[smoke]]\nname = \"hangs\"\nrun = [\"sleep\", \"600\"]\n";
     let (project, tag, checksum) = busybox_project("interrupted", "", body);
     let unfinished = pending(&checksum);
 
-    // First: interrupted as soon as the engine's build is done (normalising or smoking).
+    // First: interrupted during normalisation: the engine's image is there, the normalised
+    // one (a second unfinished image) not yet.
     let child = support::spawn(&project, &config, &["build", "interrupted"]);
-    support::wait_for("the engine's unfinished image", || {
-        !images_labelled(testbed, "builder", &unfinished).is_empty()
+    support::wait_for("the engine's unfinished image alone", || {
+        images_labelled(testbed, "builder", &unfinished).len() == 1
     });
     let (code, stderr) = interrupt(child);
     assert_eq!(code, Some(130), "{stderr}");
@@ -673,7 +676,7 @@ fn two_builds_of_one_image_at_once_give_one_build_and_one_adoption() {
     let testbed = Testbed::get();
     let config = testbed.config();
     // Not normalised: two builds would give two different images.
-    let body = "[build]\nrun = [\"sleep 5 && date > /built-at\"]\n";
+    let body = "[build]\nrun = [\"sleep 5 && echo RUNWORD > /built-by\"]\n";
     let (project, _, checksum) = busybox_project("twice", "normalize = false", body);
     let log = project
         .root()

@@ -256,11 +256,18 @@ mod tests {
         let xml = junit_xml(&name, &name, &[result], &outcome);
         // XML 1.0 allows no control characters but tab, newline and carriage return.
         assert!(
-            !xml.chars().any(|c| c.is_control() && c != '\n' && c != '\t'),
+            !xml.chars()
+                .any(|c| c.is_control() && c != '\n' && c != '\t'),
             "{xml:?}"
         );
         assert!(xml.contains("red a &lt; b &amp; c"), "{xml}");
-        assert!(xml.contains("name=\"quotes &quot;&apos;&lt;&amp;&gt;\""), "{xml}");
-        assert!(xml.contains("tests=\"2\" failures=\"1\" errors=\"1\""), "{xml}");
+        assert!(
+            xml.contains("name=\"quotes &quot;&apos;&lt;&amp;&gt;\""),
+            "{xml}"
+        );
+        assert!(
+            xml.contains("tests=\"2\" failures=\"1\" errors=\"1\""),
+            "{xml}"
+        );
     }
 }
