@@ -33,6 +33,8 @@ pub struct Engine {
     /// Keeps the ssh bridge of an `ssh://` engine alive as long as the engine.
     bridge: Option<SshBridge>,
     /// Containers `run_once` has created and not yet removed: what an interrupt must clean up.
+    /// Whether a `tcp://` engine is reached with TLS.
+    tls: bool,
     /// Locked for the whole of a creation, so an interrupt waits for one under way.
     live: Arc<tokio::sync::Mutex<Vec<String>>>,
 }
@@ -49,7 +51,19 @@ impl Engine {
         let docker = if let Some(path) = endpoint.strip_prefix("unix://") {
             Docker::connect_with_unix(path, TIMEOUT_SECS, bollard::API_DEFAULT_VERSION)
         } else if endpoint.starts_with("tcp://") {
-            Docker::connect_with_http(&endpoint, TIMEOUT_SECS, bollard::API_DEFAULT_VERSION)
+            match &node.tls {
+                Some(dir) => Docker::connect_with_ssl(
+                    &endpoint,
+                    &dir.join("key.pem"),
+                    &dir.join("cert.pem"),
+                    &dir.join("ca.pem"),
+                    TIMEOUT_SECS,
+                    bollard::API_DEFAULT_VERSION,
+                ),
+                None => {
+                    Docker::connect_with_http(&endpoint, TIMEOUT_SECS, bollard::API_DEFAULT_VERSION)
+                }
+            }
         } else if let Some(host) = endpoint.strip_prefix("ssh://") {
             let bridge = SshBridge::new(host, ssh_config)
                 .map_err(|e| fail(format!("cannot start ssh: {e}")))?;
@@ -67,6 +81,7 @@ impl Engine {
             endpoint,
             docker,
             bridge: None,
+            tls: node.tls.is_some(),
             live: Default::default(),
         })
     }
@@ -86,6 +101,7 @@ impl Engine {
             endpoint: node.engine.clone(),
             docker,
             bridge: Some(bridge),
+            tls: false,
             live: Default::default(),
         };
         let negotiate = |socket: PathBuf| async move {
@@ -127,6 +143,7 @@ impl Engine {
         match &self.bridge {
             Some(bridge) if bridge.task.is_some() => "ssh dial-stdio",
             Some(_) => "ssh forward",
+            None if self.endpoint.starts_with("tcp://") && self.tls => "tcp+tls",
             None if self.endpoint.starts_with("tcp://") => "tcp",
             None => "socket",
         }

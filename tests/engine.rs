@@ -839,3 +839,300 @@ fn the_platform_a_spec_names_is_the_platform_it_gets_or_the_build_says_why_not()
         run.stderr()
     );
 }
+
+// ---------------------------------------------------------------------------------------
+// The engine is found as the docker CLI finds it (issue 15).
+
+/// `hallmark --json nodes` in `project` with exactly `env` of the docker CLI's variables set;
+/// returns the exit code and the local engine's row.
+fn local_engine_row(project: &TestProject, env: &[(&str, &str)]) -> (i32, serde_json::Value) {
+    let mut command = support::hallmark();
+    command
+        .args(["--json", "nodes"])
+        .current_dir(project.root())
+        .env("HALLMARK_CACHE", project.root().join(".test-cache"));
+    for key in [
+        "DOCKER_HOST",
+        "DOCKER_CONTEXT",
+        "DOCKER_CONFIG",
+        "DOCKER_TLS_VERIFY",
+        "DOCKER_CERT_PATH",
+    ] {
+        command.env_remove(key);
+    }
+    command.envs(env.iter().copied());
+    let output = command.output().unwrap();
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let row = serde_json::from_str::<serde_json::Value>(&stdout)
+        .map(|rows| rows[0].clone())
+        .unwrap_or_else(|_| serde_json::json!({"stderr": String::from_utf8_lossy(&output.stderr)}));
+    (output.status.code().unwrap(), row)
+}
+
+/// Writes the docker context `name` (engine `host`) into the docker config folder `config`,
+/// in the docker CLI's layout; with `tls`, its TLS folder holds copies of those files.
+fn write_docker_context(
+    config: &std::path::Path,
+    name: &str,
+    host: &str,
+    skip_verify: bool,
+    tls: Option<&std::path::Path>,
+) {
+    use sha2::Digest as _;
+    let id = hex::encode(sha2::Sha256::digest(name.as_bytes()));
+    let meta = config.join("contexts/meta").join(&id);
+    std::fs::create_dir_all(&meta).unwrap();
+    let document = serde_json::json!({"Name": name, "Metadata": {}, "Endpoints": {"docker": {"Host": host, "SkipTLSVerify": skip_verify}}});
+    std::fs::write(meta.join("meta.json"), document.to_string()).unwrap();
+    if let Some(from) = tls {
+        let to = config.join("contexts/tls").join(&id).join("docker");
+        std::fs::create_dir_all(&to).unwrap();
+        for file in ["ca.pem", "cert.pem", "key.pem"] {
+            std::fs::copy(from.join(file), to.join(file)).unwrap();
+        }
+    }
+}
+
+#[test]
+fn the_local_engine_is_found_as_the_docker_cli_finds_it() {
+    let testbed = Testbed::get();
+    let project = TestProject::new();
+    let config = tempfile::tempdir().unwrap();
+    let config_dir = config.path().to_str().unwrap();
+    let builder = testbed.endpoint("builder");
+    let node2 = testbed.endpoint("node2");
+    write_docker_context(config.path(), "hm-builder", &builder, false, None);
+    write_docker_context(
+        config.path(),
+        "hm-unverified",
+        "tcp://127.0.0.1:9",
+        true,
+        None,
+    );
+
+    // DOCKER_CONTEXT names a context of the docker config.
+    let (code, row) = local_engine_row(
+        &project,
+        &[
+            ("DOCKER_CONFIG", config_dir),
+            ("DOCKER_CONTEXT", "hm-builder"),
+        ],
+    );
+    assert_eq!(
+        (code, &row["engine"], &row["reachable"]),
+        (0, &builder.clone().into(), &true.into()),
+        "{row}"
+    );
+    // Else the config's current context.
+    std::fs::write(
+        config.path().join("config.json"),
+        r#"{"currentContext": "hm-builder"}"#,
+    )
+    .unwrap();
+    let (code, row) = local_engine_row(&project, &[("DOCKER_CONFIG", config_dir)]);
+    assert_eq!(
+        (code, &row["engine"]),
+        (0, &builder.clone().into()),
+        "{row}"
+    );
+    // DOCKER_HOST wins over both.
+    let (code, row) = local_engine_row(
+        &project,
+        &[
+            ("DOCKER_CONFIG", config_dir),
+            ("DOCKER_CONTEXT", "hm-builder"),
+            ("DOCKER_HOST", &node2),
+        ],
+    );
+    assert_eq!((code, &row["engine"]), (0, &node2.clone().into()), "{row}");
+    // A context that does not exist, or that skips TLS verification, is refused by name.
+    for (context, says) in [
+        (
+            "hm-missing",
+            "`hm-missing` (chosen by DOCKER_CONTEXT) does not exist",
+        ),
+        ("hm-unverified", "skips TLS verification"),
+    ] {
+        let (code, row) = local_engine_row(
+            &project,
+            &[("DOCKER_CONFIG", config_dir), ("DOCKER_CONTEXT", context)],
+        );
+        assert_eq!(code, 2, "{row}");
+        assert!(row["stderr"].as_str().unwrap().contains(says), "{row}");
+    }
+}
+
+/// Runs `openssl ARGS` in `dir`; it must succeed.
+fn openssl(dir: &std::path::Path, args: &[&str]) {
+    let output = std::process::Command::new("openssl")
+        .args(args)
+        .current_dir(dir)
+        .output()
+        .unwrap();
+    assert!(
+        output.status.success(),
+        "openssl {args:?}: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+}
+
+/// A CA in `dir` (ca.pem, ca-key.pem) and a certificate `name`.pem / `name`-key.pem signed by it.
+fn certificate_authority(dir: &std::path::Path) {
+    openssl(
+        dir,
+        &[
+            "req",
+            "-x509",
+            "-newkey",
+            "rsa:2048",
+            "-nodes",
+            "-keyout",
+            "ca-key.pem",
+            "-out",
+            "ca.pem",
+            "-days",
+            "2",
+            "-subj",
+            "/CN=hallmark test CA",
+        ],
+    );
+}
+
+fn signed(dir: &std::path::Path, name: &str, extensions: &str) {
+    let key = format!("{name}-key.pem");
+    let csr = format!("{name}.csr");
+    let cert = format!("{name}.pem");
+    let ext = format!("{name}.ext");
+    std::fs::write(dir.join(&ext), extensions).unwrap();
+    openssl(
+        dir,
+        &[
+            "req",
+            "-newkey",
+            "rsa:2048",
+            "-nodes",
+            "-keyout",
+            &key,
+            "-out",
+            &csr,
+            "-subj",
+            &format!("/CN={name}"),
+        ],
+    );
+    openssl(
+        dir,
+        &[
+            "x509",
+            "-req",
+            "-in",
+            &csr,
+            "-CA",
+            "ca.pem",
+            "-CAkey",
+            "ca-key.pem",
+            "-CAcreateserial",
+            "-out",
+            &cert,
+            "-days",
+            "2",
+            "-extfile",
+            &ext,
+        ],
+    );
+}
+
+#[test]
+fn a_tcp_engine_is_reached_with_the_docker_clis_tls_settings_and_refused_with_another_ca() {
+    let testbed = Testbed::get();
+    let project = TestProject::new();
+    let pki = tempfile::tempdir().unwrap();
+    certificate_authority(pki.path());
+    signed(
+        pki.path(),
+        "server",
+        "subjectAltName=IP:127.0.0.1\nextendedKeyUsage=serverAuth\n",
+    );
+    signed(pki.path(), "client", "extendedKeyUsage=clientAuth\n");
+    // The docker CLI's cert folder: the CA, the client's certificate and key.
+    let certs = pki.path().join("client-certs");
+    std::fs::create_dir_all(&certs).unwrap();
+    std::fs::copy(pki.path().join("ca.pem"), certs.join("ca.pem")).unwrap();
+    std::fs::copy(pki.path().join("client.pem"), certs.join("cert.pem")).unwrap();
+    std::fs::copy(pki.path().join("client-key.pem"), certs.join("key.pem")).unwrap();
+
+    let socket = testbed.endpoint("builder");
+    let mut proxy = std::process::Command::new("/usr/bin/python3")
+        .arg(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/tests/fixtures/tls_proxy.py"
+        ))
+        .args([
+            "--cert",
+            "server.pem",
+            "--key",
+            "server-key.pem",
+            "--ca",
+            "ca.pem",
+            "--unix",
+        ])
+        .arg(socket.trim_start_matches("unix://"))
+        .current_dir(pki.path())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut port = String::new();
+    std::io::BufRead::read_line(
+        &mut std::io::BufReader::new(proxy.stdout.take().unwrap()),
+        &mut port,
+    )
+    .unwrap();
+    let host = format!("tcp://127.0.0.1:{}", port.trim());
+
+    let certs_dir = certs.to_str().unwrap();
+    let (code, row) = local_engine_row(
+        &project,
+        &[
+            ("DOCKER_HOST", &host),
+            ("DOCKER_TLS_VERIFY", "1"),
+            ("DOCKER_CERT_PATH", certs_dir),
+        ],
+    );
+    assert_eq!(
+        (code, &row["reachable"], &row["via"]),
+        (0, &true.into(), &"tcp+tls".into()),
+        "{row}"
+    );
+
+    // The same through a context whose TLS folder holds the files.
+    let config = tempfile::tempdir().unwrap();
+    write_docker_context(config.path(), "hm-tls", &host, false, Some(&certs));
+    let (code, row) = local_engine_row(
+        &project,
+        &[
+            ("DOCKER_CONFIG", config.path().to_str().unwrap()),
+            ("DOCKER_CONTEXT", "hm-tls"),
+        ],
+    );
+    assert_eq!(
+        (code, &row["reachable"], &row["via"]),
+        (0, &true.into(), &"tcp+tls".into()),
+        "{row}"
+    );
+
+    // Another CA: the engine's certificate is not trusted, and nothing is sent in the clear.
+    let other = pki.path().join("other");
+    std::fs::create_dir_all(&other).unwrap();
+    certificate_authority(&other);
+    std::fs::copy(other.join("ca.pem"), certs.join("ca.pem")).unwrap();
+    let (code, row) = local_engine_row(
+        &project,
+        &[
+            ("DOCKER_HOST", &host),
+            ("DOCKER_TLS_VERIFY", "1"),
+            ("DOCKER_CERT_PATH", certs_dir),
+        ],
+    );
+    assert_eq!((code, &row["reachable"]), (1, &false.into()), "{row}");
+    let _ = proxy.kill();
+    let _ = proxy.wait();
+}

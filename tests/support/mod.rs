@@ -49,6 +49,8 @@ pub fn run_in(dir: &Path, args: &[&str]) -> Run {
         .current_dir(dir)
         .env("HALLMARK_CACHE", dir.join(".test-cache"))
         .env_remove("DOCKER_HOST")
+        .env_remove("DOCKER_CONTEXT")
+        .env_remove("DOCKER_TLS_VERIFY")
         .output()
         .unwrap();
     Run(output)
