@@ -94,10 +94,7 @@ impl Config {
 /// `contexts/tls/<sha256 of the name>/docker/`).
 pub fn local_engine() -> Result<NodeConfig> {
     let env = |key: &str| std::env::var(key).ok().filter(|v| !v.is_empty());
-    let config_dir = env("DOCKER_CONFIG")
-        .map(PathBuf::from)
-        .or_else(|| env("HOME").map(|home| Path::new(&home).join(".docker")))
-        .unwrap_or_else(|| PathBuf::from(".docker"));
+    let config_dir = docker_config_dir();
     let node = |engine: String, tls: Option<PathBuf>| NodeConfig {
         name: Name::try_from("local".to_string()).expect("valid"),
         engine,
@@ -129,6 +126,15 @@ pub fn local_engine() -> Result<NodeConfig> {
 }
 
 const DEFAULT_ENGINE: &str = "unix:///var/run/docker.sock";
+
+/// The docker CLI's config folder: `DOCKER_CONFIG`, else `~/.docker`.
+pub fn docker_config_dir() -> PathBuf {
+    let env = |key: &str| std::env::var(key).ok().filter(|v| !v.is_empty());
+    env("DOCKER_CONFIG")
+        .map(PathBuf::from)
+        .or_else(|| env("HOME").map(|home| Path::new(&home).join(".docker")))
+        .unwrap_or_else(|| PathBuf::from(".docker"))
+}
 
 /// `currentContext` of the docker CLI's `config.json`, if it names one.
 fn current_context(file: &Path) -> Result<Option<String>> {

@@ -31,6 +31,9 @@ pub struct Registry {
     _process: Option<tokio::process::Child>,
     /// Held while the registry hallmark started runs: one storage, one user at a time.
     _lock: Option<std::fs::File>,
+    /// What the docker CLI here would send to the operator's registry (docker config and its
+    /// credential helpers); none for the registry hallmark starts.
+    credentials: Option<bollard::auth::DockerCredentials>,
 }
 
 impl Registry {
@@ -43,6 +46,7 @@ impl Registry {
                 local_port: None,
                 _process: None,
                 _lock: None,
+                credentials: crate::credentials::for_registry(address)?,
             });
         }
         let root = cache.join("registry");
@@ -125,6 +129,7 @@ impl Registry {
             local_port: Some(port),
             _process: Some(child),
             _lock: Some(lock),
+            credentials: None,
         })
     }
 }
@@ -408,7 +413,9 @@ async fn push(
         .tag(&shipment.image_id, &format!("{target}:{tag}"))
         .await?;
     let options = PushImageOptionsBuilder::new().tag(tag).build();
-    let stream = builder.docker.push_image(&target, Some(options), None);
+    let stream = builder
+        .docker
+        .push_image(&target, Some(options), registry.credentials.clone());
     let (mut sent, mut present) = (0, 0);
     let failure = engine::follow(stream, |info| match info.status.as_deref() {
         Some("Pushed") => sent += 1,
@@ -470,7 +477,9 @@ async fn pull_and_tag(
         .from_image(&source)
         .tag(tag)
         .build();
-    let stream = node.docker.create_image(Some(options), None, None);
+    let stream = node
+        .docker
+        .create_image(Some(options), None, registry.credentials.clone());
     // Per layer: (bytes downloaded, bytes to download), as the engine reports them.
     let mut layer_bytes: HashMap<String, (u64, u64)> = HashMap::new();
     let mut layers = 0;
