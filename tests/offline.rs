@@ -137,6 +137,7 @@ fn checksum_ignores_path_mtime_and_umask() {
         .arg(project.root().join("images"))
         .arg(project.root().join("pins"))
         .arg(project.root().join("patches"))
+        .arg(project.root().join("hallmark.toml"))
         .arg(copy.path())
         .status()
         .unwrap();
@@ -270,6 +271,97 @@ fn the_project_is_found_from_a_subfolder() {
         .success()
         .stdout();
     assert_eq!(before, out);
+}
+
+/// Issue 14 item 8: the nearest `images/` folder was the project, so `check` run in a `docs/`
+/// holding an `images/` folder passed on that folder's specs and never saw the project's. The
+/// root is the folder holding `hallmark.toml`.
+#[test]
+fn a_folder_holding_images_is_not_taken_for_the_project() {
+    let (project, _, _) = fixture();
+    project.write(
+        "docs/images/example/image.toml",
+        "[from]\nref = \"example/base:1\"\n",
+    );
+    let run = run_in(&project.root().join("docs"), &["--json", "check", "--all"]);
+    let report: serde_json::Value = serde_json::from_str(&run.stdout()).unwrap();
+    let checked: Vec<&str> = report["passed"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["image"].as_str().unwrap())
+        .collect();
+    assert_eq!(checked, ["addon", "app"], "{report}");
+    run.success();
+}
+
+/// Without `hallmark.toml` up the tree there is no project, and the error says which folder
+/// looks like one and how to mark it; `-C DIR` names a project from anywhere, and must name
+/// its root.
+#[test]
+fn the_project_is_anchored_on_hallmark_toml_or_named_with_dash_c() {
+    let (project, _, _) = fixture();
+    let before = checksums(&project);
+    let elsewhere = tempfile::Builder::new()
+        .prefix("elsewhere")
+        .tempdir()
+        .unwrap();
+    let root = project.root().to_str().unwrap();
+    let out = run_in(elsewhere.path(), &["-C", root, "checksum", "--all"]);
+    assert_eq!(out.success().stdout(), before);
+    let out = run_in(elsewhere.path(), &["--project", root, "checksum", "--all"]);
+    assert_eq!(out.success().stdout(), before);
+
+    let images = project.root().join("images");
+    let inside = images.to_str().unwrap();
+    let refused = run_in(elsewhere.path(), &["-C", inside, "checksum", "--all"]);
+    assert_eq!(refused.code(), 2, "{}", refused.stderr());
+    assert!(
+        refused.stderr().contains("holds no hallmark.toml"),
+        "{}",
+        refused.stderr()
+    );
+
+    std::fs::remove_file(project.root().join("hallmark.toml")).unwrap();
+    let lost = project.run(&["check", "--all"]);
+    assert_eq!(lost.code(), 2, "{}", lost.stderr());
+    let err = lost.stderr();
+    assert!(err.contains("no project found"), "{err}");
+    assert!(
+        err.contains(&format!(
+            "touch {}/hallmark.toml",
+            project.root().canonicalize().unwrap().display()
+        )),
+        "{err}"
+    );
+}
+
+/// `check --all` of a project with no image is an error (exit 2), not a pass over nothing.
+#[test]
+fn check_all_of_a_project_without_images_says_so() {
+    let project = TestProject::new();
+    for args in [
+        &["check", "--all"][..],
+        &["check"],
+        &["checksum", "--all"],
+        &["lock"],
+    ] {
+        let run = project.run(args);
+        assert_eq!(run.code(), 2, "{args:?}: {}", run.stderr());
+        assert!(
+            run.stderr().contains("the project has no images"),
+            "{}",
+            run.stderr()
+        );
+    }
+    std::fs::remove_dir(project.root().join("images")).unwrap();
+    let run = project.run(&["check", "--all"]);
+    assert_eq!(run.code(), 2, "{}", run.stderr());
+    assert!(
+        run.stderr().contains("the project has no images"),
+        "{}",
+        run.stderr()
+    );
 }
 
 #[test]

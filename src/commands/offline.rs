@@ -151,7 +151,7 @@ impl BaseResolver for EngineResolver<'_> {
 
 pub(super) fn lock_command(session: &Session, images: &[String], update: bool) -> Result<u8> {
     let names = if images.is_empty() {
-        session.project.image_names()?
+        session.project.all_images()?
     } else {
         session.names(images)?
     };
