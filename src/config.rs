@@ -1,6 +1,6 @@
-//! `hallmark.toml`: the builder and the nodes. Optional: without it, the local engine (found
-//! as the docker CLI finds it: `DOCKER_HOST`, `DOCKER_CONTEXT`, the current context) is the
-//! builder and the only node.
+//! `hallmark.toml`: the builder and the nodes (the same file marks the project root). Every
+//! key is optional: without them, the local engine (found as the docker CLI finds it:
+//! `DOCKER_HOST`, `DOCKER_CONTEXT`, the current context) is the builder and the only node.
 
 use crate::error::{Error, Result};
 use crate::render::DEFAULT_CHECKSUM_LABEL;
@@ -227,7 +227,7 @@ impl Config {
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
                 return Err(Error::Usage {
                     message: format!("the cluster file {} does not exist", path.display()),
-                    hint: Some("`--config FILE` names a hallmark.toml; without it, hallmark.toml at the project root is read if present".into()),
+                    hint: Some("`--config FILE` names a cluster file; without it, hallmark.toml at the project root is read".into()),
                 });
             }
             Err(e) => return Err(Error::io(&path, e)),

@@ -68,8 +68,17 @@ pub enum Error {
         hint: Option<String>,
     },
 
-    #[error("no project found: neither {} nor any parent holds an `images/` folder", start.display())]
-    NoProject { start: PathBuf },
+    #[error("{}", if *walked { format!("no project found: neither {} nor any folder above it holds hallmark.toml", start.display()) } else { format!("{} is not a hallmark project: it holds no hallmark.toml", start.display()) })]
+    NoProject {
+        start: PathBuf,
+        /// Whether the folders above `start` were searched too (not with `-C`).
+        walked: bool,
+        /// The nearest folder with an `images/` folder, which may be a project without its file.
+        images_at: Option<PathBuf>,
+    },
+
+    #[error("the project has no images: no {}/<name>/image.toml", images_dir.display())]
+    NoImages { images_dir: PathBuf },
 
     #[error("no image `{name}` in {}", images_dir.display())]
     UnknownImage {
@@ -190,6 +199,7 @@ impl Error {
             | Error::Parse { .. }
             | Error::Invalid { .. }
             | Error::NoProject { .. }
+            | Error::NoImages { .. }
             | Error::UnknownImage { .. }
             | Error::Cycle { .. }
             | Error::Pin { .. }
@@ -223,8 +233,19 @@ impl Error {
                 Some(format!("images here: {}", known.join(", ")))
             }
             Error::Pin { image, .. } => Some(format!("run `hallmark lock {image}`")),
+            Error::NoProject {
+                images_at: Some(dir),
+                ..
+            } => Some(format!(
+                "{} holds images/; if it is a hallmark project, mark its root with a hallmark.toml (empty is fine): `touch {}`",
+                dir.display(),
+                dir.join("hallmark.toml").display()
+            )),
             Error::NoProject { .. } => Some(
-                "run hallmark inside a project, a folder with `images/<name>/image.toml`".into(),
+                "run hallmark inside a project (a folder holding hallmark.toml and images/<name>/image.toml), or name it with `-C DIR`".into(),
+            ),
+            Error::NoImages { .. } => Some(
+                "add a spec as images/<name>/image.toml; a check of no image passes nothing".into(),
             ),
             _ => None,
         }

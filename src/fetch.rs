@@ -6,7 +6,7 @@
 //! --cached`), never to a checkout: checking a 23-patch series against vLLM takes a second,
 //! and `git archive` of the resulting tree is the patched source, ready for the context.
 
-use crate::checksum::sha256_hex;
+use crate::checksum::{sha256_hex, sha256_reader};
 use crate::error::{Error, Result};
 use crate::patches::Patch;
 use crate::pins::{SourcePin, WheelPin, wheel_stem};
@@ -283,9 +283,11 @@ pub fn download_wheel(cache: &Path, image: &str, name: &str, version: &str) -> R
             })
         })
         .ok_or_else(|| fail("pip downloaded no wheel file".into(), None))?;
-    let bytes = fs_err::read(&downloaded).map_err(|e| Error::io(&downloaded, e))?;
+    let (sha256, _) = fs_err::File::open(&downloaded)
+        .and_then(sha256_reader)
+        .map_err(|e| Error::io(&downloaded, e))?;
     let target = wheels
-        .join(sha256_hex(&bytes))
+        .join(sha256)
         .join(downloaded.file_name().expect("a file"));
     fs_err::create_dir_all(target.parent().expect("has a parent"))
         .map_err(|e| Error::io(&target, e))?;
@@ -298,7 +300,9 @@ pub fn download_wheel(cache: &Path, image: &str, name: &str, version: &str) -> R
 pub fn ensure_wheel(cache: &Path, image: &str, pin: &WheelPin) -> Result<PathBuf> {
     let cached = wheel_path(cache, pin);
     let matches = |path: &Path| {
-        fs_err::read(path).is_ok_and(|bytes| sha256_hex(&bytes) == pin.sha256.as_str())
+        fs_err::File::open(path)
+            .and_then(sha256_reader)
+            .is_ok_and(|(sha256, _)| sha256 == pin.sha256.as_str())
     };
     if matches(&cached) {
         return Ok(cached);

@@ -538,7 +538,7 @@ fn a_failed_smoke_test_leaves_no_image_with_the_checksum_and_a_re_run_builds_aga
 }
 
 /// Sends SIGINT to `child` (as Ctrl-C does) and returns how it ended.
-fn interrupt(mut child: std::process::Child) -> (Option<i32>, String) {
+fn interrupt(child: std::process::Child) -> (Option<i32>, String) {
     let pid = child.id().to_string();
     let sent = std::process::Command::new("kill")
         .args(["-INT", &pid])

@@ -15,6 +15,16 @@ use serde_json::json;
 pub(super) fn checksum(session: &Session, selection: &Selection, explain: bool) -> Result<u8> {
     let names = session.selection(selection)?;
     let plan = Plan::new(&session.project, &names)?;
+    if session.verbose {
+        let stats = plan.hashing;
+        session.note(format!(
+            "files: {} hashed ({} bytes read), {} unchanged since last hashed ({})",
+            stats.hashed_files,
+            stats.hashed_bytes,
+            stats.remembered,
+            session.project.state_dir().join("file-hashes").display()
+        ));
+    }
     if session.json {
         let rows: Vec<_> = names
             .iter()
@@ -142,7 +152,7 @@ impl BaseResolver for EngineResolver<'_> {
 
 pub(super) fn lock_command(session: &Session, images: &[String], update: bool) -> Result<u8> {
     let names = if images.is_empty() {
-        session.project.image_names()?
+        session.project.all_images()?
     } else {
         session.names(images)?
     };

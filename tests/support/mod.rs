@@ -15,6 +15,8 @@ impl TestProject {
             .tempdir()
             .unwrap();
         std::fs::create_dir_all(dir.path().join("images")).unwrap();
+        // What makes the folder a project (an empty cluster file: the local engine).
+        std::fs::write(dir.path().join("hallmark.toml"), "").unwrap();
         TestProject { dir }
     }
 
