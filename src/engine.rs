@@ -288,6 +288,17 @@ impl Engine {
         }
     }
 
+    /// `Some("Podman Engine 5.8.6")` when the engine is Podman's Docker-compatible API
+    /// (it names itself in the version's components), `None` for Docker.
+    pub async fn podman(&self) -> Result<Option<String>> {
+        let version = self
+            .docker
+            .version()
+            .await
+            .map_err(|e| self.error(format!("asking the engine's version: {e}")))?;
+        Ok(podman_component(&version))
+    }
+
     /// The engine's own platform, `os/arch` as the OCI names them (`linux/amd64`).
     pub async fn platform(&self) -> Result<String> {
         let version = self
@@ -329,6 +340,15 @@ impl Engine {
         }
         Ok((code, output))
     }
+}
+
+fn podman_component(version: &bollard::models::SystemVersion) -> Option<String> {
+    version
+        .components
+        .iter()
+        .flatten()
+        .find(|c| c.name.to_ascii_lowercase().contains("podman"))
+        .map(|c| format!("{} {}", c.name, c.version))
 }
 
 /// One message of an engine's progress stream (push, pull, load), which may carry an error.
@@ -821,7 +841,24 @@ impl Read for StreamReader {
 
 #[cfg(test)]
 mod tests {
-    use super::forwardable_socket;
+    use super::{forwardable_socket, podman_component};
+
+    #[test]
+    fn podman_names_itself_in_the_version_components() {
+        let podman: bollard::models::SystemVersion = serde_json::from_str(
+            r#"{"Components":[{"Name":"Podman Engine","Version":"5.8.6","Details":{}}],"Version":"5.8.6","ApiVersion":"1.41"}"#,
+        )
+        .unwrap();
+        assert_eq!(
+            podman_component(&podman).as_deref(),
+            Some("Podman Engine 5.8.6")
+        );
+        let docker: bollard::models::SystemVersion = serde_json::from_str(
+            r#"{"Components":[{"Name":"Engine","Version":"28.5.2","Details":{}},{"Name":"containerd","Version":"2.1.9","Details":{}}],"Version":"28.5.2"}"#,
+        )
+        .unwrap();
+        assert_eq!(podman_component(&docker), None);
+    }
 
     #[test]
     fn only_a_plain_unix_socket_path_is_forwarded() {

@@ -370,7 +370,10 @@ pub async fn distribute(
             let bar = bars.add(ship::transfer_bar(&node.node));
             async move {
                 let started = Instant::now();
-                let pulled = pull(node, registry, shipment, &bar).await;
+                let pulled = match refuse_podman(node).await {
+                    Ok(()) => pull(node, registry, shipment, &bar).await,
+                    Err(e) => Err(e),
+                };
                 bar.finish_and_clear();
                 let mut outcome = match pulled {
                     Ok(pulled) => {
@@ -510,6 +513,20 @@ async fn pull_and_tag(
         layers,
         bytes: layer_bytes.values().map(|b| b.1).sum(),
     })
+}
+
+/// Podman's Docker-compatible API pulls and loads, but its names differ from Docker's:
+/// tagging `hello` from `127.0.0.1:PORT/hello` adds no name when the short name already
+/// resolves, so untagging the registry's name then deletes the image, and it refuses plain
+/// HTTP registries on loopback unless configured. A Podman node is refused on this
+/// transport, by name, rather than left without its image; the stream transport serves it.
+async fn refuse_podman(node: &Engine) -> Result<()> {
+    match node.podman().await? {
+        None => Ok(()),
+        Some(engine) => Err(node.error(format!(
+            "{engine} is not supported on the registry transport (its tags differ from Docker's: see docs/shipping.md); give this node `transport = \"stream\"` in hallmark.toml"
+        ))),
+    }
 }
 
 /// Removes one name of an image, never the image (another tag still names it).
