@@ -137,13 +137,12 @@ pub async fn build_one(
     if !settings.force {
         // The common case costs one call: the tag already names an image with this checksum.
         let tagged = engine.inspect(&reference).await?;
-        let labels = tagged
+        let label = tagged
             .as_ref()
-            .and_then(|i| i.config.as_ref())
-            .and_then(|c| c.labels.as_ref());
-        let up_to_date = match (labels.and_then(|l| l.get(settings.checksum_label)), &tagged) {
-            (Some(label), Some(image)) if *label == checksum => {
-                Some((image.id.clone().unwrap_or_default(), image.size))
+            .and_then(|i| i.label(settings.checksum_label));
+        let up_to_date = match (label, &tagged) {
+            (Some(label), Some(image)) if label == checksum => {
+                Some((image.id().unwrap_or_default().to_string(), image.size))
             }
             _ => match engine
                 .images_with_label(settings.checksum_label, &checksum)
@@ -200,9 +199,7 @@ pub async fn build_one(
             let parent_layers = engine
                 .inspect(&parent)
                 .await?
-                .and_then(|i| i.root_fs)
-                .and_then(|r| r.layers)
-                .map_or(0, |l| l.len());
+                .map_or(0, |i| i.layers().len());
             let store = std::sync::Arc::new(LayerStore::open(settings.cache));
             let started = Instant::now();
             let id = normalize::normalize(
@@ -226,12 +223,8 @@ pub async fn build_one(
         .inspect(&id)
         .await?
         .ok_or_else(|| engine.error(format!("the new image {id} is gone")))?;
-    let stamped = inspected
-        .config
-        .as_ref()
-        .and_then(|c| c.labels.as_ref())
-        .and_then(|l| l.get(settings.checksum_label));
-    if stamped != Some(&checksum) {
+    let stamped = inspected.label(settings.checksum_label);
+    if stamped != Some(checksum.as_str()) {
         return Err(engine.error(format!(
             "the new image {id} of `{}` carries {:?} as `{}`, not {checksum}; does the template keep the LABEL?",
             image.name(),
