@@ -172,10 +172,12 @@ async fn up_to_date(
     let reference = image.loaded.reference();
     let checksum = image.checksum.as_str();
     if let Some(tagged) = engine.inspect(&reference).await?
-        && crate::verify::label(&tagged, settings.checksum_label).map(String::as_str)
-            == Some(checksum)
+        && tagged.label(settings.checksum_label) == Some(checksum)
     {
-        return Ok(Some((tagged.id.clone().unwrap_or_default(), tagged.size)));
+        return Ok(Some((
+            tagged.id().unwrap_or_default().to_string(),
+            tagged.size,
+        )));
     }
     let found = engine
         .images_with_label(settings.checksum_label, checksum)
@@ -273,9 +275,7 @@ async fn build_into(
             let parent_layers = engine
                 .inspect(&parent())
                 .await?
-                .and_then(|i| i.root_fs)
-                .and_then(|r| r.layers)
-                .map_or(0, |l| l.len());
+                .map_or(0, |i| i.layers().len());
             let started = Instant::now();
             let finish = (!smoked).then_some((settings.checksum_label, checksum.as_str()));
             let id = normalize::normalize(
@@ -316,8 +316,8 @@ async fn build_into(
         .inspect(&id)
         .await?
         .ok_or_else(|| engine.error(format!("the new image {id} is gone")))?;
-    let stamped = crate::verify::label(&inspected, settings.checksum_label);
-    if stamped != Some(&checksum) {
+    let stamped = inspected.label(settings.checksum_label);
+    if stamped != Some(checksum.as_str()) {
         return Err(engine.error(format!(
             "the new image {id} of `{}` carries {:?} as `{}`, not {checksum}; does the template keep the LABEL?",
             image.name(),
@@ -399,7 +399,7 @@ async fn stamp_by_build(engine: &Engine, made: &str, key: &str, checksum: &str) 
 /// Refuses an engine build for a platform the builder is not: its RUN steps would run on the
 /// builder's own platform and give an image that is not what the spec names.
 async fn check_builder_platform(engine: &Engine, image: &PlannedImage, wanted: &str) -> Result<()> {
-    let builder = engine.platform().await?;
+    let builder = engine.platform();
     if same_platform(&builder, wanted) {
         return Ok(());
     }
@@ -420,10 +420,10 @@ async fn check_builder_platform(engine: &Engine, image: &PlannedImage, wanted: &
 fn check_image_platform(
     engine: &Engine,
     image: &PlannedImage,
-    made: &bollard::models::ImageInspect,
+    made: &crate::answers::ImageAnswer,
     wanted: &str,
 ) -> Result<()> {
-    let got = image_platform(made);
+    let got = made.platform();
     if same_platform(&got, wanted) {
         return Ok(());
     }
@@ -431,19 +431,6 @@ fn check_image_platform(
         "the image made for `{}` is {got}, but its spec names {wanted} (is its parent of another platform?)",
         image.name()
     )))
-}
-
-/// `os/arch[/variant]` of an image as the engine reports it.
-pub fn image_platform(image: &bollard::models::ImageInspect) -> String {
-    let mut platform = format!(
-        "{}/{}",
-        image.os.as_deref().unwrap_or_default(),
-        image.architecture.as_deref().unwrap_or_default()
-    );
-    if let Some(variant) = image.variant.as_deref().filter(|v| !v.is_empty()) {
-        platform = format!("{platform}/{variant}");
-    }
-    platform
 }
 
 /// Whether platform `have` satisfies `want`: the same os and architecture, and the same
@@ -658,8 +645,8 @@ pub async fn smoke(
         return Ok(());
     }
     if let Some(inspected) = engine.inspect(image_id).await? {
-        let node = engine.platform().await?;
-        let made = image_platform(&inspected);
+        let node = engine.platform();
+        let made = inspected.platform();
         if !same_platform(&node, &made) {
             return Err(engine.error(format!(
                 "cannot run the smoke tests of `{}`: the image is {made} and the engine is {node}",

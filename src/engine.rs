@@ -1,23 +1,26 @@
-//! The only module that talks to Docker, through bollard. Every body is streamed; the API
-//! version is negotiated (Debian's engine speaks 1.41, the cluster's a newer one); timeouts
-//! are long because a build of vLLM takes hours and a load of 24 GB takes minutes.
+//! The only module that talks to Docker: streams through bollard, documents (image inspect
+//! and list, info, version, containers) through `transport.rs` into hallmark's own lenient
+//! types (`answers.rs`). Every body is streamed; the API version is negotiated (Debian's
+//! engine speaks 1.41, the cluster's a newer one) and sent with every request; timeouts are
+//! long because a build of vLLM takes hours and a load of 24 GB takes minutes.
 //!
 //! `ssh://` engines go through the user's ssh (a control master forwarding the node's engine
 //! socket, or `ssh [-F config] HOST docker system dial-stdio` as the docker CLI does), so host
 //! keys are checked by ssh itself against the configured known_hosts; hallmark never turns
 //! that off.
 
+use crate::answers::{
+    ContainerCreated, ContainerExit, EngineInfo, EngineVersion, ImageAnswer, ImageListed,
+};
 use crate::config::NodeConfig;
 use crate::error::{Error, Result};
+use crate::transport::{Dial, Transport, escape};
 use bollard::Docker;
-use bollard::models::{ContainerCreateBody, HostConfig, ImageInspect};
 use bollard::query_parameters::{
-    CreateContainerOptionsBuilder, ListImagesOptionsBuilder, LogsOptionsBuilder,
-    RemoveContainerOptionsBuilder, TagImageOptionsBuilder,
+    LogsOptionsBuilder, RemoveContainerOptionsBuilder, TagImageOptionsBuilder,
 };
 use futures_util::StreamExt;
 use sha2::{Digest as _, Sha256};
-use std::collections::HashMap;
 use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -29,13 +32,18 @@ const TIMEOUT_SECS: u64 = 24 * 3600;
 pub struct Engine {
     pub node: String,
     pub endpoint: String,
+    /// For streams (build, load, save, push, pull, logs); documents are read through
+    /// `transport` into hallmark's own lenient types.
     pub docker: Docker,
+    transport: Transport,
+    /// The engine's `/version` answer.
+    pub version: EngineVersion,
     /// Keeps the ssh bridge of an `ssh://` engine alive as long as the engine.
     bridge: Option<SshBridge>,
-    /// Containers `run_once` has created and not yet removed: what an interrupt must clean up.
     /// Whether a `tcp://` engine is reached with TLS.
     tls: bool,
-    /// Locked for the whole of a creation, so an interrupt waits for one under way.
+    /// Containers `run_once` has created and not yet removed: what an interrupt must clean
+    /// up. Locked for the whole of a creation, so an interrupt waits for one under way.
     live: Arc<tokio::sync::Mutex<Vec<String>>>,
 }
 
@@ -48,21 +56,18 @@ impl Engine {
             message,
             hint: None,
         };
-        let docker = if let Some(path) = endpoint.strip_prefix("unix://") {
-            Docker::connect_with_unix(path, TIMEOUT_SECS, bollard::API_DEFAULT_VERSION)
-        } else if endpoint.starts_with("tcp://") {
+        let dial = if let Some(path) = endpoint.strip_prefix("unix://") {
+            Dial::Unix(PathBuf::from(path))
+        } else if let Some(address) = endpoint.strip_prefix("tcp://") {
+            let address = address.trim_end_matches('/').to_string();
             match &node.tls {
-                Some(dir) => Docker::connect_with_ssl(
-                    &endpoint,
-                    &dir.join("key.pem"),
-                    &dir.join("cert.pem"),
-                    &dir.join("ca.pem"),
-                    TIMEOUT_SECS,
-                    bollard::API_DEFAULT_VERSION,
-                ),
-                None => {
-                    Docker::connect_with_http(&endpoint, TIMEOUT_SECS, bollard::API_DEFAULT_VERSION)
-                }
+                Some(dir) => Dial::tls(address, dir).map_err(|e| {
+                    fail(format!(
+                        "cannot use the TLS files in {}: {e}",
+                        dir.display()
+                    ))
+                })?,
+                None => Dial::Tcp(address),
             }
         } else if let Some(host) = endpoint.strip_prefix("ssh://") {
             let bridge = SshBridge::new(host, ssh_config)
@@ -71,19 +76,30 @@ impl Engine {
         } else {
             return Err(fail("unsupported engine address".into()));
         };
-        let docker = docker
-            .map_err(|e| fail(format!("unreachable: {e}")))?
-            .negotiate_version()
+        let transport = Transport::new(dial);
+        let version = transport
+            .negotiate()
             .await
             .map_err(|e| fail(format!("unreachable: {e}")))?;
-        Ok(Engine {
+        Ok(Engine::new(node, transport, version, None))
+    }
+
+    fn new(
+        node: &NodeConfig,
+        transport: Transport,
+        version: EngineVersion,
+        bridge: Option<SshBridge>,
+    ) -> Engine {
+        Engine {
             node: node.name.to_string(),
-            endpoint,
-            docker,
-            bridge: None,
+            endpoint: node.engine.clone(),
+            docker: transport.bollard(TIMEOUT_SECS),
             tls: node.tls.is_some(),
+            transport,
+            version,
+            bridge,
             live: Default::default(),
-        })
+        }
     }
 
     /// Reaches an `ssh://` engine: through the engine forward an earlier command left on the
@@ -96,31 +112,24 @@ impl Engine {
             message,
             hint: Some("check `ssh HOST docker version` with the same ssh config".to_string()),
         };
-        let engine = |docker, bridge| Engine {
-            node: node.name.to_string(),
-            endpoint: node.engine.clone(),
-            docker,
-            bridge: Some(bridge),
-            tls: false,
-            live: Default::default(),
-        };
         let negotiate = |socket: PathBuf| async move {
-            let docker = pooled_client(socket).ok()?;
-            docker.negotiate_version().await.ok()
+            let transport = Transport::new(Dial::Unix(socket));
+            let version = transport.negotiate().await;
+            (transport, version)
         };
         let open = bridge.forward_path();
         if bridge.persist
             && open.exists()
-            && let Some(docker) = negotiate(open.clone()).await
+            && let (transport, Ok(version)) = negotiate(open.clone()).await
         {
             bridge.socket = open;
-            return Ok(engine(docker, bridge));
+            return Ok(Engine::new(node, transport, version, Some(bridge)));
         }
         if let Some(remote) = bridge.ask_engine_socket().await.map_err(fail)?
             && bridge.forward_engine(&remote).await
         {
-            if let Some(docker) = negotiate(bridge.socket.clone()).await {
-                return Ok(engine(docker, bridge));
+            if let (transport, Ok(version)) = negotiate(bridge.socket.clone()).await {
+                return Ok(Engine::new(node, transport, version, Some(bridge)));
             }
             // Forwarded, but the node refuses the channels (sshd's AllowStreamLocalForwarding):
             // no listener that leads nowhere is left on the master for the next command.
@@ -129,12 +138,9 @@ impl Engine {
         bridge
             .dial_stdio()
             .map_err(|e| fail(format!("cannot start ssh: {e}")))?;
-        let docker = pooled_client(bridge.socket.clone())
-            .map_err(|e| fail(format!("unreachable: {e}")))?
-            .negotiate_version()
-            .await
-            .map_err(|e| fail(format!("unreachable: {e}")))?;
-        Ok(engine(docker, bridge))
+        let (transport, version) = negotiate(bridge.socket.clone()).await;
+        let version = version.map_err(|e| fail(format!("unreachable: {e}")))?;
+        Ok(Engine::new(node, transport, version, Some(bridge)))
     }
 
     /// How API requests reach the engine: `socket`, `tcp`, `ssh forward` (the ssh master
@@ -191,30 +197,55 @@ impl Engine {
         }
     }
 
-    /// The image ids that carry `key=value` as a label.
-    pub async fn images_with_label(&self, key: &str, value: &str) -> Result<Vec<String>> {
-        let filters = HashMap::from([("label", vec![format!("{key}={value}")])]);
-        let options = ListImagesOptionsBuilder::new().filters(&filters).build();
-        let images = self
-            .docker
-            .list_images(Some(options))
+    /// The API version every request carries, `1.45`.
+    pub fn api_version(&self) -> &str {
+        self.transport.api_version().unwrap_or_default()
+    }
+
+    /// The engine's `/info` answer.
+    pub async fn info(&self) -> Result<EngineInfo> {
+        self.transport
+            .get("/info")
             .await
-            .map_err(|e| self.error(format!("listing images: {e}")))?;
-        let mut ids: Vec<String> = images.into_iter().map(|i| i.id).collect();
+            .map_err(|e| self.error(format!("asking for /info: {e}")))?
+            .ok_or_else(|| self.error("has no /info"))
+    }
+
+    /// The ids of the images that carry `key=value` as a label.
+    pub async fn images_with_label(&self, key: &str, value: &str) -> Result<Vec<String>> {
+        let filters = serde_json::json!({"label": [format!("{key}={value}")]});
+        self.image_ids(&format!("?filters={}", escape(&filters.to_string(), "")))
+            .await
+    }
+
+    /// The ids of every image the engine holds.
+    pub async fn all_image_ids(&self) -> Result<Vec<String>> {
+        self.image_ids("").await
+    }
+
+    async fn image_ids(&self, query: &str) -> Result<Vec<String>> {
+        let listed: Vec<ImageListed> = self
+            .transport
+            .get(&format!("/images/json{query}"))
+            .await
+            .map_err(|e| self.error(format!("listing images: {e}")))?
+            .unwrap_or_default();
+        let mut ids: Vec<String> = listed
+            .into_iter()
+            .map(|i| i.id)
+            .filter(|id| !id.is_empty())
+            .collect();
         ids.sort();
         ids.dedup();
         Ok(ids)
     }
 
     /// `Ok(None)` when the engine does not hold the image.
-    pub async fn inspect(&self, reference: &str) -> Result<Option<ImageInspect>> {
-        match self.docker.inspect_image(reference).await {
-            Ok(image) => Ok(Some(image)),
-            Err(bollard::errors::Error::DockerResponseServerError {
-                status_code: 404, ..
-            }) => Ok(None),
-            Err(e) => Err(self.error(format!("inspecting {reference}: {e}"))),
-        }
+    pub async fn inspect(&self, reference: &str) -> Result<Option<ImageAnswer>> {
+        self.transport
+            .get(&format!("/images/{}/json", escape(reference, "/:@")))
+            .await
+            .map_err(|e| self.error(format!("inspecting {reference}: {e}")))
     }
 
     /// Removes an image no tag names, with the untagged parents only it used; a failure is
@@ -239,30 +270,30 @@ impl Engine {
     /// Runs `command` in a new container from `image` with no network; returns the exit
     /// code and the combined output. The container is removed whatever happens.
     pub async fn run_once(&self, image: &str, command: &[String]) -> Result<(i64, String)> {
-        let body = ContainerCreateBody {
-            image: Some(image.to_string()),
-            cmd: Some(command.to_vec()),
-            entrypoint: Some(Vec::new()),
-            network_disabled: Some(true),
-            host_config: Some(HostConfig {
-                network_mode: Some("none".into()),
-                ..Default::default()
-            }),
-            ..Default::default()
-        };
-        let options = CreateContainerOptionsBuilder::new().build();
+        let body = serde_json::json!({
+            "Image": image,
+            "Cmd": command,
+            "Entrypoint": [],
+            "NetworkDisabled": true,
+            "HostConfig": {"NetworkMode": "none"},
+        });
         // Created in a task of its own, which records the container before it ends: dropping
         // this future (Ctrl-C) cannot lose a container the engine made, and the interrupt's
         // cleanup waits for the lock, so for a creation under way.
-        let (docker, live) = (self.docker.clone(), Arc::clone(&self.live));
+        let (transport, live) = (self.transport.clone(), Arc::clone(&self.live));
+        let image_name = image.to_string();
         let id = tokio::spawn(async move {
             let mut live = live.lock().await;
-            let created = docker.create_container(Some(options), body).await?;
+            let created: ContainerCreated = transport
+                .post("/containers/create", Some(&body))
+                .await?
+                .ok_or_else(|| format!("no such image: {image_name}"))?;
             live.push(created.id.clone());
-            Ok::<_, bollard::errors::Error>(created.id)
+            Ok::<_, String>(created.id)
         })
         .await
-        .map_err(|e| self.error(format!("creating a container from {image}: {e}")))?
+        .map_err(|e| e.to_string())
+        .and_then(|created| created)
         .map_err(|e| self.error(format!("creating a container from {image}: {e}")))?;
         let outcome = self.run_created(&id).await;
         self.remove_container(&id).await;
@@ -288,29 +319,9 @@ impl Engine {
         }
     }
 
-    /// `Some("Podman Engine 5.8.6")` when the engine is Podman's Docker-compatible API
-    /// (it names itself in the version's components), `None` for Docker.
-    pub async fn podman(&self) -> Result<Option<String>> {
-        let version = self
-            .docker
-            .version()
-            .await
-            .map_err(|e| self.error(format!("asking the engine's version: {e}")))?;
-        Ok(podman_component(&version))
-    }
-
     /// The engine's own platform, `os/arch` as the OCI names them (`linux/amd64`).
-    pub async fn platform(&self) -> Result<String> {
-        let version = self
-            .docker
-            .version()
-            .await
-            .map_err(|e| self.error(format!("asking the engine's version: {e}")))?;
-        Ok(format!(
-            "{}/{}",
-            version.os.unwrap_or_default(),
-            version.arch.unwrap_or_default()
-        ))
+    pub fn platform(&self) -> String {
+        self.version.platform()
     }
 
     async fn run_created(&self, id: &str) -> Result<(i64, String)> {
@@ -318,15 +329,15 @@ impl Engine {
             .start_container(id, None::<bollard::query_parameters::StartContainerOptions>)
             .await
             .map_err(|e| self.error(format!("starting container {id}: {e}")))?;
-        let mut wait = self
-            .docker
-            .wait_container(id, None::<bollard::query_parameters::WaitContainerOptions>);
-        let code = match wait.next().await {
-            Some(Ok(response)) => response.status_code,
-            Some(Err(bollard::errors::Error::DockerContainerWaitError { code, .. })) => code,
-            Some(Err(e)) => return Err(self.error(format!("waiting for container {id}: {e}"))),
-            None => return Err(self.error(format!("container {id} vanished"))),
-        };
+        let exit: ContainerExit = self
+            .transport
+            .post(&format!("/containers/{id}/wait"), None)
+            .await
+            .map_err(|e| self.error(format!("waiting for container {id}: {e}")))?
+            .ok_or_else(|| self.error(format!("container {id} vanished")))?;
+        if let Some(error) = exit.error() {
+            return Err(self.error(format!("waiting for container {id}: {error}")));
+        }
         let options = LogsOptionsBuilder::new().stdout(true).stderr(true).build();
         let mut logs = self.docker.logs(id, Some(options));
         let mut output = String::new();
@@ -338,17 +349,8 @@ impl Engine {
                 }
             }
         }
-        Ok((code, output))
+        Ok((exit.status_code, output))
     }
-}
-
-fn podman_component(version: &bollard::models::SystemVersion) -> Option<String> {
-    version
-        .components
-        .iter()
-        .flatten()
-        .find(|c| c.name.to_ascii_lowercase().contains("podman"))
-        .map(|c| format!("{} {}", c.name, c.version))
 }
 
 /// One message of an engine's progress stream (push, pull, load), which may carry an error.
@@ -391,98 +393,6 @@ pub async fn follow<T: Progress>(
         }
     }
     failure
-}
-
-/// A bollard client over the bridge's socket that keeps its connections. bollard's own unix
-/// client opens one per request, which costs nothing on a local socket but, through the
-/// bridge, a new ssh session and a remote `docker system dial-stdio` each: ~150 ms a request.
-fn pooled_client(socket: PathBuf) -> std::result::Result<Docker, bollard::errors::Error> {
-    let client = hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new())
-        .build(BridgeConnector { socket });
-    Docker::connect_with_custom_transport(
-        move |request: bollard::BollardRequest| {
-            let client = client.clone();
-            async move {
-                client
-                    .request(request)
-                    .await
-                    .map_err(bollard::errors::Error::from)
-            }
-        },
-        Some("http://localhost"),
-        TIMEOUT_SECS,
-        bollard::API_DEFAULT_VERSION,
-    )
-}
-
-/// Connects to the bridge's unix socket, whatever the URI says.
-#[derive(Clone)]
-struct BridgeConnector {
-    socket: PathBuf,
-}
-
-impl tower_service::Service<hyper::Uri> for BridgeConnector {
-    type Response = BridgeStream;
-    type Error = std::io::Error;
-    type Future =
-        std::pin::Pin<Box<dyn std::future::Future<Output = std::io::Result<BridgeStream>> + Send>>;
-
-    fn poll_ready(
-        &mut self,
-        _: &mut std::task::Context<'_>,
-    ) -> std::task::Poll<std::io::Result<()>> {
-        std::task::Poll::Ready(Ok(()))
-    }
-
-    fn call(&mut self, _: hyper::Uri) -> Self::Future {
-        let socket = self.socket.clone();
-        Box::pin(async move {
-            let stream = tokio::net::UnixStream::connect(socket).await?;
-            Ok(BridgeStream(hyper_util::rt::TokioIo::new(stream)))
-        })
-    }
-}
-
-struct BridgeStream(hyper_util::rt::TokioIo<tokio::net::UnixStream>);
-
-impl hyper_util::client::legacy::connect::Connection for BridgeStream {
-    fn connected(&self) -> hyper_util::client::legacy::connect::Connected {
-        hyper_util::client::legacy::connect::Connected::new()
-    }
-}
-
-impl hyper::rt::Read for BridgeStream {
-    fn poll_read(
-        self: std::pin::Pin<&mut Self>,
-        cx: &mut std::task::Context<'_>,
-        buf: hyper::rt::ReadBufCursor<'_>,
-    ) -> std::task::Poll<std::io::Result<()>> {
-        std::pin::Pin::new(&mut self.get_mut().0).poll_read(cx, buf)
-    }
-}
-
-impl hyper::rt::Write for BridgeStream {
-    fn poll_write(
-        self: std::pin::Pin<&mut Self>,
-        cx: &mut std::task::Context<'_>,
-        buf: &[u8],
-    ) -> std::task::Poll<std::io::Result<usize>> {
-        std::pin::Pin::new(&mut self.get_mut().0).poll_write(cx, buf)
-    }
-
-    fn poll_flush(
-        self: std::pin::Pin<&mut Self>,
-        cx: &mut std::task::Context<'_>,
-    ) -> std::task::Poll<std::io::Result<()>> {
-        std::pin::Pin::new(&mut self.get_mut().0).poll_flush(cx)
-    }
-
-    fn poll_shutdown(
-        self: std::pin::Pin<&mut Self>,
-        cx: &mut std::task::Context<'_>,
-    ) -> std::task::Poll<std::io::Result<()>> {
-        std::pin::Pin::new(&mut self.get_mut().0).poll_shutdown(cx)
-    }
 }
 
 /// The way to an `ssh://` node's engine: one ssh connection (a control master, whose host key
@@ -841,24 +751,7 @@ impl Read for StreamReader {
 
 #[cfg(test)]
 mod tests {
-    use super::{forwardable_socket, podman_component};
-
-    #[test]
-    fn podman_names_itself_in_the_version_components() {
-        let podman: bollard::models::SystemVersion = serde_json::from_str(
-            r#"{"Components":[{"Name":"Podman Engine","Version":"5.8.6","Details":{}}],"Version":"5.8.6","ApiVersion":"1.41"}"#,
-        )
-        .unwrap();
-        assert_eq!(
-            podman_component(&podman).as_deref(),
-            Some("Podman Engine 5.8.6")
-        );
-        let docker: bollard::models::SystemVersion = serde_json::from_str(
-            r#"{"Components":[{"Name":"Engine","Version":"28.5.2","Details":{}},{"Name":"containerd","Version":"2.1.9","Details":{}}],"Version":"28.5.2"}"#,
-        )
-        .unwrap();
-        assert_eq!(podman_component(&docker), None);
-    }
+    use super::forwardable_socket;
 
     #[test]
     fn only_a_plain_unix_socket_path_is_forwarded() {

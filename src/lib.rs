@@ -5,6 +5,7 @@
 //! checksum) -> `fetch` (sources, patches, wheels) -> `context` (deterministic tar) ->
 //! `render` (Dockerfile).
 
+pub mod answers;
 pub mod assemble;
 pub mod build;
 pub mod check;
@@ -29,6 +30,7 @@ pub mod repro;
 pub mod ship;
 pub mod spec;
 pub mod store;
+pub mod transport;
 pub mod values;
 pub mod verify;
 pub mod wheel;

@@ -521,7 +521,7 @@ async fn pull_and_tag(
 /// HTTP registries on loopback unless configured. A Podman node is refused on this
 /// transport, by name, rather than left without its image; the stream transport serves it.
 async fn refuse_podman(node: &Engine) -> Result<()> {
-    match node.podman().await? {
+    match node.version.podman() {
         None => Ok(()),
         Some(engine) => Err(node.error(format!(
             "{engine} is not supported on the registry transport (its tags differ from Docker's: see docs/shipping.md); give this node `transport = \"stream\"` in hallmark.toml"

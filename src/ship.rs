@@ -12,7 +12,7 @@ use crate::engine::{self, Engine, StreamReader};
 use crate::error::{Error, Result};
 use crate::store::{LayerStore, StoredImage};
 use crate::verify::{self, Holding};
-use bollard::query_parameters::{ImportImageOptionsBuilder, ListImagesOptionsBuilder};
+use bollard::query_parameters::ImportImageOptionsBuilder;
 use futures_util::StreamExt;
 use serde::Serialize;
 use sha2::{Digest as _, Sha256};
@@ -74,22 +74,18 @@ pub async fn shipment(
         ))
     })?;
     let found = verify::label(&image, label_key);
-    if found.map(String::as_str) != Some(checksum) {
+    if found != Some(checksum) {
         return Err(builder.error(format!(
             "{reference} carries checksum {}, the spec says {checksum}; run `hallmark build` first",
-            found.map_or("(none)", String::as_str)
+            found.unwrap_or("(none)")
         )));
     }
-    let image_id = image.id.clone().unwrap_or_default();
+    let image_id = image.id().unwrap_or_default().to_string();
     Ok(Shipment {
         reference: reference.to_string(),
         checksum: checksum.to_string(),
         fingerprint: verify::fingerprint(&image),
-        diff_ids: image
-            .root_fs
-            .as_ref()
-            .and_then(|r| r.layers.clone())
-            .unwrap_or_default(),
+        diff_ids: image.layers().to_vec(),
         related: vec![reference.to_string()],
         image_id,
     })
@@ -192,9 +188,9 @@ pub async fn stored_image(
     let shipment = Shipment {
         reference: reference.to_string(),
         checksum: String::new(),
-        image_id: image.id.clone().unwrap_or_default(),
+        image_id: image.id().unwrap_or_default().to_string(),
         fingerprint: String::new(),
-        diff_ids: image.root_fs.and_then(|r| r.layers).unwrap_or_default(),
+        diff_ids: image.layers().to_vec(),
         related: Vec::new(),
     };
     if let Some(stored) = in_store(store, &shipment) {
@@ -211,31 +207,23 @@ pub async fn stored_image(
 /// older build) and its parents. Only if none of them is there are all the node's images
 /// inspected, which on a node with hundreds of images takes seconds.
 async fn held_prefix(engine: &Engine, chains: &[String], related: &[String]) -> Result<usize> {
-    let prefix_of = |layers: Vec<String>| {
-        let held: HashSet<String> = chain_ids(&layers).into_iter().collect();
+    let prefix_of = |layers: &[String]| {
+        let held: HashSet<String> = chain_ids(layers).into_iter().collect();
         chains.iter().take_while(|c| held.contains(*c)).count()
     };
     let mut best = None;
     for reference in related {
         if let Some(image) = engine.inspect(reference).await? {
-            let layers = image.root_fs.and_then(|r| r.layers).unwrap_or_default();
-            best = best.max(Some(prefix_of(layers)));
+            best = best.max(Some(prefix_of(image.layers())));
         }
     }
     if let Some(best) = best {
         return Ok(best);
     }
-    let images = engine
-        .docker
-        .list_images(Some(ListImagesOptionsBuilder::new().build()))
-        .await
-        .map_err(|e| engine.error(format!("listing images: {e}")))?;
     let mut best = 0;
-    for summary in images {
-        if let Some(image) = engine.inspect(&summary.id).await? {
-            best = best.max(prefix_of(
-                image.root_fs.and_then(|r| r.layers).unwrap_or_default(),
-            ));
+    for id in engine.all_image_ids().await? {
+        if let Some(image) = engine.inspect(&id).await? {
+            best = best.max(prefix_of(image.layers()));
         }
     }
     Ok(best)

@@ -3,9 +3,9 @@
 //! the ordered layer diff IDs and the runtime config. Image IDs are not used: they differ
 //! between the classic and the containerd image stores and across save/load.
 
+use crate::answers::ImageAnswer;
 use crate::engine::Engine;
 use crate::error::Result;
-use bollard::models::ImageInspect;
 use serde::Serialize;
 use sha2::{Digest as _, Sha256};
 
@@ -23,21 +23,14 @@ const CONFIG_FIELDS: [&str; 9] = [
     "StopSignal",
 ];
 
-pub fn fingerprint(image: &ImageInspect) -> String {
+pub fn fingerprint(image: &ImageAnswer) -> String {
     let mut document = String::from("hallmark-fingerprint v1\n");
-    for layer in image
-        .root_fs
-        .as_ref()
-        .and_then(|r| r.layers.as_ref())
-        .into_iter()
-        .flatten()
-    {
+    for layer in image.layers() {
         document.push_str(&format!("layer {layer}\n"));
     }
-    let config = serde_json::to_value(&image.config).unwrap_or_default();
     let mut kept = serde_json::Map::new();
     for field in CONFIG_FIELDS {
-        match config.get(field) {
+        match image.config.get(field) {
             None | Some(serde_json::Value::Null) => {}
             Some(serde_json::Value::Array(a)) if a.is_empty() => {}
             Some(serde_json::Value::Object(o)) if o.is_empty() => {}
@@ -51,8 +44,8 @@ pub fn fingerprint(image: &ImageInspect) -> String {
     hex::encode(Sha256::digest(document.as_bytes()))
 }
 
-pub fn label<'a>(image: &'a ImageInspect, key: &str) -> Option<&'a String> {
-    image.config.as_ref()?.labels.as_ref()?.get(key)
+pub fn label<'a>(image: &'a ImageAnswer, key: &str) -> Option<&'a str> {
+    image.label(key)
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -92,7 +85,7 @@ pub async fn holding(
     let (state, checksum_found, fingerprint_found) = match &image {
         None => (Holding::Missing, None, None),
         Some(image) => {
-            let found = label(image, label_key).cloned();
+            let found = label(image, label_key).map(str::to_string);
             let print = fingerprint(image);
             let state = match (found.as_deref() == Some(checksum), print == expected) {
                 (true, true) => Holding::Current,

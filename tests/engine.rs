@@ -1136,3 +1136,35 @@ fn a_tcp_engine_is_reached_with_the_docker_clis_tls_settings_and_refused_with_an
     let _ = proxy.kill();
     let _ = proxy.wait();
 }
+
+/// Issue 15: every request carries the negotiated API version in its path (bollard 0.21
+/// drops it, and each engine then answers at its newest API). The testbed's daemons run with
+/// `--debug`, which logs each request's path.
+#[test]
+fn requests_carry_the_negotiated_api_version() {
+    let testbed = Testbed::get();
+    let (project, tag) = hello_project();
+    let config = testbed.config();
+    let (_, nodes) = support::hallmark_json(&project, &config, &["nodes"]);
+    // Nothing holds this image: status asks the builder and every node for it.
+    project
+        .run(&["--config", config.to_str().unwrap(), "status"])
+        .success();
+    for node in ["builder", "node1"] {
+        let row = support::row(&nodes, node);
+        let api = row["api_used"].as_str().unwrap();
+        assert_eq!(row["api"], api, "the newest both speak: {row}");
+        let log = std::fs::read_to_string(testbed.dir.join(node).join("dockerd.log")).unwrap();
+        let asked: Vec<&str> = log
+            .lines()
+            .filter(|l| l.contains(&format!("/images/{tag}/json")))
+            .collect();
+        assert!(!asked.is_empty(), "{node} logged no inspect of {tag}");
+        for line in asked {
+            assert!(
+                line.contains(&format!("Calling GET /v{api}/images/{tag}/json")),
+                "{node}: {line}"
+            );
+        }
+    }
+}

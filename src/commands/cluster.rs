@@ -254,7 +254,7 @@ pub(super) fn status_command(session: &Session) -> Result<u8> {
                     .ok()
                     .flatten()
                     .filter(|i| {
-                        verify::label(i, &session.config.checksum_label).map(String::as_str)
+                        verify::label(i, &session.config.checksum_label)
                             == Some(image.checksum.as_str())
                     })
                     .map(|i| verify::fingerprint(&i)),
@@ -312,23 +312,21 @@ pub(super) fn nodes_command(session: &Session) -> Result<u8> {
             let row = match session.engine(node).await {
                 Err(e) => json!({"node": node.name, "engine": node.engine, "reachable": false, "error": e.to_string()}),
                 Ok(engine) => {
-                    let version = engine.docker.version().await.ok();
-                    let info = engine.docker.info().await.ok();
-                    let store = info.as_ref().map(|i| {
-                        let status = format!("{:?}", i.driver_status);
-                        if status.contains("io.containerd.snapshotter") { "containerd" } else { "classic" }
-                    });
+                    let version = &engine.version;
+                    let info = engine.info().await.ok();
+                    let store = info.as_ref().map(|i| i.image_store());
                     json!({
                         "node": node.name,
                         "engine": node.engine,
                         "via": engine.via(),
                         "reachable": true,
-                        "version": version.as_ref().and_then(|v| v.version.clone()),
-                        "api": version.as_ref().and_then(|v| v.api_version.clone()),
+                        "version": Some(&version.version).filter(|v| !v.is_empty()),
+                        "api": Some(&version.api_version).filter(|v| !v.is_empty()),
+                        "api_used": engine.api_version(),
                         "image_store": store,
-                        "driver": info.as_ref().and_then(|i| i.driver.clone()),
+                        "driver": info.as_ref().map(|i| &i.driver).filter(|d| !d.is_empty()),
                         "images": info.as_ref().and_then(|i| i.images),
-                        "data_root": info.as_ref().and_then(|i| i.docker_root_dir.clone()),
+                        "data_root": info.as_ref().map(|i| &i.docker_root_dir).filter(|d| !d.is_empty()),
                     })
                 }
             };
@@ -377,7 +375,7 @@ pub(super) fn prune_command(session: &Session) -> Result<u8> {
         let mut keep = Vec::new();
         for name in &names {
             if let Some(image) = builder.inspect(&plan.get(name).loaded.reference()).await? {
-                keep.extend(image.id);
+                keep.extend(image.id().map(str::to_string));
             }
         }
         Ok::<_, Error>(keep)

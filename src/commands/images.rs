@@ -144,8 +144,8 @@ async fn tagged_image(engine: &Engine, planned: &PlannedImage, label: &str) -> R
             planned.name()
         )));
     };
-    let found = crate::verify::label(&tagged, label);
-    if found.map(String::as_str) != Some(planned.checksum.as_str()) {
+    let found = tagged.label(label);
+    if found != Some(planned.checksum.as_str()) {
         return Err(engine.error(format!(
             "{reference} is not the current build of `{}`: it carries {} as `{label}`, the spec's checksum is {}",
             planned.name(),
@@ -154,7 +154,8 @@ async fn tagged_image(engine: &Engine, planned: &PlannedImage, label: &str) -> R
         )));
     }
     tagged
-        .id
+        .id()
+        .map(str::to_string)
         .ok_or_else(|| engine.error(format!("{reference} has no image id")))
 }
 

@@ -123,28 +123,26 @@ impl BaseResolver for EngineResolver<'_> {
                 .rsplit_once(':')
                 .filter(|(_, tag)| !tag.contains('/'))
                 .map_or(reference, |(r, _)| r);
-            let repo_digest = image
-                .repo_digests
-                .unwrap_or_default()
-                .into_iter()
-                .find_map(|d| {
-                    d.split_once('@')
-                        .filter(|(r, _)| *r == repository || r.ends_with(&format!("/{repository}")))
-                        .map(|(_, digest)| digest.to_string())
-                });
+            let repo_digest = image.repo_digests.iter().find_map(|d| {
+                d.split_once('@')
+                    .filter(|(r, _)| *r == repository || r.ends_with(&format!("/{repository}")))
+                    .map(|(_, digest)| digest.to_string())
+            });
             let (digest, kind) = match repo_digest {
                 Some(digest) => (digest, DigestKind::RepoDigest),
-                None => (image.id.unwrap_or_default(), DigestKind::ImageId),
+                None => (
+                    image.id().unwrap_or_default().to_string(),
+                    DigestKind::ImageId,
+                ),
             };
             let digest =
                 Digest::try_from(digest).map_err(|e| engine.error(format!("{reference}: {e}")))?;
-            let config = image.config.unwrap_or_default();
             Ok(Some(BasePin {
                 reference: reference.to_string(),
                 digest,
                 kind,
-                entrypoint: config.entrypoint.filter(|e| !e.is_empty()),
-                cmd: config.cmd.filter(|c| !c.is_empty()),
+                entrypoint: image.strings("Entrypoint"),
+                cmd: image.strings("Cmd"),
             }))
         })
     }

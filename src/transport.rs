@@ -1,0 +1,373 @@
+//! How requests reach an engine: one pooled HTTP client per engine, over its unix socket, its
+//! TCP port or an ssh bridge's socket, shared by bollard and by hallmark's own reads
+//! (`answers.rs`). It puts the negotiated API version into every request path.
+//!
+//! bollard 0.21.1 writes `/v1.xx` into its URLs and then joins an absolute path that drops it
+//! (bollard issue #736; fixed upstream by PR #737, in no release yet: 0.21.1 is the newest on
+//! crates.io), so every engine answered at its newest API whatever was negotiated, and
+//! response shapes differed per engine. A path that already carries a version is left alone, so the
+//! day bollard carries the fix nothing is sent twice.
+
+use crate::answers::EngineVersion;
+use bytes::Bytes;
+use http_body_util::BodyExt;
+use hyper::body::Incoming;
+use std::path::PathBuf;
+use std::sync::{Arc, OnceLock};
+
+/// The highest API version hallmark asks for: what its bollard speaks.
+pub const NEWEST_API: &bollard::ClientVersion = bollard::API_DEFAULT_VERSION;
+
+/// Where each new connection to the engine goes.
+#[derive(Clone, Debug)]
+pub enum Dial {
+    Unix(PathBuf),
+    /// `host:port`, plain HTTP.
+    Tcp(String),
+    /// `host:port` over TLS: the engine's certificate checked against the given CA, and the
+    /// client's certificate presented, as `docker --tlsverify` does.
+    Tls {
+        address: String,
+        config: Arc<rustls::ClientConfig>,
+    },
+}
+
+impl Dial {
+    /// TLS with the docker CLI's files in `dir`: `ca.pem` (the only CA trusted), `cert.pem`
+    /// and `key.pem` (the client's).
+    pub fn tls(address: String, dir: &std::path::Path) -> Result<Dial, String> {
+        use rustls_pki_types::pem::PemObject;
+        use rustls_pki_types::{CertificateDer, PrivateKeyDer};
+        let read = |name: &str| {
+            let path = dir.join(name);
+            std::fs::read(&path).map_err(|e| format!("{}: {e}", path.display()))
+        };
+        let certificates = |name: &str| -> Result<Vec<CertificateDer<'static>>, String> {
+            CertificateDer::pem_slice_iter(&read(name)?)
+                .collect::<Result<_, _>>()
+                .map_err(|e| format!("{name}: {e}"))
+        };
+        let mut roots = rustls::RootCertStore::empty();
+        for ca in certificates("ca.pem")? {
+            roots.add(ca).map_err(|e| format!("ca.pem: {e}"))?;
+        }
+        let key = PrivateKeyDer::from_pem_slice(&read("key.pem")?)
+            .map_err(|e| format!("key.pem: {e}"))?;
+        let provider = Arc::new(rustls::crypto::ring::default_provider());
+        let config = rustls::ClientConfig::builder_with_provider(provider)
+            .with_safe_default_protocol_versions()
+            .map_err(|e| e.to_string())?
+            .with_root_certificates(roots)
+            .with_client_auth_cert(certificates("cert.pem")?, key)
+            .map_err(|e| format!("cert.pem and key.pem: {e}"))?;
+        Ok(Dial::Tls {
+            address,
+            config: Arc::new(config),
+        })
+    }
+}
+
+/// The request body type bollard hands its transport (its name is private to bollard).
+trait HasBody {
+    type Body;
+}
+impl<B> HasBody for hyper::Request<B> {
+    type Body = B;
+}
+type Body = <bollard::BollardRequest as HasBody>::Body;
+
+#[derive(Clone)]
+pub struct Transport {
+    client: hyper_util::client::legacy::Client<Connector, Body>,
+    /// `1.45`: set once the engine said which versions it speaks.
+    version: Arc<OnceLock<String>>,
+}
+
+/// An answer with a status other than 2xx: the engine's own message.
+#[derive(Debug)]
+pub struct Refused {
+    pub status: u16,
+    pub message: String,
+}
+
+impl std::fmt::Display for Refused {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{} (HTTP {})", self.message, self.status)
+    }
+}
+
+impl Transport {
+    pub fn new(dial: Dial) -> Transport {
+        let client =
+            hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new())
+                .build(Connector { dial });
+        Transport {
+            client,
+            version: Arc::new(OnceLock::new()),
+        }
+    }
+
+    /// Asks the engine which API versions it speaks (an unversioned `/version`, as the docker
+    /// CLI's first request is) and settles on the newest both sides speak; every later request
+    /// carries it. Returns the engine's answer.
+    pub async fn negotiate(&self) -> Result<EngineVersion, String> {
+        let answer: EngineVersion = match self.get("/version").await {
+            Ok(Some(answer)) => answer,
+            Ok(None) => return Err("the engine has no /version".into()),
+            Err(e) => return Err(e),
+        };
+        let version = answer.usable_api(NEWEST_API).ok_or_else(|| {
+            format!(
+                "the engine speaks API {:?}, not a version hallmark can use",
+                answer.api_version
+            )
+        })?;
+        let _ = self.version.set(version);
+        Ok(answer)
+    }
+
+    /// The negotiated API version, `1.45`.
+    pub fn api_version(&self) -> Option<&str> {
+        self.version.get().map(String::as_str)
+    }
+
+    /// A bollard client whose every request goes through this transport.
+    pub fn bollard(&self, timeout_secs: u64) -> bollard::Docker {
+        let version = self
+            .api_version()
+            .and_then(|v| v.split_once('.'))
+            .and_then(|(major, minor)| Some((major.parse().ok()?, minor.parse().ok()?)))
+            .map_or(NEWEST_API.clone(), |(major_version, minor_version)| {
+                bollard::ClientVersion {
+                    major_version,
+                    minor_version,
+                }
+            });
+        let transport = self.clone();
+        bollard::Docker::connect_with_custom_transport(
+            move |request: bollard::BollardRequest| {
+                let transport = transport.clone();
+                async move { transport.send(request).await }
+            },
+            Some("http://localhost"),
+            timeout_secs,
+            &version,
+        )
+        .expect("a custom transport always connects")
+    }
+
+    /// Sends `request` with the negotiated version in its path.
+    pub async fn send(
+        &self,
+        mut request: bollard::BollardRequest,
+    ) -> Result<hyper::Response<Incoming>, bollard::errors::Error> {
+        if let Some(version) = self.version.get() {
+            *request.uri_mut() = versioned(request.uri(), version);
+        }
+        self.client
+            .request(request)
+            .await
+            .map_err(bollard::errors::Error::from)
+    }
+
+    /// GETs `path_and_query` and reads the answer as JSON; `Ok(None)` on 404.
+    pub async fn get<T: serde::de::DeserializeOwned>(
+        &self,
+        path_and_query: &str,
+    ) -> Result<Option<T>, String> {
+        self.call("GET", path_and_query, None).await
+    }
+
+    /// POSTs `body` (JSON, if any) to `path_and_query` and reads the answer as JSON;
+    /// `Ok(None)` on 404.
+    pub async fn post<T: serde::de::DeserializeOwned>(
+        &self,
+        path_and_query: &str,
+        body: Option<&serde_json::Value>,
+    ) -> Result<Option<T>, String> {
+        self.call("POST", path_and_query, body).await
+    }
+
+    async fn call<T: serde::de::DeserializeOwned>(
+        &self,
+        method: &str,
+        path_and_query: &str,
+        body: Option<&serde_json::Value>,
+    ) -> Result<Option<T>, String> {
+        let bytes = body.map_or_else(Bytes::new, |b| Bytes::from(b.to_string()));
+        let request = hyper::Request::builder()
+            .method(method)
+            .uri(format!("http://localhost{path_and_query}"))
+            .header("content-type", "application/json")
+            .body(bollard::body_full(bytes))
+            .map_err(|e| format!("{method} {path_and_query}: {e}"))?;
+        let response = self.send(request).await.map_err(|e| e.to_string())?;
+        let status = response.status().as_u16();
+        let body = response
+            .into_body()
+            .collect()
+            .await
+            .map_err(|e| format!("reading the answer to {method} {path_and_query}: {e}"))?
+            .to_bytes();
+        match status {
+            404 => Ok(None),
+            200..=299 => serde_json::from_slice(&body).map(Some).map_err(|e| {
+                format!("the answer to {method} {path_and_query} is not what hallmark reads: {e}")
+            }),
+            _ => Err(Refused {
+                status,
+                message: crate::answers::error_message(&body),
+            }
+            .to_string()),
+        }
+    }
+}
+
+/// `uri` with `/v<version>` in front of its path, unless its path carries a version already.
+fn versioned(uri: &hyper::Uri, version: &str) -> hyper::Uri {
+    let path_and_query = uri.path_and_query().map_or("/", |p| p.as_str());
+    let has_version = path_and_query
+        .strip_prefix("/v")
+        .is_some_and(|rest| rest.starts_with(|c: char| c.is_ascii_digit()));
+    if has_version {
+        return uri.clone();
+    }
+    let mut parts = uri.clone().into_parts();
+    parts.path_and_query = format!("/v{version}{path_and_query}").parse().ok();
+    hyper::Uri::from_parts(parts).unwrap_or_else(|_| uri.clone())
+}
+
+/// Percent-encodes `text` for a URL path segment or query value (RFC 3986 unreserved kept).
+pub fn escape(text: &str, keep: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    for byte in text.bytes() {
+        let c = byte as char;
+        if c.is_ascii_alphanumeric() || "-._~".contains(c) || keep.contains(c) {
+            out.push(c);
+        } else {
+            out.push_str(&format!("%{byte:02X}"));
+        }
+    }
+    out
+}
+
+/// Opens a connection to the engine, whatever the URI says.
+#[derive(Clone)]
+struct Connector {
+    dial: Dial,
+}
+
+trait Io: tokio::io::AsyncRead + tokio::io::AsyncWrite + Send + Unpin {}
+impl<T: tokio::io::AsyncRead + tokio::io::AsyncWrite + Send + Unpin> Io for T {}
+
+impl tower_service::Service<hyper::Uri> for Connector {
+    type Response = Connection;
+    type Error = std::io::Error;
+    type Future =
+        std::pin::Pin<Box<dyn std::future::Future<Output = std::io::Result<Connection>> + Send>>;
+
+    fn poll_ready(
+        &mut self,
+        _: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        std::task::Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, _: hyper::Uri) -> Self::Future {
+        let dial = self.dial.clone();
+        Box::pin(async move {
+            let stream: Box<dyn Io> = match dial {
+                Dial::Unix(socket) => Box::new(tokio::net::UnixStream::connect(socket).await?),
+                Dial::Tcp(address) => Box::new(tokio::net::TcpStream::connect(address).await?),
+                Dial::Tls { address, config } => {
+                    let host = address
+                        .rsplit_once(':')
+                        .map_or(address.as_str(), |(host, _)| host)
+                        .trim_start_matches('[')
+                        .trim_end_matches(']')
+                        .to_string();
+                    let name = rustls_pki_types::ServerName::try_from(host)
+                        .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidInput, e))?;
+                    let tcp = tokio::net::TcpStream::connect(&address).await?;
+                    let tls = tokio_rustls::TlsConnector::from(config)
+                        .connect(name, tcp)
+                        .await?;
+                    Box::new(tls)
+                }
+            };
+            Ok(Connection(hyper_util::rt::TokioIo::new(stream)))
+        })
+    }
+}
+
+struct Connection(hyper_util::rt::TokioIo<Box<dyn Io>>);
+
+impl hyper_util::client::legacy::connect::Connection for Connection {
+    fn connected(&self) -> hyper_util::client::legacy::connect::Connected {
+        hyper_util::client::legacy::connect::Connected::new()
+    }
+}
+
+impl hyper::rt::Read for Connection {
+    fn poll_read(
+        self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        buf: hyper::rt::ReadBufCursor<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        std::pin::Pin::new(&mut self.get_mut().0).poll_read(cx, buf)
+    }
+}
+
+impl hyper::rt::Write for Connection {
+    fn poll_write(
+        self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        buf: &[u8],
+    ) -> std::task::Poll<std::io::Result<usize>> {
+        std::pin::Pin::new(&mut self.get_mut().0).poll_write(cx, buf)
+    }
+
+    fn poll_flush(
+        self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        std::pin::Pin::new(&mut self.get_mut().0).poll_flush(cx)
+    }
+
+    fn poll_shutdown(
+        self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        std::pin::Pin::new(&mut self.get_mut().0).poll_shutdown(cx)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_version_goes_in_front_of_a_path_without_one() {
+        let uri: hyper::Uri = "http://localhost/images/a%2Fb/json?x=1".parse().unwrap();
+        assert_eq!(
+            versioned(&uri, "1.45").to_string(),
+            "http://localhost/v1.45/images/a%2Fb/json?x=1"
+        );
+        let fixed: hyper::Uri = "http://localhost/v1.41/version".parse().unwrap();
+        assert_eq!(versioned(&fixed, "1.45"), fixed);
+        let volumes: hyper::Uri = "http://localhost/volumes".parse().unwrap();
+        assert_eq!(
+            versioned(&volumes, "1.45").to_string(),
+            "http://localhost/v1.45/volumes"
+        );
+    }
+
+    #[test]
+    fn escape_keeps_what_it_is_told_to() {
+        assert_eq!(escape("a b/c:d@e", "/:@"), "a%20b/c:d@e");
+        assert_eq!(
+            escape(r#"{"label":["k=v"]}"#, ""),
+            "%7B%22label%22%3A%5B%22k%3Dv%22%5D%7D"
+        );
+    }
+}
