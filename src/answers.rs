@@ -95,6 +95,10 @@ impl ImageAnswer {
 pub struct ImageListed {
     #[serde(rename = "Id", deserialize_with = "nullable")]
     pub id: String,
+    #[serde(rename = "RepoTags", deserialize_with = "nullable")]
+    pub repo_tags: Vec<String>,
+    #[serde(rename = "Labels", deserialize_with = "nullable")]
+    pub labels: std::collections::BTreeMap<String, String>,
 }
 
 /// `GET /version`.

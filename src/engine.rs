@@ -223,13 +223,22 @@ impl Engine {
         self.image_ids("").await
     }
 
-    async fn image_ids(&self, query: &str) -> Result<Vec<String>> {
-        let listed: Vec<ImageListed> = self
+    /// Every image the engine holds, with its tags and labels, in one request.
+    pub async fn listed_images(&self) -> Result<Vec<ImageListed>> {
+        self.list_images("").await
+    }
+
+    async fn list_images(&self, query: &str) -> Result<Vec<ImageListed>> {
+        Ok(self
             .transport
             .get(&format!("/images/json{query}"))
             .await
             .map_err(|e| self.error(format!("listing images: {e}")))?
-            .unwrap_or_default();
+            .unwrap_or_default())
+    }
+
+    async fn image_ids(&self, query: &str) -> Result<Vec<String>> {
+        let listed = self.list_images(query).await?;
         let mut ids: Vec<String> = listed
             .into_iter()
             .map(|i| i.id)
