@@ -238,7 +238,15 @@ pub fn wheel_path(cache: &Path, pin: &WheelPin) -> PathBuf {
 }
 
 /// Downloads `name==version` as a wheel with the user's pip; returns its cached path.
-pub fn download_wheel(cache: &Path, image: &str, name: &str, version: &str) -> Result<PathBuf> {
+/// `target` holds pip's options for the image's interpreter and platform
+/// ([`crate::wheel::Interpreter::pip_options`]); without them pip chooses for the host.
+pub fn download_wheel(
+    cache: &Path,
+    image: &str,
+    name: &str,
+    version: &str,
+    target: &[String],
+) -> Result<PathBuf> {
     let wheels = cache.join("wheels");
     fs_err::create_dir_all(&wheels).map_err(|e| Error::io(&wheels, e))?;
     let scratch = tempfile::Builder::new()
@@ -260,8 +268,9 @@ pub fn download_wheel(cache: &Path, image: &str, name: &str, version: &str) -> R
             "--quiet",
             "--no-deps",
             "--only-binary=:all:",
-            "--dest",
         ])
+        .args(target)
+        .arg("--dest")
         .arg(scratch.path())
         .arg(format!("{name}=={version}"))
         .stdin(Stdio::null())
@@ -278,8 +287,9 @@ pub fn download_wheel(cache: &Path, image: &str, name: &str, version: &str) -> R
         .filter_map(|e| e.ok())
         .map(|e| e.path())
         .find(|p| {
+            // `MarkupSafe-2.1.5-...whl` for `markupsafe`: names compare normalised.
             p.file_name().and_then(|f| f.to_str()).is_some_and(|f| {
-                f.ends_with(".whl") && f.starts_with(&format!("{}-", wheel_stem(name)))
+                f.ends_with(".whl") && f.split('-').next().map(wheel_stem) == Some(wheel_stem(name))
             })
         })
         .ok_or_else(|| fail("pip downloaded no wheel file".into(), None))?;
@@ -307,7 +317,12 @@ pub fn ensure_wheel(cache: &Path, image: &str, pin: &WheelPin) -> Result<PathBuf
     if matches(&cached) {
         return Ok(cached);
     }
-    let downloaded = download_wheel(cache, image, pin.name.as_str(), &pin.version)?;
+    // Asked for with the pinned file's own tags, so the host's Python and machine do not
+    // decide which file comes.
+    let target = crate::wheel::parse_name(&pin.file)
+        .map(|name| name.pip_options())
+        .unwrap_or_default();
+    let downloaded = download_wheel(cache, image, pin.name.as_str(), &pin.version, &target)?;
     if downloaded == cached && matches(&cached) {
         return Ok(cached);
     }

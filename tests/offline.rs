@@ -682,3 +682,130 @@ fn an_unchanged_file_is_not_read_again_and_a_changed_one_is() {
     let changed = hashed("files: 1 hashed (6 bytes read), 0 unchanged");
     assert_ne!(first, changed);
 }
+
+/// Issue 14 item 9: the tags hallmark accepts, in order, are exactly those of
+/// `packaging.tags.sys_tags()` (what current pip matches wheels with) for the same
+/// interpreter: the host's Python, probed with the probe that runs in images. (packaging 22
+/// added `cp311-none-any`; older pips vendor 21.3.)
+#[test]
+fn wheel_tags_are_the_ones_pip_computes_for_the_same_python() {
+    let probe = hallmark::wheel::probe_command();
+    let answer = std::process::Command::new(&probe[0])
+        .args(&probe[1..])
+        .output()
+        .unwrap();
+    assert!(
+        answer.status.success(),
+        "{}",
+        String::from_utf8_lossy(&answer.stderr)
+    );
+    let target =
+        hallmark::wheel::parse_probe_answer(&String::from_utf8_lossy(&answer.stdout)).unwrap();
+    let packaging = tempfile::tempdir().unwrap();
+    let installed = std::process::Command::new("python3")
+        .args([
+            "-m",
+            "pip",
+            "install",
+            "--quiet",
+            "--disable-pip-version-check",
+            "--target",
+        ])
+        .arg(packaging.path())
+        .arg("packaging==24.2")
+        .output()
+        .unwrap();
+    assert!(
+        installed.status.success(),
+        "{}",
+        String::from_utf8_lossy(&installed.stderr)
+    );
+    let pips = std::process::Command::new("python3")
+        .args([
+            "-c",
+            "from packaging import tags; print(*map(str, tags.sys_tags()), sep='\\n')",
+        ])
+        .env("PYTHONPATH", packaging.path())
+        .output()
+        .unwrap();
+    assert!(
+        pips.status.success(),
+        "{}",
+        String::from_utf8_lossy(&pips.stderr)
+    );
+    let pips = String::from_utf8(pips.stdout).unwrap();
+    let ours = target.interpreter.supported_tags();
+    assert_eq!(ours.len(), pips.lines().count(), "{:?}", target.interpreter);
+    for (i, (ours, pips)) in ours.iter().zip(pips.lines()).enumerate() {
+        assert_eq!(ours, pips, "tag {i} for {:?}", target.interpreter);
+    }
+}
+
+/// A project whose `arm` image (linux/arm64) installs MarkupSafe 2.1.5, a wheel with a
+/// build per Python and machine on PyPI; `python` is its `[python]` pin, if any.
+fn wheel_project(python: Option<&str>) -> TestProject {
+    let project = TestProject::new();
+    project
+        .write(
+            "images/arm/image.toml",
+            "[image]\nplatform = \"linux/arm64\"\n\n[from]\nref = \"example/base:1\"\n\n[[wheel]]\nname = \"markupsafe\"\nversion = \"2.1.5\"\n",
+        )
+        .write(
+            "pins/arm.toml",
+            &format!(
+                "[base]\nref = \"example/base:1\"\ndigest = \"{BASE_DIGEST}\"\n{}",
+                python.unwrap_or_default()
+            ),
+        );
+    project
+}
+
+const ARM_PYTHON: &str = "\n[python]\nversion = \"3.11\"\nimplementation = \"cpython\"\nabi = \"cp311\"\nmachine = \"aarch64\"\nlibc = \"glibc 2.36\"\n";
+
+/// Issue 14 item 9: `lock` pinned the wheel pip picks for the host (x86_64, the host's
+/// Python), so an arm64 image locked on x86 CI got an x86 wheel. It now asks pip for the
+/// image's Python and platform (here written by hand in `[python]`; PyPI is real).
+#[test]
+fn lock_pins_the_wheel_for_the_images_python_and_platform() {
+    let project = wheel_project(Some(ARM_PYTHON));
+    project.run(&["lock", "arm"]).success();
+    let pins = project.read("pins/arm.toml");
+    assert!(
+        pins.contains("file = \"MarkupSafe-2.1.5-cp311-cp311-manylinux_2_17_aarch64.manylinux2014_aarch64.whl\""),
+        "{pins}"
+    );
+    assert!(pins.contains("machine = \"aarch64\""), "{pins}");
+    project.run(&["check", "arm"]).success();
+
+    // A hand edit to another machine's wheel is caught by `check`.
+    let edited = pins.replace(
+        "aarch64.manylinux2014_aarch64",
+        "x86_64.manylinux2014_x86_64",
+    );
+    project.write("pins/arm.toml", &edited);
+    let check = project.run(&["check", "arm"]);
+    assert_eq!(check.code(), 2, "{}", check.stderr());
+    assert!(
+        check
+            .stderr()
+            .contains("does not install on the pinned Python 3.11"),
+        "{}",
+        check.stderr()
+    );
+}
+
+/// Without an engine that can run the image's Python and without `[python]`, a wheel built
+/// for one platform cannot be chosen: exit 2, saying what to write.
+#[test]
+fn lock_without_the_images_python_refuses_a_platform_wheel() {
+    let project = wheel_project(None);
+    let run = project.run(&["lock", "arm"]);
+    assert_eq!(run.code(), 2, "{}", run.stderr());
+    let err = run.stderr();
+    assert!(err.contains("pins/arm.toml"), "{err}");
+    assert!(
+        err.contains("cannot tell which Python image `arm` runs"),
+        "{err}"
+    );
+    assert!(err.contains("[python] version = "), "{err}");
+}

@@ -9,6 +9,7 @@ use crate::pins::{BasePin, DigestKind};
 use crate::plan::Plan;
 use crate::project::cache_dir;
 use crate::values::Digest;
+use crate::wheel::{self, Interpreter};
 use crate::{check, context, fetch, render};
 use serde_json::json;
 
@@ -144,6 +145,26 @@ impl BaseResolver for EngineResolver<'_> {
                 entrypoint: image.strings("Entrypoint"),
                 cmd: image.strings("Cmd"),
             }))
+        })
+    }
+
+    fn interpreter(&self, reference: &str) -> Result<Option<Interpreter>> {
+        self.runtime.block_on(async {
+            let Ok(engine) = self.session.engine(&self.session.config.builder).await else {
+                return Ok(None);
+            };
+            if engine.inspect(reference).await?.is_none() {
+                return Ok(None);
+            }
+            // Fails on an image for another machine or without python3: not an answer.
+            Ok(
+                match engine.run_once(reference, &wheel::probe_command()).await {
+                    Ok((0, output)) => wheel::parse_probe_answer(&output)
+                        .ok()
+                        .map(|target| target.interpreter),
+                    _ => None,
+                },
+            )
         })
     }
 }
