@@ -165,6 +165,11 @@ pub async fn build_one(
         }
     }
 
+    // An external base: the builder's own reference for the pinned image, checked to exist.
+    let parent_id = match parent_id {
+        Some(id) => Some(id),
+        None => crate::base::on_builder(engine, image, settings.cache).await?,
+    };
     let id = if assemble::assemblable(&image.loaded.spec) {
         record.outcome = "assembled";
         let parent = parent_id
