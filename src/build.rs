@@ -221,6 +221,11 @@ async fn build_into(
     {
         engine.remove_untagged(&leftover).await;
     }
+    // An external base: the builder's own reference for the pinned image, checked to exist.
+    let parent_id = match parent_id {
+        Some(id) => Some(id),
+        None => crate::base::on_builder(engine, image, settings.cache).await?,
+    };
     let platform = image.loaded.spec.image.platform.as_deref();
     let spec = &image.loaded.spec;
     // The checksum is stamped by the last step that makes the image: smoke tests, if any,

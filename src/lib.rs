@@ -7,6 +7,7 @@
 
 pub mod answers;
 pub mod assemble;
+pub mod base;
 pub mod build;
 pub mod check;
 pub mod checksum;

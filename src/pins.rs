@@ -28,8 +28,8 @@ pub struct BasePin {
     #[serde(rename = "ref")]
     pub reference: String,
     pub digest: Digest,
-    /// `repo-digest` when the registry's manifest digest is known, `image-id` for an image
-    /// that only exists locally (made with `docker import` or `docker load`).
+    /// `repo-digest` when the registry's manifest digest is known, `config-digest` for an
+    /// image that only exists locally (made with `docker import` or `docker load`).
     #[serde(default)]
     pub kind: DigestKind,
     /// The base's baked ENTRYPOINT and CMD, as seen by `hallmark lock` (or written by hand),
@@ -45,6 +45,11 @@ pub struct BasePin {
 pub enum DigestKind {
     #[default]
     RepoDigest,
+    /// The digest of the image's config: the same on every image store (`base.rs`).
+    ConfigDigest,
+    /// Written by hallmark before it pinned config digests: the image id on the store that
+    /// locked it (the config digest on the classic store, the manifest digest on the
+    /// containerd store). Still read; `hallmark lock --update` rewrites it.
     ImageId,
 }
 

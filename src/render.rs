@@ -85,7 +85,10 @@ pub fn parent_reference(image: &PlannedImage, parent_tag: Option<&str>) -> Strin
                 let repository = repository.map_or(base.reference.as_str(), |(repo, _)| repo);
                 format!("{repository}@{}", base.digest)
             }
-            DigestKind::ImageId => base.digest.to_string(),
+            // A local-only base: a plain `docker build` finds it by its tag on any image store
+            // (a containerd store would look a bare config digest up on Docker Hub);
+            // `hallmark build` passes the image it checked as HALLMARK_PARENT (base.rs).
+            DigestKind::ConfigDigest | DigestKind::ImageId => base.reference.clone(),
         },
         (Parent::External(_), None) => unreachable!("checked pins"),
     }

@@ -170,7 +170,7 @@ run = ["grep", "-qx", "hello, world!", "/opt/upstream/greeting.txt"]
     let lock = project.run(&["--config", config.to_str().unwrap(), "lock", "app"]);
     lock.success();
     let pins = project.read("pins/app.toml");
-    assert!(pins.contains("kind = \"image-id\""), "{pins}");
+    assert!(pins.contains("kind = \"config-digest\""), "{pins}");
     assert!(
         pins.contains("c97d88635521a7fdd4f67717c1835a017d0dcea49d49cc7aa5b4299f290d19e3"),
         "{pins}"
@@ -1166,5 +1166,64 @@ fn requests_carry_the_negotiated_api_version() {
                 "{node}: {line}"
             );
         }
+    }
+}
+
+/// Issue 15: a local-only base is pinned by its config digest, which every image store
+/// agrees on. The repo's `hello` pin, written as a classic-store image id before that, builds
+/// on a containerd-store builder (which does not know that id and looked
+/// `docker.io/library/sha256:...` up on the network); `lock` there pins the same digest; a
+/// builder without the pinned base is told to run `hallmark lock`, and nothing is pulled.
+#[test]
+fn a_local_base_pin_builds_on_a_containerd_store_builder() {
+    let testbed = Testbed::get();
+    testbed.script("load-bases", &["--node", "node1"]);
+    let (project, tag) = hello_project();
+    let legacy = HELLO_PINS.replace("kind = \"config-digest\"", "kind = \"image-id\"");
+    assert!(legacy.contains("kind = \"image-id\""));
+    project.write("pins/hello.toml", &legacy);
+    let config = testbed.config_with_builder(project.root(), "node1");
+    let built = build_json(&project, &config, "hello");
+    assert_eq!(built["outcome"], "built");
+    assert_eq!(
+        testbed.checksum_label("node1", &tag),
+        built["checksum"].as_str().unwrap()
+    );
+
+    project
+        .run(&[
+            "--config",
+            config.to_str().unwrap(),
+            "lock",
+            "--update",
+            "hello",
+        ])
+        .success();
+    let pins = project.read("pins/hello.toml");
+    assert!(pins.contains("kind = \"config-digest\""), "{pins}");
+    let digest = "sha256:1e096cc00b119129bf663698e45a6656bf7762975e4526e12809cca0e658eb2c";
+    assert!(pins.contains(digest), "the classic store's id: {pins}");
+    assert_eq!(
+        build_json(&project, &config, "hello")["outcome"],
+        "up-to-date"
+    );
+
+    // A digest of this test's own, so the daemon log's lines about it are this run's.
+    let absent = format!(
+        "sha256:{}",
+        hex::encode(<sha2::Sha256 as sha2::Digest>::digest(&tag))
+    );
+    project.write("pins/hello.toml", &pins.replace(digest, &absent));
+    let run = project.run(&["--config", config.to_str().unwrap(), "build", "hello"]);
+    assert_eq!(run.code(), 1, "{}", run.stderr());
+    let err = run.stderr();
+    for word in ["node1", "`hello`", &absent, "hallmark lock --update hello"] {
+        assert!(err.contains(word), "says {word}: {err}");
+    }
+    let log = std::fs::read_to_string(testbed.dir.join("node1/dockerd.log")).unwrap();
+    for line in log.lines().filter(|l| l.contains(&absent[7..])) {
+        let inspect =
+            line.contains("Calling GET /v1.") && line.contains(&format!("/images/{absent}/json"));
+        assert!(inspect, "only ever inspected, never pulled: {line}");
     }
 }

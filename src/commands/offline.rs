@@ -10,7 +10,7 @@ use crate::plan::Plan;
 use crate::project::cache_dir;
 use crate::values::Digest;
 use crate::wheel::{self, Interpreter};
-use crate::{check, context, fetch, render};
+use crate::{base, check, context, fetch, render};
 use serde_json::json;
 
 pub(super) fn checksum(session: &Session, selection: &Selection, explain: bool) -> Result<u8> {
@@ -124,17 +124,20 @@ impl BaseResolver for EngineResolver<'_> {
                 .rsplit_once(':')
                 .filter(|(_, tag)| !tag.contains('/'))
                 .map_or(reference, |(r, _)| r);
-            let repo_digest = image.repo_digests.iter().find_map(|d| {
+            // Only the classic store's repo digests are a registry's: the containerd store
+            // names every image by a manifest digest, one it made at `docker load` too.
+            let classic = engine.info().await?.image_store() == "classic";
+            let repo_digest = image.repo_digests.iter().filter(|_| classic).find_map(|d| {
                 d.split_once('@')
                     .filter(|(r, _)| *r == repository || r.ends_with(&format!("/{repository}")))
                     .map(|(_, digest)| digest.to_string())
             });
             let (digest, kind) = match repo_digest {
                 Some(digest) => (digest, DigestKind::RepoDigest),
-                None => (
-                    image.id().unwrap_or_default().to_string(),
-                    DigestKind::ImageId,
-                ),
+                None => match base::config_digest(&engine, reference, &cache_dir()).await? {
+                    Some((_, config)) => (config, DigestKind::ConfigDigest),
+                    None => return Ok(None),
+                },
             };
             let digest =
                 Digest::try_from(digest).map_err(|e| engine.error(format!("{reference}: {e}")))?;
