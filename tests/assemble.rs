@@ -172,10 +172,12 @@ fn an_add_on_image_is_assembled_without_a_container_and_runs() {
 #[test]
 fn two_engines_assemble_the_same_config_digest() {
     let testbed = Testbed::get();
-    testbed.script("load-bases", &["--node", "node2"]);
+    // Another classic-store engine: the image id is the config digest on both.
+    let other_node = testbed.node_of("20", "classic");
+    testbed.script("load-bases", &["--node", &other_node]);
     let (project, tag) = assembled_project();
     let on_builder = build(&project, &testbed.config());
-    let other = testbed.config_with_builder(project.root(), "node2");
+    let other = testbed.config_with_builder(project.root(), &other_node);
     // A fresh layer store too: nothing carries over but the spec.
     let run = support::hallmark()
         .args([
@@ -194,9 +196,9 @@ fn two_engines_assemble_the_same_config_digest() {
         "{}",
         String::from_utf8_lossy(&run.stderr)
     );
-    let on_node2: serde_json::Value = serde_json::from_slice(&run.stdout).unwrap();
+    let on_other: serde_json::Value = serde_json::from_slice(&run.stdout).unwrap();
     // On the classic store the image id is the config digest.
-    assert_eq!(on_builder["image_id"], on_node2[0]["image_id"]);
+    assert_eq!(on_builder["image_id"], on_other[0]["image_id"]);
     let print = |node: &str| {
         testbed.docker_ok(
             node,
@@ -209,7 +211,7 @@ fn two_engines_assemble_the_same_config_digest() {
             ],
         )
     };
-    assert_eq!(print("builder"), print("node2"));
+    assert_eq!(print("builder"), print(&other_node));
 }
 
 #[test]
@@ -450,7 +452,9 @@ fn an_arm64_parent_gives_an_arm64_image_assembled_here() {
 #[test]
 fn two_engines_assemble_the_same_wheel_image() {
     let testbed = Testbed::get();
-    testbed.script("load-bases", &["--node", "node2"]);
+    // Another classic-store engine: the image id is the config digest on both.
+    let other_node = testbed.node_of("20", "classic");
+    testbed.script("load-bases", &["--node", &other_node]);
     let project = TestProject::new();
     let run = unique();
     project.write(
@@ -464,7 +468,7 @@ fn two_engines_assemble_the_same_wheel_image() {
     let ids: Vec<String> = [
         (config.clone(), ".cache-a"),
         (
-            testbed.config_with_builder(project.root(), "node2"),
+            testbed.config_with_builder(project.root(), &other_node),
             ".cache-b",
         ),
     ]

@@ -214,10 +214,12 @@ run = ["grep", "-qx", "hello, world!", "/opt/upstream/greeting.txt"]
 #[test]
 fn two_engines_get_the_same_label_and_the_same_context_bytes() {
     let testbed = Testbed::get();
-    testbed.script("load-bases", &["--node", "node3"]);
+    // Another Docker 20.10: the `hello` pin is an image id of the classic store.
+    let node3 = testbed.node_of("20", "classic");
+    testbed.script("load-bases", &["--node", &node3]);
     let (project, tag) = hello_project();
     let on_builder = build_json(&project, &testbed.config(), "hello");
-    let other = testbed.config_with_builder(project.root(), "node3");
+    let other = testbed.config_with_builder(project.root(), &node3);
     let on_node3 = build_json(&project, &other, "hello");
     assert_eq!(on_builder["checksum"], on_node3["checksum"]);
     assert_eq!(on_builder["outcome"], "built");
@@ -225,7 +227,7 @@ fn two_engines_get_the_same_label_and_the_same_context_bytes() {
     assert!(on_builder["context_sha256"].is_string());
     assert_eq!(on_builder["context_sha256"], on_node3["context_sha256"]);
     assert_eq!(
-        testbed.checksum_label("node3", &tag),
+        testbed.checksum_label(&node3, &tag),
         on_builder["checksum"].as_str().unwrap()
     );
 }
@@ -293,7 +295,9 @@ fn a_cmd_repeating_the_parents_entrypoint_is_refused_before_any_build() {
 #[test]
 fn normalised_builds_on_two_engines_are_identical() {
     let testbed = Testbed::get();
-    testbed.script("load-bases", &["--node", "node3"]);
+    // Another Docker 20.10: the `hello` pin is an image id of the classic store.
+    let node3 = testbed.node_of("20", "classic");
+    testbed.script("load-bases", &["--node", &node3]);
     let (project, tag) = hello_project();
     // A clone-at-pin image too: a patched source copied in, and a RUN step on it.
     let upstream = GitRepo::new(project.root(), "upstream");
@@ -335,7 +339,7 @@ fn normalised_builds_on_two_engines_are_identical() {
             .collect::<Vec<_>>()
     };
     let first = on(&testbed.config());
-    let second = on(&testbed.config_with_builder(project.root(), "node3"));
+    let second = on(&testbed.config_with_builder(project.root(), &node3));
     assert_eq!(first.len(), 2);
     assert_eq!(
         first, second,
@@ -353,7 +357,7 @@ fn normalised_builds_on_two_engines_are_identical() {
             ],
         )
     };
-    assert_eq!(layers("builder"), layers("node3"));
+    assert_eq!(layers("builder"), layers(&node3));
 }
 
 #[test]
