@@ -223,6 +223,19 @@ impl Engine {
         self.image_ids("").await
     }
 
+    /// Whether the engine lists the image `id` among its images (intermediate ones included).
+    pub async fn lists(&self, id: &str) -> Result<bool> {
+        let listed = self.list_images("?all=1").await?;
+        Ok(listed.iter().any(|i| i.id == id))
+    }
+
+    /// The ids of the images the engine lists under the name `reference`.
+    pub async fn ids_named(&self, reference: &str) -> Result<Vec<String>> {
+        let filters = serde_json::json!({"reference": [reference]});
+        self.image_ids(&format!("?filters={}", escape(&filters.to_string(), "")))
+            .await
+    }
+
     /// Every image the engine holds, with its tags and labels, in one request.
     pub async fn listed_images(&self) -> Result<Vec<ImageListed>> {
         self.list_images("").await

@@ -13,12 +13,15 @@ use crate::config::RegistryConfig;
 use crate::engine::{self, Engine};
 use crate::error::{Error, Result};
 use crate::ship::{self, Decision, NodeOutcome, ShipSettings, Shipment};
+use crate::store::{LayerStore, StoredImage};
+use crate::verify::Holding;
 use bollard::query_parameters::{
     CreateImageOptionsBuilder, PushImageOptionsBuilder, RemoveImageOptionsBuilder,
 };
 use futures_util::StreamExt;
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 /// A registry the builder and the nodes can reach.
@@ -307,11 +310,18 @@ fn repository_and_tag(reference: &str) -> (&str, &str) {
 
 /// Distributes one image to `nodes` (already connected) through `registry`, starting it
 /// only if a node needs the image. One outcome per node, in order.
+///
+/// A containerd store fetches only the layers it has not unpacked: one that holds some of
+/// the image's layers from a stream load (kept uncompressed) pulls a manifest naming them
+/// compressed, and Docker 28 keeps an image it cannot read. Such a node is completed from
+/// the layer store in the same run (the layers it lacks in the form its store needs, over
+/// the stream transport).
 pub async fn distribute(
     builder: &Engine,
     nodes: &[Engine],
     config: &RegistryConfig,
     cache: &Path,
+    store: &Arc<LayerStore>,
     shipment: &Shipment,
     settings: &ShipSettings<'_>,
 ) -> Vec<NodeOutcome> {
@@ -320,7 +330,7 @@ pub async fn distribute(
     let decisions = futures_util::future::join_all(
         nodes
             .iter()
-            .map(|node| ship::decide(node, shipment, settings, &chains, true)),
+            .map(|node| ship::decide(node, store, shipment, settings, &chains, true)),
     )
     .await;
     phases.say(format!("asked {} nodes what they hold", nodes.len()));
@@ -361,12 +371,14 @@ pub async fn distribute(
         }
     };
     let bars = ship::progress_bars(settings);
+    // The image in the layer store, exported once if a node needs completing.
+    let stored: tokio::sync::Mutex<Option<StoredImage>> = tokio::sync::Mutex::new(None);
     let pulls = outcomes
         .iter()
         .enumerate()
         .filter(|(_, o)| o.is_none())
         .map(|(i, _)| {
-            let (node, registry) = (&nodes[i], &registry);
+            let (node, registry, stored, chains) = (&nodes[i], &registry, &stored, &chains);
             let bar = bars.add(ship::transfer_bar(&node.node));
             async move {
                 let started = Instant::now();
@@ -374,17 +386,28 @@ pub async fn distribute(
                     Ok(()) => pull(node, registry, shipment, &bar).await,
                     Err(e) => Err(e),
                 };
-                bar.finish_and_clear();
                 let mut outcome = match pulled {
                     Ok(pulled) => {
-                        let mut outcome = ship::verified(node, shipment, settings, "pulled").await;
-                        outcome.layers_sent = pulled.layers;
-                        outcome.layer_bytes = pulled.bytes;
-                        outcome.archive_bytes = pulled.bytes;
+                        let holding = ship::holding_after(node, shipment, settings).await;
+                        let incomplete =
+                            matches!(&holding, Ok(h) if h.state == Holding::Incomplete);
+                        let mut outcome = if incomplete {
+                            let bar = bar.clone();
+                            let from = (builder, store, stored);
+                            complete(from, node, shipment, settings, chains, bar).await
+                        } else {
+                            ship::judged(&node.node, holding, shipment, "pulled")
+                        };
+                        if outcome.verified {
+                            outcome.layers_sent += pulled.layers;
+                            outcome.layer_bytes += pulled.bytes;
+                            outcome.archive_bytes += pulled.bytes;
+                        }
                         outcome
                     }
                     Err(e) => NodeOutcome::failed(&node.node, e.to_string()),
                 };
+                bar.finish_and_clear();
                 outcome.seconds = started.elapsed().as_secs_f64();
                 (i, outcome)
             }
@@ -401,6 +424,51 @@ pub async fn distribute(
         .into_iter()
         .map(|o| o.expect("every node has an outcome"))
         .collect()
+}
+
+/// Sends a node that pulled an image it cannot read all of the layers its store lacks, from
+/// the layer store (the image exported into it once, whichever node needs it first). The
+/// outcome is `pulled` and `completed` if the node then holds the whole image.
+async fn complete(
+    (builder, store, stored): (
+        &Engine,
+        &Arc<LayerStore>,
+        &tokio::sync::Mutex<Option<StoredImage>>,
+    ),
+    node: &Engine,
+    shipment: &Shipment,
+    settings: &ShipSettings<'_>,
+    chains: &[String],
+    bar: indicatif::ProgressBar,
+) -> NodeOutcome {
+    let image = {
+        let mut stored = stored.lock().await;
+        if stored.is_none() {
+            match ship::stored_image(builder, store, &shipment.reference).await {
+                Ok((_, image)) => *stored = Some(image),
+                Err(e) => {
+                    return NodeOutcome::failed(
+                        &node.node,
+                        format!(
+                            "pulled an image the node cannot read all of, and cannot complete it: {e}"
+                        ),
+                    );
+                }
+            }
+        }
+        stored.clone().expect("stored")
+    };
+    let first = match ship::held_prefix(node, store, chains, &shipment.related).await {
+        Ok(first) => first,
+        Err(e) => return NodeOutcome::failed(&node.node, e.to_string()),
+    };
+    let mut outcome =
+        ship::send_and_verify(node, store, &image, shipment, settings, first, bar).await;
+    if outcome.verified {
+        outcome.action = "pulled";
+        outcome.completed = true;
+    }
+    outcome
 }
 
 /// Pushes the builder's image; returns (layers sent, layers the registry had). The engine

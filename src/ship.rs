@@ -36,6 +36,10 @@ pub struct NodeOutcome {
     pub verified: bool,
     /// A thin archive was refused and a full one sent instead (remembered for next time).
     pub fell_back_to_full: bool,
+    /// The engine took the image but not all of its content (a containerd store that had
+    /// unpacked a layer without keeping its blob under the digest the manifest names), and
+    /// an archive with every layer completed it in the same run.
+    pub completed: bool,
     pub error: Option<String>,
 }
 
@@ -201,20 +205,43 @@ pub async fn stored_image(
     Ok((shipment.image_id, stored?))
 }
 
-/// How many of `chains` (the image's layer chains, in order) the node already holds.
+/// How many of `chains` (the image's layer chains, in order) the node already holds in the
+/// form its image store needs them.
+///
+/// The classic store keys layers by chain: any image holding a chain holds what a load
+/// needs. The containerd store needs more: the blob each manifest names, under that digest,
+/// in its content store; a layer it unpacked from a registry pull (kept compressed) or
+/// from another archive is no help to ours, and Docker 28 takes such a thin archive and keeps
+/// an image it cannot read (Docker 26 refuses it). So on a containerd store only images
+/// hallmark loaded there count (their ids name records of the layer store, written after the
+/// load: [`remember_loaded`]), and only if the engine can read them.
 ///
 /// The images most likely to share layers are asked first, by name: the image's own tag (an
 /// older build) and its parents. Only if none of them is there are all the node's images
 /// inspected, which on a node with hundreds of images takes seconds.
-async fn held_prefix(engine: &Engine, chains: &[String], related: &[String]) -> Result<usize> {
-    let prefix_of = |layers: &[String]| {
+pub(crate) async fn held_prefix(
+    engine: &Engine,
+    store: &LayerStore,
+    chains: &[String],
+    related: &[String],
+) -> Result<usize> {
+    let blobs = keeps_blobs(engine).await;
+    let prefix_of = |image: crate::answers::ImageAnswer| {
+        let layers = image.layers();
+        let ours = || {
+            let id = image.id().unwrap_or_default();
+            store.image(id).is_some_and(|s| s.diff_ids() == layers)
+        };
+        if blobs && !ours() {
+            return 0;
+        }
         let held: HashSet<String> = chain_ids(layers).into_iter().collect();
         chains.iter().take_while(|c| held.contains(*c)).count()
     };
     let mut best = None;
     for reference in related {
         if let Some(image) = engine.inspect(reference).await? {
-            best = best.max(Some(prefix_of(image.layers())));
+            best = best.max(Some(prefix_of(image)));
         }
     }
     if let Some(best) = best {
@@ -223,10 +250,41 @@ async fn held_prefix(engine: &Engine, chains: &[String], related: &[String]) -> 
     let mut best = 0;
     for id in engine.all_image_ids().await? {
         if let Some(image) = engine.inspect(&id).await? {
-            best = best.max(prefix_of(image.layers()));
+            best = best.max(prefix_of(image));
         }
     }
     Ok(best)
+}
+
+/// Whether the engine keeps images in containerd's content store (the containerd image
+/// store); if it cannot say, it is taken to (the cost is a thin archive carrying more).
+async fn keeps_blobs(engine: &Engine) -> bool {
+    engine
+        .info()
+        .await
+        .map_or(true, |info| info.image_store() == "containerd")
+}
+
+/// After a verified load of `stored` into `node`: the node's id for the image (on a
+/// containerd store, the digest of the manifest the load wrote) names a record of it too,
+/// so [`held_prefix`] knows which blobs are there.
+async fn remember_loaded(node: &Engine, store: &LayerStore, reference: &str, stored: &StoredImage) {
+    if let Ok(Some(image)) = node.inspect(reference).await
+        && let Some(id) = image.id()
+        && store.image(id).is_none()
+    {
+        // A record not written costs a thin archive its thinness next time, nothing more.
+        let _ = store.remember(&id, stored);
+    }
+}
+
+/// The id of the image `reference` names on `node` if the engine lacks some of its content
+/// ([`verify::inspect_whole`]).
+async fn incomplete_id(node: &Engine, reference: &str) -> Option<String> {
+    match verify::inspect_whole(node, reference, false).await {
+        Ok(Some((image, false))) => image.id().map(str::to_string),
+        _ => None,
+    }
 }
 
 /// The OCI chain ID of each prefix: what both image stores key layers by.
@@ -265,7 +323,12 @@ pub async fn distribute(
         .map(|(i, node)| {
             let full = settings.full || full_nodes.contains_key(&node.node);
             let chains = &chains;
-            async move { (i, decide(node, shipment, settings, chains, full).await) }
+            async move {
+                (
+                    i,
+                    decide(node, store, shipment, settings, chains, full).await,
+                )
+            }
         })
         .collect();
     // The builder's `docker save` spends a while before its first byte (Docker 20.10 copies
@@ -323,15 +386,19 @@ pub async fn distribute(
             "exported {} from the builder into the layer store",
             shipment.reference
         ));
-        stored_image = Some(stored?);
+        let stored = stored?;
         if let (Some(i), Some(Ok((layer_bytes, archive_bytes)))) = (direct, loaded) {
             let mut outcome = verified(&nodes[i], shipment, settings, "full").await;
+            if outcome.verified {
+                remember_loaded(&nodes[i], store, &shipment.reference, &stored).await;
+            }
             outcome.layer_bytes = layer_bytes;
             outcome.archive_bytes = archive_bytes;
             outcome.layers_sent = shipment.diff_ids.len();
             outcome.seconds = started.elapsed().as_secs_f64();
             outcomes[i] = Some(outcome);
         }
+        stored_image = Some(stored);
         // A direct load that failed is tried again below, from the store.
     }
     let transfers = nodes
@@ -435,6 +502,7 @@ pub(crate) fn progress_bars(settings: &ShipSettings<'_>) -> indicatif::MultiProg
 /// What a node needs: nothing, the layers from some point on, or it cannot be asked.
 pub(crate) async fn decide(
     node: &Engine,
+    store: &LayerStore,
     shipment: &Shipment,
     settings: &ShipSettings<'_>,
     chains: &[String],
@@ -451,7 +519,7 @@ pub(crate) async fn decide(
     {
         Ok(h) if h.state == Holding::Current => Decision::Skip,
         Ok(_) if full => Decision::Send { first_missing: 0 },
-        Ok(_) => match held_prefix(node, chains, &shipment.related).await {
+        Ok(_) => match held_prefix(node, store, chains, &shipment.related).await {
             Ok(first_missing) => Decision::Send { first_missing },
             Err(e) => Decision::Failed(e.to_string()),
         },
@@ -479,6 +547,7 @@ impl NodeOutcome {
             seconds: 0.0,
             verified,
             fell_back_to_full: false,
+            completed: false,
             error: None,
         }
     }
@@ -491,7 +560,11 @@ impl NodeOutcome {
     }
 }
 
-async fn send_and_verify(
+/// Sends `image` from layer `first_missing` on, then verifies. A thin archive the node
+/// refuses is sent again whole; one it takes but cannot read all of (`incomplete`) is
+/// completed with every layer. An image the node held under the tag without its content is
+/// removed once the tag has moved off it.
+pub(crate) async fn send_and_verify(
     node: &Engine,
     store: &Arc<LayerStore>,
     image: &StoredImage,
@@ -500,26 +573,50 @@ async fn send_and_verify(
     first_missing: usize,
     bar: indicatif::ProgressBar,
 ) -> NodeOutcome {
-    let mut attempt = send(node, store, image, &shipment.reference, first_missing, &bar).await;
-    let mut action = if first_missing == 0 { "full" } else { "thin" };
-    let mut fell_back = false;
-    // The containerd store keeps blobs under the digest they arrived with; when it cannot
-    // find a layer by ours, a full archive is the way in.
-    if let (Err(_), true) = (&attempt, first_missing > 0) {
-        attempt = send(node, store, image, &shipment.reference, 0, &bar).await;
-        action = "full";
-        fell_back = true;
-    }
-    bar.finish_and_clear();
-    let (layer_bytes, archive_bytes) = match attempt {
-        Ok(sent) => sent,
-        Err(e) => return NodeOutcome::failed(&node.node, e.to_string()),
+    let stub = incomplete_id(node, &shipment.reference).await;
+    let (mut first, mut fell_back, mut completed) = (first_missing, false, false);
+    let (mut layer_bytes, mut archive_bytes) = (0, 0);
+    let holding = loop {
+        let mut attempt = send(node, store, image, &shipment.reference, first, &bar).await;
+        // The containerd store keeps blobs under the digest they arrived with; when it cannot
+        // find a layer by ours, a full archive is the way in.
+        if let (Err(_), true) = (&attempt, first > 0) {
+            first = 0;
+            fell_back = true;
+            attempt = send(node, store, image, &shipment.reference, 0, &bar).await;
+        }
+        match attempt {
+            Ok((layers, archive)) => {
+                layer_bytes += layers;
+                archive_bytes += archive;
+            }
+            Err(e) => {
+                bar.finish_and_clear();
+                return NodeOutcome::failed(&node.node, e.to_string());
+            }
+        }
+        let holding = holding_after(node, shipment, settings).await;
+        if first > 0 && matches!(&holding, Ok(h) if h.state == Holding::Incomplete) {
+            first = 0;
+            completed = true;
+            continue;
+        }
+        break holding;
     };
-    let mut outcome = verified(node, shipment, settings, action).await;
+    bar.finish_and_clear();
+    let action = if first == 0 { "full" } else { "thin" };
+    let mut outcome = judged(&node.node, holding, shipment, action);
+    if outcome.verified {
+        remember_loaded(node, store, &shipment.reference, image).await;
+        if let Some(stub) = stub {
+            node.remove_untagged(&stub).await;
+        }
+    }
     outcome.fell_back_to_full = fell_back;
+    outcome.completed = completed;
     outcome.layer_bytes = layer_bytes;
     outcome.archive_bytes = archive_bytes;
-    outcome.layers_sent = image.layers.len() - if action == "full" { 0 } else { first_missing };
+    outcome.layers_sent = image.layers.len() - first;
     outcome
 }
 
@@ -530,15 +627,34 @@ pub(crate) async fn verified(
     settings: &ShipSettings<'_>,
     action: &'static str,
 ) -> NodeOutcome {
-    let holding = verify::holding(
+    let holding = holding_after(node, shipment, settings).await;
+    judged(&node.node, holding, shipment, action)
+}
+
+/// What the node holds under the shipment's tag, against what the builder holds.
+pub(crate) async fn holding_after(
+    node: &Engine,
+    shipment: &Shipment,
+    settings: &ShipSettings<'_>,
+) -> Result<verify::NodeHolding> {
+    verify::holding(
         node,
         &shipment.reference,
         settings.checksum_label,
         &shipment.checksum,
         &shipment.fingerprint,
     )
-    .await;
-    let mut outcome = NodeOutcome::new(&node.node, action, false);
+    .await
+}
+
+/// The outcome of a load, from what the node then holds.
+pub(crate) fn judged(
+    node: &str,
+    holding: Result<verify::NodeHolding>,
+    shipment: &Shipment,
+    action: &'static str,
+) -> NodeOutcome {
+    let mut outcome = NodeOutcome::new(node, action, false);
     match holding {
         Ok(h) if h.state == Holding::Current => outcome.verified = true,
         Ok(h) => {
@@ -645,18 +761,17 @@ pub async fn load_made(
         },
         layers,
     };
-    send(
-        builder,
-        store,
-        &image,
-        "",
-        first,
-        &indicatif::ProgressBar::hidden(),
-    )
-    .await?;
+    let hidden = indicatif::ProgressBar::hidden();
+    send(builder, store, &image, "", first, &hidden).await?;
     let (manifest_digest, _) = oci_manifest(&image);
     for id in [image.config.digest.clone(), manifest_digest] {
-        if builder.inspect(&id).await?.is_some() {
+        if let Some(loaded) = builder.inspect(&id).await? {
+            // A containerd store that took the thin archive without the parent's blobs under
+            // our digests (Docker 28 answers a stub, Docker 26 leaves it out of its list):
+            // every layer completes it.
+            if first > 0 && (verify::incomplete(&loaded) || !builder.lists(&id).await?) {
+                send(builder, store, &image, "", 0, &hidden).await?;
+            }
             store.remember(&id, &image)?;
             return Ok(id);
         }

@@ -44,6 +44,38 @@ pub fn fingerprint(image: &ImageAnswer) -> String {
     hex::encode(Sha256::digest(document.as_bytes()))
 }
 
+/// The engine knows the name but cannot read the image: Docker 28's containerd store answers
+/// an inspect of an image whose content it lacks with a stub, no OS and no layers.
+pub fn incomplete(image: &ImageAnswer) -> bool {
+    image.is_stub()
+}
+
+/// The image `reference` names on `engine`, and whether the engine holds all of its content.
+/// An image whose content the containerd store lacks (a layer or the config it has not got
+/// under the digest the manifest names) cannot be saved or pushed; Docker 28 answers its
+/// inspect with a stub ([`incomplete`]), while Docker 26 answers as if all were well but
+/// leaves it out of its image list, so both are asked (the list only when `listed` does not
+/// already say that the engine lists it).
+pub async fn inspect_whole(
+    engine: &Engine,
+    reference: &str,
+    listed: bool,
+) -> Result<Option<(ImageAnswer, bool)>> {
+    let Some(image) = engine.inspect(reference).await? else {
+        return Ok(None);
+    };
+    if incomplete(&image) {
+        return Ok(Some((image, false)));
+    }
+    // An image id is not a reference the list filters by; asked by id, the inspect decides.
+    if listed || reference.starts_with("sha256:") {
+        return Ok(Some((image, true)));
+    }
+    let named = engine.ids_named(reference).await?;
+    let whole = named.iter().any(|id| image.id() == Some(id.as_str()));
+    Ok(Some((image, whole)))
+}
+
 pub fn label<'a>(image: &'a ImageAnswer, key: &str) -> Option<&'a str> {
     image.label(key)
 }
@@ -61,6 +93,9 @@ pub enum Holding {
     /// reference, does not hold it (any more). `status` says so rather than `current`.
     Unverified,
     Missing,
+    /// The engine holds the name but not the image's content (a manifest whose layers or
+    /// config it lacks): it cannot be saved or pushed. `distribute` completes it.
+    Incomplete,
     Unreachable,
 }
 
@@ -81,10 +116,23 @@ pub async fn holding(
     checksum: &str,
     expected: &str,
 ) -> Result<NodeHolding> {
-    let image = engine.inspect(reference).await?;
+    holding_of(engine, reference, label_key, checksum, expected, false).await
+}
+
+/// [`holding`], told whether the engine's image list names `reference` already.
+async fn holding_of(
+    engine: &Engine,
+    reference: &str,
+    label_key: &str,
+    checksum: &str,
+    expected: &str,
+    listed: bool,
+) -> Result<NodeHolding> {
+    let image = inspect_whole(engine, reference, listed).await?;
     let (state, checksum_found, fingerprint_found) = match &image {
         None => (Holding::Missing, None, None),
-        Some(image) => {
+        Some((_, false)) => (Holding::Incomplete, None, None),
+        Some((image, true)) => {
             let found = label(image, label_key).map(str::to_string);
             let print = fingerprint(image);
             let state = match (found.as_deref() == Some(checksum), print == expected) {
@@ -95,12 +143,15 @@ pub async fn holding(
             (state, found, Some(print))
         }
     };
+    let detail = (state == Holding::Incomplete).then(|| {
+        format!("the engine holds {reference} without its content (it cannot be saved or pushed); `hallmark distribute` completes it")
+    });
     Ok(NodeHolding {
         node: engine.node.clone(),
         state,
         checksum: checksum_found,
         fingerprint: fingerprint_found,
-        detail: None,
+        detail,
     })
 }
 
@@ -154,12 +205,13 @@ pub async fn holdings(
                     detail: None,
                 });
             }
-            holding(
+            holding_of(
                 engine,
                 &want.reference,
                 label_key,
                 &want.checksum,
                 &want.fingerprint,
+                seen.is_some(),
             )
             .await
         }

@@ -1,33 +1,16 @@
 //! `transport = "registry"` on the testbed: the builder pushes to Debian's docker-registry
-//! (distribution 2.8), started by hallmark; the four nodes pull it (node1 on the containerd
-//! store, node4 over ssh through `ssh -R`).
+//! (distribution 2.8), started by hallmark; the four nodes pull it (Docker 26 and 28 on the
+//! containerd store, Docker 20.10 on the classic one, node4 over ssh through `ssh -R`).
 
 mod support;
 
 use serde_json::Value;
 use std::io::BufRead;
 use std::process::{Command, Stdio};
-use support::{Testbed, hallmark_json, nodes_of, reference, ship_project};
-
-/// The testbed's cluster file with every node on the registry transport, on `port`.
-fn registry_config(testbed: &Testbed, run: &str, port: u16) -> std::path::PathBuf {
-    let path = testbed.dir.join(format!("hallmark-registry-{run}.toml"));
-    let base = std::fs::read_to_string(testbed.config()).unwrap();
-    std::fs::write(
-        &path,
-        format!("transport = \"registry\"\n{base}\n[registry]\nport = {port}\npulls = 4\n"),
-    )
-    .unwrap();
-    path
-}
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind(("127.0.0.1", 0))
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
+use support::{
+    OperatorRegistry, Testbed, free_port, hallmark_json, nodes_of, reference, registry_config,
+    ship_project,
+};
 
 #[test]
 fn nodes_pull_from_the_registry_verify_and_a_node_that_cannot_reach_it_fails_alone() {
@@ -35,7 +18,7 @@ fn nodes_pull_from_the_registry_verify_and_a_node_that_cannot_reach_it_fails_alo
     let project = ship_project(8, "v1");
     let run = support::unique();
     let port = free_port();
-    let config = registry_config(testbed, &run, port);
+    let config = registry_config(testbed, &run, &port.to_string());
     let wrap = reference(&project, "wrap");
     project
         .run(&["--config", config.to_str().unwrap(), "-q", "build", "wrap"])
@@ -145,7 +128,7 @@ fn nodes_pull_from_the_registry_verify_and_a_node_that_cannot_reach_it_fails_alo
 fn a_registry_left_by_a_killed_hallmark_is_stopped_and_one_cache_serves_one_distribute() {
     let testbed = Testbed::get();
     let project = ship_project(48, "left");
-    let config = registry_config(testbed, &support::unique(), free_port());
+    let config = registry_config(testbed, &support::unique(), &free_port().to_string());
     project
         .run(&["--config", config.to_str().unwrap(), "-q", "build", "wrap"])
         .success();
@@ -380,4 +363,116 @@ fn base64_of(text: &str) -> String {
         })
         .unwrap();
     String::from_utf8(output.stdout).unwrap()
+}
+
+/// Docker 28's containerd store pulls only the layers it has not unpacked: a node that holds
+/// the base from a stream load (its layers kept uncompressed) and pulls the wrapper (whose
+/// registry manifest names them compressed) is left with an image whose content it lacks.
+/// `docker image inspect` answers a stub, and `docker save` writes a manifest alone. hallmark
+/// completes it in the same run; a node left that way by something else is `incomplete` in
+/// `verify` and `status`, and the next distribute (thin, --full or a pull) repairs it.
+#[test]
+fn a_pull_onto_a_containerd_store_that_shares_layers_leaves_the_whole_image() {
+    let testbed = Testbed::get();
+    let project = ship_project(8, "shared");
+    let registry = OperatorRegistry::start(project.root());
+    let pull = registry_config(testbed, &support::unique(), &registry.address);
+    let stream = testbed.config();
+    let wrap = reference(&project, "wrap");
+    project
+        .run(&["--config", stream.to_str().unwrap(), "-q", "build", "wrap"])
+        .success();
+    let nodes = testbed.local_containerd_nodes();
+    let docker28 = testbed.node_of("28", "containerd");
+    assert!(nodes.contains(&docker28), "{nodes:?}");
+    let to = nodes.join(",");
+    let (code, report) = hallmark_json(&project, &stream, &["distribute", "base", "--to", &to]);
+    assert_eq!(code, 0, "{report}");
+
+    let (code, report) = hallmark_json(&project, &pull, &["distribute", "wrap", "--to", &to]);
+    assert_eq!(code, 0, "{report}");
+    for node in nodes_of(&report) {
+        assert_eq!(node["action"], "pulled", "{node}");
+        assert_eq!(node["verified"], true, "{node}");
+    }
+    let completed = |report: &Value, node: &str| {
+        nodes_of(report)
+            .into_iter()
+            .find(|n| n["node"] == node)
+            .unwrap()["completed"]
+            .clone()
+    };
+    assert_eq!(completed(&report, &docker28), true, "{report}");
+    let all_current = |why: &str| {
+        let (code, report) = hallmark_json(&project, &stream, &["verify", "wrap", "--nodes", &to]);
+        assert_eq!(code, 0, "{why}: {report}");
+        for node in &nodes {
+            testbed.assert_saves_whole(node, &wrap);
+            testbed.run_container(node, &wrap, &["test", "-s", "/wrap.bin"]);
+        }
+    };
+    all_current("after the pull");
+
+    // Stuck as an earlier hallmark, or an operator's own pull, left it: the tag names an image
+    // whose content the engine lacks.
+    let mirrored = format!("{}/{wrap}", registry.address);
+    let stick = || {
+        for node in &nodes {
+            testbed.docker_ok(node, &["rmi", &wrap]);
+            testbed.docker_ok(node, &["pull", "-q", &mirrored]);
+            testbed.docker_ok(node, &["tag", &mirrored, &wrap]);
+            testbed.docker_ok(node, &["rmi", &mirrored]);
+        }
+        let os = testbed.docker_ok(
+            &docker28,
+            &["image", "inspect", "--format", "{{.Os}}", &wrap],
+        );
+        assert_eq!(os, "", "{docker28} holds a stub");
+        testbed.image_id(&docker28, &wrap)
+    };
+    let mut stub = stick();
+    let (code, report) = hallmark_json(&project, &stream, &["verify", "wrap", "--nodes", &to]);
+    assert_eq!(code, 1, "{report}");
+    let row = support::row(&report, &docker28);
+    assert_eq!(row["state"], "incomplete", "{report}");
+    assert!(
+        row["detail"].as_str().unwrap().contains("distribute"),
+        "says what repairs it: {row}"
+    );
+    let (code, status) = hallmark_json(&project, &stream, &["status"]);
+    assert_eq!(code, 0, "{status}");
+    let row = status
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["image"] == "wrap" && r["node"] == docker28.as_str())
+        .unwrap();
+    assert_eq!(row["state"], "incomplete", "{status}");
+
+    // Each way of distributing repairs it, with no manual step.
+    for (config, extra, why) in [
+        (&stream, None, "stream"),
+        (&stream, Some("--full"), "stream --full"),
+        (&pull, None, "registry"),
+    ] {
+        let mut args = vec!["distribute", "wrap", "--to", &to];
+        args.extend(extra);
+        let (code, report) = hallmark_json(&project, config, &args);
+        assert_eq!(code, 0, "{why}: {report}");
+        for node in nodes_of(&report) {
+            assert_eq!(node["verified"], true, "{why}: {node}");
+        }
+        all_current(why);
+        // The stub is not left behind, untagged.
+        assert!(
+            !testbed
+                .docker(&docker28, &["image", "inspect", &stub])
+                .status
+                .success(),
+            "{why}: the stub {stub} is left on {docker28}"
+        );
+        if why != "registry" {
+            stub = stick();
+        }
+    }
 }

@@ -318,6 +318,70 @@ fn thin_update_from_a_docker_28_builder_on_the_classic_store() {
     );
 }
 
+/// Docker 28's containerd store accepts a thin archive whose layers it has unpacked but
+/// whose blobs it lacks (Docker 26 refuses it), and keeps an image it cannot read. A node
+/// that got the base by a registry pull holds its layers under their compressed digests, not
+/// the ones hallmark's archives name: what the node holds counts only layers hallmark loaded
+/// there, so its archive carries what the store needs at once (no refused or incomplete load).
+#[test]
+fn a_stream_load_onto_a_containerd_store_holding_pulled_layers_leaves_the_whole_image() {
+    let _serial = NODES.lock().unwrap_or_else(|e| e.into_inner());
+    let testbed = Testbed::get();
+    let stream = testbed.config();
+    let pull = support::registry_config(
+        testbed,
+        &support::unique(),
+        &support::free_port().to_string(),
+    );
+    let project = project(8, "pulled-base");
+    let wrap = reference(&project, "wrap");
+    project
+        .run(&["--config", stream.to_str().unwrap(), "-q", "build", "wrap"])
+        .success();
+    let nodes = testbed.local_containerd_nodes();
+    assert!(
+        nodes.contains(&testbed.node_of("28", "containerd")),
+        "{nodes:?}"
+    );
+    let to = nodes.join(",");
+    let (code, report) = hallmark_json(&project, &pull, &["distribute", "base", "--to", &to]);
+    assert_eq!(code, 0, "{report}");
+
+    let (code, report) = hallmark_json(&project, &stream, &["distribute", "wrap", "--to", &to]);
+    assert_eq!(code, 0, "{report}");
+    for node in nodes_of(&report) {
+        assert_eq!(node["verified"], true, "{node}");
+        assert_eq!(node["fell_back_to_full"], false, "not refused: {node}");
+        assert_eq!(node["completed"], false, "not left incomplete: {node}");
+    }
+    let (code, report) = hallmark_json(&project, &stream, &["verify", "wrap", "--nodes", &to]);
+    assert_eq!(code, 0, "{report}");
+    for node in &nodes {
+        testbed.assert_saves_whole(node, &wrap);
+        testbed.run_container(node, &wrap, &["test", "-s", "/wrap.bin"]);
+    }
+
+    // The next version goes thin: the node now holds the layers hallmark loaded.
+    let spec = project.read("images/wrap/image.toml");
+    project.write(
+        "images/wrap/image.toml",
+        &spec.replace("\"pulled-base\"", "\"pulled-base-2\""),
+    );
+    project
+        .run(&["--config", stream.to_str().unwrap(), "-q", "build", "wrap"])
+        .success();
+    let (code, report) = hallmark_json(&project, &stream, &["distribute", "wrap", "--to", &to]);
+    assert_eq!(code, 0, "{report}");
+    for node in nodes_of(&report) {
+        assert_eq!(node["action"], "thin", "{node}");
+        assert_eq!(node["layers_sent"], 1, "{node}");
+        assert_eq!(node["verified"], true, "{node}");
+    }
+    for node in &nodes {
+        testbed.assert_saves_whole(node, &wrap);
+    }
+}
+
 #[test]
 fn nodes_status_and_prune_report_what_is_there() {
     let _serial = NODES.lock().unwrap_or_else(|e| e.into_inner());

@@ -119,6 +119,7 @@ pub(super) fn distribute_command(
                         &by_registry,
                         &session.config.registry,
                         &cache_dir(),
+                        &store,
                         &shipment,
                         &settings,
                     )
@@ -126,17 +127,7 @@ pub(super) fn distribute_command(
                 );
             }
             for (node, error) in &unreachable {
-                outcomes.push(ship::NodeOutcome {
-                    node: node.clone(),
-                    action: "failed",
-                    layer_bytes: 0,
-                    archive_bytes: 0,
-                    layers_sent: 0,
-                    seconds: 0.0,
-                    verified: false,
-                    fell_back_to_full: false,
-                    error: Some(error.clone()),
-                });
+                outcomes.push(ship::NodeOutcome::failed(node, error.clone()));
             }
             outcomes.sort_by_key(|o| order(o));
             all.push((name.to_string(), shipment.reference, outcomes));
