@@ -193,14 +193,17 @@ pub async fn holdings(
     futures_util::stream::iter(wanted.iter().map(|want| {
         let seen = by_tag.get(familiar(&want.reference).as_str()).copied();
         async move {
+            // Another checksum under the tag is stale whatever else is true. An image listed
+            // with no checksum at all is inspected: it may be a containerd store's stub,
+            // whose config (and so its labels) the engine lacks.
             if let Some(seen) = seen
-                && let found = seen.labels.get(label_key)
-                && found.map(String::as_str) != Some(want.checksum.as_str())
+                && let Some(found) = seen.labels.get(label_key)
+                && *found != want.checksum
             {
                 return Ok(NodeHolding {
                     node: engine.node.clone(),
                     state: Holding::Stale,
-                    checksum: found.cloned(),
+                    checksum: Some(found.clone()),
                     fingerprint: None,
                     detail: None,
                 });
