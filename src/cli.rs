@@ -111,6 +111,7 @@ pub enum Command {
     Status,
     /// Each node: reachable, engine version, image store, images.
     Nodes,
-    /// Remove layers from the layer store that no image of this project on the builder uses.
+    /// Remove layers from the layer store that neither this project's images on the builder
+    /// nor any other project sharing the cache uses.
     Prune,
 }

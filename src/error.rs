@@ -125,6 +125,17 @@ pub enum Error {
     #[error("{template}: {message}")]
     Template { template: String, message: String },
 
+    /// An image not checked because an image up its parent chain has a problem (reported
+    /// once, on its own).
+    #[error(
+        "image `{image}`: not checked: its parent chain holds `{parent}`, whose problem is reported above"
+    )]
+    ParentFailed {
+        image: String,
+        parent: String,
+        path: PathBuf,
+    },
+
     #[error("wheel `{name}=={version}` for image `{image}`: {message}")]
     Wheel {
         image: String,
@@ -204,6 +215,7 @@ impl Error {
             | Error::Cycle { .. }
             | Error::Pin { .. }
             | Error::Lint { .. }
+            | Error::ParentFailed { .. }
             | Error::Template { .. } => 2,
             Error::Io { .. }
             | Error::Command { .. }

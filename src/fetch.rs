@@ -82,6 +82,7 @@ pub fn resolve_rev(url: &str, rev: &str) -> Result<GitCommit> {
 pub fn ensure_commit(cache: &Path, url: &str, commit: &GitCommit) -> Result<PathBuf> {
     let repo = repo_dir(cache, url);
     if !repo.join("HEAD").is_file() {
+        crate::store::mark_cache(cache);
         fs_err::create_dir_all(&repo).map_err(|e| Error::io(&repo, e))?;
         run(
             Command::new("git")
@@ -247,6 +248,7 @@ pub fn download_wheel(
     version: &str,
     target: &[String],
 ) -> Result<PathBuf> {
+    crate::store::mark_cache(cache);
     let wheels = cache.join("wheels");
     fs_err::create_dir_all(&wheels).map_err(|e| Error::io(&wheels, e))?;
     let scratch = tempfile::Builder::new()

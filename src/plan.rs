@@ -78,39 +78,78 @@ pub struct Plan {
     pub hashing: HashStats,
 }
 
+/// Why an image has no plan: its own problem, or one up its parent chain (the image named
+/// is the one whose own problem it is).
+#[derive(Debug)]
+pub enum Failure {
+    Own(Error),
+    Parent(Name),
+}
+
 impl Plan {
-    /// Plans `requested` and every parent they need.
+    /// Plans `requested` and every parent they need; the first problem is the error.
     pub fn new(project: &Project, requested: &[Name]) -> Result<Plan> {
+        let (plan, mut failed) = Plan::each(project, requested);
+        for name in requested {
+            let cause = match failed.get(name) {
+                None => continue,
+                Some(Failure::Parent(cause)) => cause.clone(),
+                Some(Failure::Own(_)) => name.clone(),
+            };
+            if let Some(Failure::Own(error)) = failed.remove(&cause) {
+                return Err(error);
+            }
+        }
+        Ok(plan)
+    }
+
+    /// Plans `requested` and their parents, each image once, whatever fails: the plan of every
+    /// image that could be planned, and for each other image why not. An image whose parent
+    /// fails is not planned and points at the image with the problem, so `check` reports that
+    /// problem once however many images stand on it.
+    pub fn each(project: &Project, requested: &[Name]) -> (Plan, BTreeMap<Name, Failure>) {
         let mut specs = BTreeMap::new();
         let mut order = Vec::new();
+        let mut failed = BTreeMap::new();
         for name in requested {
-            visit(project, name, &mut Vec::new(), &mut specs, &mut order)?;
+            walk(project, name, &mut specs, &mut order, &mut failed);
         }
         let mut hashes = FileHashes::load(&project.root, &project.state_dir());
         let mut images: BTreeMap<Name, PlannedImage> = BTreeMap::new();
-        let mut planned = Ok(());
-        for name in &order {
-            let loaded = specs.remove(name).expect("visited");
+        let mut planned_order = Vec::new();
+        for name in order {
+            let loaded = specs.remove(&name).expect("walked");
             let parent_checksum = match loaded.spec.parent() {
-                Parent::Image(parent) => Some((parent.clone(), images[parent].checksum.clone())),
+                Parent::Image(parent) => match images.get(parent) {
+                    Some(planned) => Some((parent.clone(), planned.checksum.clone())),
+                    None => {
+                        let cause = match failed.get(parent) {
+                            Some(Failure::Parent(cause)) => cause.clone(),
+                            _ => parent.clone(),
+                        };
+                        failed.insert(name, Failure::Parent(cause));
+                        continue;
+                    }
+                },
                 Parent::External(_) => None,
             };
             match plan_one(project, loaded, parent_checksum, &mut hashes) {
-                Ok(image) => images.insert(name.clone(), image),
-                Err(e) => {
-                    planned = Err(e);
-                    break;
+                Ok(image) => {
+                    images.insert(name.clone(), image);
+                    planned_order.push(name);
                 }
-            };
+                Err(e) => {
+                    failed.insert(name, Failure::Own(e));
+                }
+            }
         }
-        // What was hashed before a failure is worth remembering too.
         hashes.save();
-        planned?;
-        Ok(Plan {
+        let plan = Plan {
             images,
-            order,
+            order: planned_order,
             hashing: hashes.stats,
-        })
+        };
+        (plan, failed)
     }
 
     pub fn get(&self, name: &Name) -> &PlannedImage {
@@ -118,47 +157,64 @@ impl Plan {
     }
 }
 
-/// Depth-first walk to the parents; `stack` holds the chain being walked, to name a cycle.
-fn visit(
+/// Follows `start`'s parents (one each: a chain, walked in a loop, however deep) until an
+/// external base, an image already walked, or a problem; then adds the chain to `order`
+/// parents first. A spec that does not load, names a missing parent, or closes a cycle fails
+/// on its own; the images below it are left for planning to mark.
+fn walk(
     project: &Project,
-    name: &Name,
-    stack: &mut Vec<Name>,
+    start: &Name,
     specs: &mut BTreeMap<Name, LoadedSpec>,
     order: &mut Vec<Name>,
-) -> Result<()> {
-    if order.contains(name) {
-        return Ok(());
-    }
-    if let Some(start) = stack.iter().position(|n| n == name) {
-        let mut chain: Vec<String> = stack[start..].iter().map(Name::to_string).collect();
-        chain.push(name.to_string());
-        return Err(Error::Cycle {
-            chain,
-            path: project.images_dir().join(name.as_str()).join("image.toml"),
-        });
-    }
-    let loaded = project.load_spec(name)?;
-    if let Parent::Image(parent) = loaded.spec.parent() {
-        let parent = parent.clone();
-        if !project
-            .images_dir()
-            .join(parent.as_str())
-            .join("image.toml")
-            .is_file()
-        {
-            return loaded.invalid(
-                loaded.spec.from.span(),
-                "from.image",
-                format!("no image `{parent}` in {}", project.images_dir().display()),
-            );
+    failed: &mut BTreeMap<Name, Failure>,
+) {
+    let mut chain: Vec<Name> = Vec::new();
+    let mut next = Some(start.clone());
+    while let Some(name) = next.take() {
+        if let Some(first) = chain.iter().position(|n| *n == name) {
+            let mut names: Vec<String> = chain[first..].iter().map(Name::to_string).collect();
+            names.push(name.to_string());
+            let cycle = Error::Cycle {
+                chain: names,
+                path: project.images_dir().join(name.as_str()).join("image.toml"),
+            };
+            // The image closing the cycle carries it; the rest of the cycle stands on it.
+            specs.remove(&name);
+            chain.retain(|n| *n != name);
+            failed.insert(name, Failure::Own(cycle));
+            break;
         }
-        stack.push(name.clone());
-        visit(project, &parent, stack, specs, order)?;
-        stack.pop();
+        if specs.contains_key(&name) || failed.contains_key(&name) {
+            break;
+        }
+        let loaded = match project.load_spec(&name) {
+            Ok(loaded) => loaded,
+            Err(e) => {
+                failed.insert(name, Failure::Own(e));
+                break;
+            }
+        };
+        if let Parent::Image(parent) = loaded.spec.parent() {
+            let exists = project
+                .images_dir()
+                .join(parent.as_str())
+                .join("image.toml")
+                .is_file();
+            if !exists {
+                let missing = loaded.invalid::<()>(
+                    loaded.spec.from.span(),
+                    "from.image",
+                    format!("no image `{parent}` in {}", project.images_dir().display()),
+                );
+                failed.insert(name, Failure::Own(missing.expect_err("an error")));
+                break;
+            }
+            next = Some(parent.clone());
+        }
+        specs.insert(name.clone(), loaded);
+        chain.push(name);
     }
-    specs.insert(name.clone(), loaded);
-    order.push(name.clone());
-    Ok(())
+    order.extend(chain.into_iter().rev());
 }
 
 fn plan_one(

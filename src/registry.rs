@@ -52,6 +52,7 @@ impl Registry {
                 credentials: crate::credentials::for_registry(address)?,
             });
         }
+        crate::store::mark_cache(cache);
         let root = cache.join("registry");
         fs_err::create_dir_all(&root).map_err(|e| Error::io(&root, e))?;
         let lock = hold_lock(&root)?;
@@ -140,6 +141,18 @@ impl Registry {
 /// Takes `registry/lock`: a second hallmark distributing through the same cache would start
 /// a second registry on the same storage.
 fn hold_lock(root: &Path) -> Result<std::fs::File> {
+    take_lock(root, false)?.ok_or_else(|| Error::Usage {
+        message: format!(
+            "another hallmark is distributing through the registry it started (lock {} is held)",
+            root.join("lock").display()
+        ),
+        hint: Some("wait for it to finish, or give this one its own HALLMARK_CACHE".into()),
+    })
+}
+
+/// `registry/lock`, held: by a distribute while its registry runs, by `prune` while the
+/// garbage collector runs. `None` when another holds it and `wait` is false.
+fn take_lock(root: &Path, wait: bool) -> Result<Option<std::fs::File>> {
     let path = root.join("lock");
     let file = std::fs::OpenOptions::new()
         .create(true)
@@ -148,14 +161,12 @@ fn hold_lock(root: &Path) -> Result<std::fs::File> {
         .open(&path)
         .map_err(|e| Error::io(&path, e))?;
     match file.try_lock() {
-        Ok(()) => Ok(file),
-        Err(std::fs::TryLockError::WouldBlock) => Err(Error::Usage {
-            message: format!(
-                "another hallmark is distributing through the registry it started (lock {} is held)",
-                path.display()
-            ),
-            hint: Some("wait for it to finish, or give this one its own HALLMARK_CACHE".into()),
-        }),
+        Ok(()) => Ok(Some(file)),
+        Err(std::fs::TryLockError::WouldBlock) if !wait => Ok(None),
+        Err(std::fs::TryLockError::WouldBlock) => {
+            file.lock().map_err(|e| Error::io(&path, e))?;
+            Ok(Some(file))
+        }
         Err(std::fs::TryLockError::Error(e)) => Err(Error::io(&path, e)),
     }
 }
@@ -203,20 +214,43 @@ fn stop_leftover(root: &Path) {
     }
 }
 
-/// `hallmark prune`'s part for the registry hallmark starts: its garbage collector, run while
-/// it is stopped (it only runs during a distribute), removes manifests no tag names any more
-/// (older versions pushed under the same tag) and the blobs only they used. `None` if
-/// hallmark never started a registry here.
-pub fn collect_garbage(cache: &Path) -> Result<Option<String>> {
-    let config = cache.join("registry/config.yml");
+/// What `hallmark prune` did to the registry hallmark starts.
+#[derive(Debug, PartialEq)]
+pub enum Garbage {
+    /// hallmark never started a registry with this cache.
+    NoRegistry,
+    /// A distribute is running it (and `wait` was false).
+    Busy,
+    Collected(String),
+}
+
+/// `hallmark prune`'s part for the registry hallmark starts: its garbage collector removes
+/// manifests no tag names any more (older versions pushed under the same tag) and the blobs
+/// only they used. It runs with the registry's lock held, so never while a distribute pushes
+/// or nodes pull (waiting for that when `wait`), and after stopping a registry a killed
+/// hallmark left running.
+pub fn collect_garbage(cache: &Path, wait: bool) -> Result<Garbage> {
+    let root = cache.join("registry");
+    let config = root.join("config.yml");
     if !config.is_file() {
-        return Ok(None);
+        return Ok(Garbage::NoRegistry);
     }
+    let Some(_lock) = take_lock(&root, wait)? else {
+        return Ok(Garbage::Busy);
+    };
+    stop_leftover(&root);
     let binary = which(&["docker-registry", "registry"]).ok_or_else(|| Error::Usage {
         message: "cannot collect the registry's garbage: neither `docker-registry` nor `registry` is on PATH".into(),
         hint: None,
     })?;
     let storage = cache.join("registry/storage");
+    // The collector fails on a storage nothing was ever pushed to.
+    if !storage.join("docker/registry/v2/repositories").is_dir() {
+        return Ok(Garbage::Collected(format!(
+            "nothing pushed to the registry's storage ({}) yet",
+            storage.display()
+        )));
+    }
     let before = folder_bytes(&storage);
     let output = std::process::Command::new(&binary)
         .args(["garbage-collect", "--delete-untagged"])
@@ -239,7 +273,7 @@ pub fn collect_garbage(cache: &Path) -> Result<Option<String>> {
         });
     }
     let after = folder_bytes(&storage);
-    Ok(Some(format!(
+    Ok(Garbage::Collected(format!(
         "removed {} bytes from the registry's storage ({} bytes left in {})",
         before.saturating_sub(after),
         after,
@@ -604,4 +638,38 @@ async fn untag(engine: &Engine, reference: &str) {
         .docker
         .remove_image(reference, Some(options), None)
         .await;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Issue 14 item 10: `prune` ran the registry's garbage collector without its lock, so it
+    /// could delete blobs while a distribute pushed them or nodes pulled. It now runs only with
+    /// the lock, which a distribute holds while its registry runs.
+    #[test]
+    fn garbage_is_collected_only_with_the_registrys_lock() {
+        let cache = tempfile::tempdir().unwrap();
+        let root = cache.path().join("registry");
+        let storage = root.join("storage");
+        std::fs::create_dir_all(&storage).unwrap();
+        std::fs::write(root.join("config.yml"), registry_config(&storage, 5000)).unwrap();
+        let distributing = hold_lock(&root).unwrap();
+        assert_eq!(collect_garbage(cache.path(), false).unwrap(), Garbage::Busy);
+        drop(distributing);
+        // With nothing pushed, there is nothing to collect (the collector itself fails on an
+        // empty storage); with a repository folder, Debian's docker-registry runs.
+        let collected = collect_garbage(cache.path(), false).unwrap();
+        assert!(
+            matches!(&collected, Garbage::Collected(m) if m.contains("nothing pushed")),
+            "{collected:?}"
+        );
+        std::fs::create_dir_all(storage.join("docker/registry/v2/repositories")).unwrap();
+        std::fs::create_dir_all(storage.join("docker/registry/v2/blobs")).unwrap();
+        let collected = collect_garbage(cache.path(), false).unwrap();
+        assert!(
+            matches!(&collected, Garbage::Collected(m) if m.contains("removed")),
+            "{collected:?}"
+        );
+    }
 }

@@ -7,13 +7,21 @@
 //! Disk cost: one copy of every layer of every image shipped, until `hallmark prune`.
 //! Archive paths are never used to write: only digests name files, so a hostile archive cannot
 //! place a file outside the store.
+//!
+//! The store is shared by every project and command using the same cache. Each command holds
+//! its lock (`store/lock`, flock) shared for as long as it uses the store; `prune` holds it
+//! exclusively, so it never removes a blob that a running command has just written and not
+//! yet recorded. Each record is marked with the projects that use it
+//! (`projects/<key>/images/<id>`), and `prune` in one project keeps every image another
+//! project still marks.
 
 use crate::error::{Error, Result};
 use serde::{Deserialize, Serialize};
 use sha2::{Digest as _, Sha256};
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
+use std::sync::OnceLock;
 
 pub const LAYER_TAR: &str = "application/vnd.oci.image.layer.v1.tar";
 
@@ -45,6 +53,44 @@ impl StoredImage {
 
 pub struct LayerStore {
     pub root: PathBuf,
+    /// The project root this process works for: the records it writes and uses are marked
+    /// with it.
+    project: Option<PathBuf>,
+    /// `store/lock`, held shared by a command, exclusively by `prune`; released on drop.
+    _lock: Option<std::fs::File>,
+    exclusive: bool,
+}
+
+/// The project the command line works in, set once before any store is opened.
+static PROJECT: OnceLock<PathBuf> = OnceLock::new();
+
+/// Marks every store this process opens as used by the project at `root`.
+pub fn set_project(root: &Path) {
+    let _ = PROJECT.set(root.to_path_buf());
+}
+
+/// `CACHEDIR.TAG` (https://bford.info/cachedir/): backup and indexing tools skip the cache,
+/// which holds nothing that cannot be fetched or exported again.
+pub fn mark_cache(cache: &Path) {
+    let tag = cache.join("CACHEDIR.TAG");
+    if !tag.is_file() && std::fs::create_dir_all(cache).is_ok() {
+        let _ = std::fs::write(
+            tag,
+            "Signature: 8a477f597d28d172789f06886806bc55\n\
+             # This file is a cache directory tag created by hallmark (git sources, wheels,\n\
+             # the layer store, the registry's storage).\n\
+             # For information about cache directory tags, see https://bford.info/cachedir/\n",
+        );
+    }
+}
+
+fn open_lock(root: &Path) -> std::io::Result<std::fs::File> {
+    std::fs::create_dir_all(root)?;
+    std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(root.join("lock"))
 }
 
 #[derive(Deserialize)]
@@ -65,10 +111,59 @@ struct RootFs {
 }
 
 impl LayerStore {
+    /// The store under `cache`, its lock held shared (waiting, with a note, while a `prune`
+    /// holds it), marked as used by the project this process works for.
     pub fn open(cache: &Path) -> LayerStore {
+        LayerStore::open_for(cache, PROJECT.get().map(PathBuf::as_path))
+    }
+
+    /// [`LayerStore::open`] for the project at `project`.
+    pub fn open_for(cache: &Path, project: Option<&Path>) -> LayerStore {
+        mark_cache(cache);
+        let root = cache.join("store");
+        // Best effort: a cache where the lock file cannot be made cannot be written either,
+        // and that fails with its own error.
+        let lock = open_lock(&root)
+            .ok()
+            .filter(|file| match file.try_lock_shared() {
+                Ok(()) => true,
+                Err(std::fs::TryLockError::WouldBlock) => {
+                    eprintln!(
+                        "waiting for `hallmark prune` to finish with the layer store ({})",
+                        root.display()
+                    );
+                    file.lock_shared().is_ok()
+                }
+                Err(std::fs::TryLockError::Error(_)) => false,
+            });
         LayerStore {
-            root: cache.join("store"),
+            root,
+            project: project.map(Path::to_path_buf),
+            _lock: lock,
+            exclusive: false,
         }
+    }
+
+    /// The store for `prune`, its lock held exclusively: no other command is using it. `None`
+    /// while one is, unless `wait`.
+    pub fn for_prune(cache: &Path, project: &Path, wait: bool) -> Result<Option<LayerStore>> {
+        mark_cache(cache);
+        let root = cache.join("store");
+        let file = open_lock(&root).map_err(|e| Error::io(root.join("lock"), e))?;
+        match file.try_lock() {
+            Ok(()) => {}
+            Err(std::fs::TryLockError::WouldBlock) if !wait => return Ok(None),
+            Err(std::fs::TryLockError::WouldBlock) => {
+                file.lock().map_err(|e| Error::io(root.join("lock"), e))?
+            }
+            Err(std::fs::TryLockError::Error(e)) => return Err(Error::io(root.join("lock"), e)),
+        }
+        Ok(Some(LayerStore {
+            root,
+            project: Some(project.to_path_buf()),
+            _lock: Some(file),
+            exclusive: true,
+        }))
     }
 
     pub fn blob_path(&self, digest: &str) -> PathBuf {
@@ -85,8 +180,14 @@ impl LayerStore {
 
     /// The stored image the builder knows as `image_id`, if every blob is still here.
     /// (The id is the config digest on the classic store, the manifest digest on the
-    /// containerd store.)
+    /// containerd store.) Marked as used by this project.
     pub fn image(&self, image_id: &str) -> Option<StoredImage> {
+        let image = self.read_record(image_id)?;
+        self.mark_used(image_id);
+        Some(image)
+    }
+
+    fn read_record(&self, image_id: &str) -> Option<StoredImage> {
         let text = fs_err::read_to_string(self.record_path(image_id)).ok()?;
         let image: StoredImage = serde_json::from_str(&text).ok()?;
         let complete = std::iter::once(&image.config)
@@ -297,10 +398,42 @@ impl LayerStore {
         }
     }
 
-    /// Records `image` under the builder's id for it, for the next distribute.
+    /// Records `image` under the builder's id for it, for the next distribute, marked as
+    /// used by this project.
     pub fn remember(&self, image_id: &str, image: &StoredImage) -> Result<()> {
         let text = serde_json::to_string_pretty(image).expect("serializes");
-        write_atomically(&self.record_path(image_id), text.as_bytes())
+        write_atomically(&self.record_path(image_id), text.as_bytes())?;
+        self.mark_used(image_id);
+        Ok(())
+    }
+
+    /// `projects/<key>`: what the project at `root` uses. The key is a hash of the root's
+    /// path; the folder's `root` file names it, to tell when the project is gone.
+    fn project_dir(&self, root: &Path) -> PathBuf {
+        let key = hex::encode(Sha256::digest(root.as_os_str().as_encoded_bytes()));
+        self.root.join("projects").join(&key[..16])
+    }
+
+    /// Marks the record `image_id` as used by this process's project (an empty file whose
+    /// mtime is the last use; creating one needs no read-modify-write, so commands running at
+    /// once cannot lose each other's marks). Best effort, as a lost mark costs a re-export
+    /// after another project's prune, never a wrong image.
+    fn mark_used(&self, image_id: &str) {
+        let Some(project) = &self.project else { return };
+        let dir = self.project_dir(project);
+        let marked = || -> std::io::Result<()> {
+            std::fs::create_dir_all(dir.join("images"))?;
+            if !dir.join("root").is_file() {
+                write_atomically(&dir.join("root"), project.as_os_str().as_encoded_bytes())
+                    .map_err(std::io::Error::other)?;
+            }
+            std::fs::File::create(
+                dir.join("images")
+                    .join(image_id.trim_start_matches("sha256:")),
+            )
+            .map(drop)
+        };
+        let _ = marked();
     }
 
     fn sniff_compression(&self, digest: &str) -> Result<String> {
@@ -346,26 +479,73 @@ impl LayerStore {
         })
     }
 
-    /// Removes every stored image and blob not used by `keep` (the builder's image ids).
+    /// Removes every stored image and blob that neither this project's `keep` (the builder's
+    /// ids of its current images) nor any other project still using the cache needs. This
+    /// project's marks become exactly `keep`; another project's marks count while its root
+    /// still holds `hallmark.toml` (a project that is gone is forgotten). Leftover temporary
+    /// files go too: with the lock held exclusively, no command is writing. Returns the blobs
+    /// removed and their bytes.
     pub fn prune(&self, keep: &[String]) -> Result<(usize, u64)> {
-        let mut used = std::collections::HashSet::new();
+        let project = match (&self.project, self.exclusive) {
+            (Some(project), true) => project.clone(),
+            _ => {
+                return Err(Error::usage(
+                    "prune needs the layer store's lock held exclusively (LayerStore::for_prune)",
+                ));
+            }
+        };
+        let hex = |id: &str| id.trim_start_matches("sha256:").to_string();
+        let mut kept: HashSet<String> = keep.iter().map(|id| hex(id)).collect();
+        let own = self.project_dir(&project);
+        let _ = fs_err::remove_dir_all(own.join("images"));
         for id in keep {
-            if let Some(image) = self.image(id) {
-                used.insert(image.config.digest.clone());
-                used.extend(image.layers.iter().map(|l| l.blob.digest.clone()));
+            if self.read_record(id).is_some() {
+                self.mark_used(id);
             }
         }
-        // Records are named by the builder's image id, which on the containerd store is the
-        // manifest digest, not the config's: kept by id, not by what they use.
-        let kept: std::collections::HashSet<PathBuf> =
-            keep.iter().map(|id| self.record_path(id)).collect();
-        let (mut removed, mut bytes) = (0, 0);
+        for entry in fs_err::read_dir(self.root.join("projects"))
+            .into_iter()
+            .flatten()
+            .flatten()
+        {
+            let dir = entry.path();
+            if dir == own {
+                continue;
+            }
+            let alive = fs_err::read(dir.join("root")).is_ok_and(|root| {
+                Path::new(&*String::from_utf8_lossy(&root))
+                    .join(crate::project::PROJECT_FILE)
+                    .is_file()
+            });
+            if !alive {
+                let _ = fs_err::remove_dir_all(&dir);
+                continue;
+            }
+            for marker in fs_err::read_dir(dir.join("images"))
+                .into_iter()
+                .flatten()
+                .flatten()
+            {
+                kept.insert(marker.file_name().to_string_lossy().into_owned());
+            }
+        }
+        let mut used = HashSet::new();
         let images = self.root.join("images");
         for entry in fs_err::read_dir(&images).into_iter().flatten().flatten() {
-            if !kept.contains(&entry.path()) {
-                let _ = fs_err::remove_file(entry.path());
+            let name = entry.file_name().to_string_lossy().into_owned();
+            let id = name.trim_end_matches(".json");
+            match self.read_record(id).filter(|_| kept.contains(id)) {
+                Some(image) => {
+                    used.insert(image.config.digest.clone());
+                    used.extend(image.layers.iter().map(|l| l.blob.digest.clone()));
+                }
+                None if kept.contains(id) => {}
+                None => {
+                    fs_err::remove_file(entry.path()).map_err(|e| Error::io(entry.path(), e))?
+                }
             }
         }
+        let (mut removed, mut bytes) = (0, 0);
         let blobs = self.root.join("blobs/sha256");
         for entry in fs_err::read_dir(&blobs).into_iter().flatten().flatten() {
             let digest = format!("sha256:{}", entry.file_name().to_string_lossy());
@@ -375,6 +555,7 @@ impl LayerStore {
                 removed += 1;
             }
         }
+        let _ = fs_err::remove_dir_all(self.root.join("tmp"));
         Ok((removed, bytes))
     }
 }
@@ -478,32 +659,109 @@ mod tests {
 
     /// On a containerd-store builder the image id is the manifest digest: prune removed the
     /// record of every image it was asked to keep, and the next distribute exported again.
+    /// A project folder (with its `hallmark.toml`) in `dir`.
+    fn project(dir: &Path, name: &str) -> PathBuf {
+        let root = dir.join(name);
+        std::fs::create_dir_all(&root).unwrap();
+        std::fs::write(root.join(crate::project::PROJECT_FILE), "").unwrap();
+        root
+    }
+
+    /// Ingests and records an image of one layer, under a containerd-store id (not the
+    /// config digest: the manifest's); returns the id.
+    fn stored(store: &LayerStore, layer: &[u8]) -> String {
+        let (config, manifest) = image_files(layer);
+        let files = [
+            ("layer/layer.tar", layer),
+            ("config.json", config.as_bytes()),
+            ("manifest.json", manifest.as_bytes()),
+        ];
+        let image = store.ingest(archive(&files, &[]).as_slice()).unwrap();
+        let manifest_digest = sha(format!("manifest of {}", sha(layer)).as_bytes());
+        store.remember(&manifest_digest, &image).unwrap();
+        manifest_digest
+    }
+
+    fn prune(cache: &Path, project: &Path, keep: &[String]) {
+        LayerStore::for_prune(cache, project, false)
+            .unwrap()
+            .expect("no other store open")
+            .prune(keep)
+            .unwrap();
+    }
+
     #[test]
     fn prune_keeps_the_record_of_an_image_kept_by_a_manifest_digest() {
         let dir = tempfile::tempdir().unwrap();
-        let store = LayerStore::open(dir.path());
+        let root = project(dir.path(), "p");
+        let cache = dir.path().join("cache");
+        let store = LayerStore::open_for(&cache, Some(&root));
         let (kept_layer, gone_layer) = (b"kept layer".as_slice(), b"gone layer".as_slice());
-        let mut ids = Vec::new();
-        for layer in [kept_layer, gone_layer] {
-            let (config, manifest) = image_files(layer);
-            let files = [
-                ("layer/layer.tar", layer),
-                ("config.json", config.as_bytes()),
-                ("manifest.json", manifest.as_bytes()),
-            ];
-            let image = store.ingest(archive(&files, &[]).as_slice()).unwrap();
-            // Not the config digest: what a containerd-store engine calls the image.
-            let manifest_digest = sha(format!("manifest of {}", sha(layer)).as_bytes());
-            store.remember(&manifest_digest, &image).unwrap();
-            ids.push(manifest_digest);
-        }
-        store.prune(&ids[..1]).unwrap();
+        let ids = vec![stored(&store, kept_layer), stored(&store, gone_layer)];
+        drop(store);
+        prune(&cache, &root, &ids[..1]);
+        let store = LayerStore::open_for(&cache, Some(&root));
         let kept = store
             .image(&ids[0])
             .expect("the kept image's record and blobs stay");
         assert_eq!(kept.layers[0].diff_id, sha(kept_layer));
         assert!(store.image(&ids[1]).is_none());
         assert!(!store.blob_path(&sha(gone_layer)).exists());
+    }
+
+    /// Issue 14 item 10: `prune` kept only the current project's images, so it removed the
+    /// layers of another project sharing the cache. A project's prune now keeps what any other
+    /// project (still on disk) marks, and forgets a project that is gone.
+    #[test]
+    fn prune_in_one_project_keeps_what_another_project_uses() {
+        let dir = tempfile::tempdir().unwrap();
+        let (a, b) = (project(dir.path(), "a"), project(dir.path(), "b"));
+        let cache = dir.path().join("cache");
+        let b_id = stored(&LayerStore::open_for(&cache, Some(&b)), b"b's layer");
+        let a_id = stored(&LayerStore::open_for(&cache, Some(&a)), b"a's old layer");
+        prune(&cache, &a, &[]);
+        let store = LayerStore::open_for(&cache, Some(&b));
+        assert!(
+            store.image(&b_id).is_some(),
+            "b's image went with a's prune"
+        );
+        assert!(store.blob_path(&sha(b"b's layer")).is_file());
+        assert!(store.image(&a_id).is_none(), "a's own unused image stays");
+        assert!(!store.blob_path(&sha(b"a's old layer")).exists());
+        drop(store);
+
+        std::fs::remove_dir_all(&b).unwrap();
+        prune(&cache, &a, &[]);
+        assert!(
+            LayerStore::open_for(&cache, Some(&a))
+                .image(&b_id)
+                .is_none()
+        );
+        assert!(cache.join("CACHEDIR.TAG").is_file());
+    }
+
+    /// Issue 14 item 10: the store had no lock: `prune` could remove a blob a command running
+    /// at the same time had written and not yet recorded. While any command holds the store,
+    /// prune cannot take it.
+    #[test]
+    fn prune_waits_for_a_command_using_the_store() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = project(dir.path(), "p");
+        let cache = dir.path().join("cache");
+        let store = LayerStore::open_for(&cache, Some(&root));
+        let (in_flight, _) = store
+            .add_blob(|out| out.write_all(b"not recorded yet"))
+            .unwrap();
+        assert!(
+            LayerStore::for_prune(&cache, &root, false)
+                .unwrap()
+                .is_none(),
+            "prune took a store another command holds"
+        );
+        assert!(store.blob_path(&in_flight).is_file());
+        drop(store);
+        prune(&cache, &root, &[]);
+        assert!(!LayerStore::open(&cache).blob_path(&in_flight).exists());
     }
 
     #[test]

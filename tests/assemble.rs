@@ -575,3 +575,76 @@ with zipfile.ZipFile(path, "w") as z:
     );
     assert_eq!(imported, "hmabi imported");
 }
+
+/// Issue 14 item 10: two projects share one cache (one layer store). `prune` in one kept only
+/// its own images and removed the other's layers; it now keeps every image another project
+/// (still on disk) uses, and removes its own unused ones. The cache carries CACHEDIR.TAG.
+#[test]
+fn prune_in_one_project_keeps_the_layers_of_another() {
+    let testbed = Testbed::get();
+    let config = testbed.config();
+    let cache = tempfile::Builder::new()
+        .prefix("shared-cache")
+        .tempdir()
+        .unwrap();
+    let hallmark = |project: &TestProject, args: &[&str]| {
+        let output = support::hallmark()
+            .arg("--config")
+            .arg(&config)
+            .args(args)
+            .current_dir(project.root())
+            .env("HALLMARK_CACHE", cache.path())
+            .output()
+            .unwrap();
+        assert!(
+            output.status.success(),
+            "{args:?}: {}",
+            String::from_utf8_lossy(&output.stderr)
+        );
+        String::from_utf8_lossy(&output.stdout).into_owned()
+    };
+    let built = |project: &TestProject| {
+        let out = hallmark(project, &["--json", "build", "tool"]);
+        let records: serde_json::Value = serde_json::from_str(&out).unwrap();
+        assert_eq!(records[0]["outcome"], "assembled", "{records}");
+        records[0]["image_id"].as_str().unwrap().to_string()
+    };
+    let record = |id: &str| {
+        cache
+            .path()
+            .join("store/images")
+            .join(format!("{}.json", id.trim_start_matches("sha256:")))
+    };
+    let complete = |id: &str| {
+        let text = std::fs::read_to_string(record(id)).ok()?;
+        let image: serde_json::Value = serde_json::from_str(&text).unwrap();
+        let blob = |digest: &serde_json::Value| {
+            cache
+                .path()
+                .join("store/blobs/sha256")
+                .join(digest.as_str().unwrap().trim_start_matches("sha256:"))
+                .is_file()
+        };
+        Some(
+            blob(&image["config"]["digest"])
+                && image["layers"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .all(|l| blob(&l["blob"]["digest"])),
+        )
+    };
+
+    let (b, _) = assembled_project();
+    let b_id = built(&b);
+    let (a, _) = assembled_project();
+    let a_old = built(&a);
+    // A's image changes: its first version is no longer used by anyone.
+    a.write("images/tool/bin/README", "a new readme\n");
+    let a_new = built(&a);
+    hallmark(&a, &["prune"]);
+    assert_eq!(complete(&b_id), Some(true), "b's image went with a's prune");
+    assert_eq!(complete(&a_new), Some(true));
+    assert_eq!(complete(&a_old), None, "a's unused image stayed");
+    assert!(cache.path().join("CACHEDIR.TAG").is_file());
+}

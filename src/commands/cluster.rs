@@ -403,11 +403,29 @@ pub(super) fn prune_command(session: &Session) -> Result<u8> {
         }
         Ok::<_, Error>(keep)
     })?;
-    let (removed, bytes) = LayerStore::open(&cache_dir()).prune(&keep)?;
+    // Alone with the store: no command using it may lose a blob it has not recorded yet.
+    let cache = cache_dir();
+    let root = &session.project.root;
+    let store = match LayerStore::for_prune(&cache, root, false)? {
+        Some(store) => store,
+        None => {
+            session.note("waiting for other hallmark commands to finish with the layer store");
+            LayerStore::for_prune(&cache, root, true)?.expect("waited for the lock")
+        }
+    };
+    let (removed, bytes) = store.prune(&keep)?;
+    drop(store);
     session.note(format!(
-        "removed {removed} blobs, {bytes} bytes, from the layer store"
+        "removed {removed} blobs, {bytes} bytes, from the layer store (kept what other projects use)"
     ));
-    if let Some(collected) = registry::collect_garbage(&cache_dir())? {
+    let collected = match registry::collect_garbage(&cache, false)? {
+        registry::Garbage::Busy => {
+            session.note("waiting for the distribute using the registry to finish");
+            registry::collect_garbage(&cache, true)?
+        }
+        done => done,
+    };
+    if let registry::Garbage::Collected(collected) = collected {
         session.note(collected);
     }
     Ok(0)

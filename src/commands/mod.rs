@@ -60,6 +60,8 @@ pub fn run(cli: Cli) -> Result<u8> {
             Project::discover(&cwd)?
         }
     };
+    // Records this process writes to the shared layer store belong to this project.
+    crate::store::set_project(&project.root);
     let config = Config::load(cli.config.as_deref(), Some(&project.root))?;
     let session = Session {
         project,

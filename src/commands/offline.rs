@@ -13,19 +13,25 @@ use crate::wheel::{self, Interpreter};
 use crate::{base, check, context, fetch, render};
 use serde_json::json;
 
+impl Session {
+    /// With `-v`: how many files planning read, and how many it knew unchanged.
+    fn hashing_note(&self, stats: crate::checksum::HashStats) {
+        if self.verbose {
+            self.note(format!(
+                "files: {} hashed ({} bytes read), {} unchanged since last hashed ({})",
+                stats.hashed_files,
+                stats.hashed_bytes,
+                stats.remembered,
+                self.project.state_dir().join("file-hashes").display()
+            ));
+        }
+    }
+}
+
 pub(super) fn checksum(session: &Session, selection: &Selection, explain: bool) -> Result<u8> {
     let names = session.selection(selection)?;
     let plan = Plan::new(&session.project, &names)?;
-    if session.verbose {
-        let stats = plan.hashing;
-        session.note(format!(
-            "files: {} hashed ({} bytes read), {} unchanged since last hashed ({})",
-            stats.hashed_files,
-            stats.hashed_bytes,
-            stats.remembered,
-            session.project.state_dir().join("file-hashes").display()
-        ));
-    }
+    session.hashing_note(plan.hashing);
     if session.json {
         let rows: Vec<_> = names
             .iter()
@@ -81,7 +87,8 @@ pub(super) fn render_command(
 
 pub(super) fn check_command(session: &Session, selection: &Selection) -> Result<u8> {
     let names = session.selection(selection)?;
-    let (passed, problems) = check::check(&session.project, &names, &cache_dir());
+    let (passed, problems, hashing) = check::check(&session.project, &names, &cache_dir());
+    session.hashing_note(hashing);
     if session.json {
         let rows: Vec<_> = passed
             .iter()
