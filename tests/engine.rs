@@ -288,72 +288,107 @@ fn a_cmd_repeating_the_parents_entrypoint_is_refused_before_any_build() {
     );
 }
 
-/// Issue 7: normalised images are bit-for-bit the same on two engines: the same layers and
-/// the same config digest (the classic store's image id).
+/// Issues 7 and 15: normalised images are bit-for-bit the same on every kind of engine of the
+/// testbed (each engine version and image store, e.g. Docker 20.10 classic and Docker 26
+/// containerd): the same layers and the same config digest.
 #[test]
-fn normalised_builds_on_two_engines_are_identical() {
+fn normalised_builds_on_every_engine_kind_are_identical() {
     let testbed = Testbed::get();
-    testbed.script("load-bases", &["--node", "node3"]);
     let (project, tag) = hello_project();
-    // A clone-at-pin image too: a patched source copied in, and a RUN step on it.
+    // A clone-at-pin image too: a patched source copied in, and a RUN step on it that deletes
+    // a file and replaces a directory of its parent's, and makes a hard link.
     let upstream = GitRepo::new(project.root(), "upstream");
     upstream.commit(&[("greeting.txt", "hello\n")], "first");
     upstream.git(&["tag", "v1"]);
     let run = unique();
+    let clone = format!("clone-{run}:latest");
     project
         .write(
             "images/clone/image.toml",
             &format!(
-                "[image]\nname = \"clone-{run}\"\n\n[from]\nimage = \"hello\"\n\n[[source]]\nname = \"upstream\"\ngit = \"{}\"\nrev = \"v1\"\ndest = \"/opt/upstream\"\npatches = [\"fix\"]\n\n[build]\nrun = [\"wc -c /opt/upstream/greeting.txt > /opt/size.txt && mkdir -p /var/made\"]\n",
+                "[image]\nname = \"clone-{run}\"\n\n[from]\nimage = \"hello\"\n\n[[source]]\nname = \"upstream\"\ngit = \"{}\"\nrev = \"v1\"\ndest = \"/opt/upstream\"\npatches = [\"fix\"]\n\n[build]\nrun = [\"wc -c /opt/upstream/greeting.txt > /opt/size.txt && mkdir -p /var/made && rm /etc/hello.txt && rm -rf /usr/local/bin && mkdir /usr/local/bin && ln /opt/size.txt /usr/local/bin/size\"]\n",
                 upstream.url()
             ),
         )
         .write("patches/fix/series", "0001-world.patch\n")
         .write("patches/fix/0001-world.patch", &one_line_patch("greeting.txt", "hello", "hello world"));
     project.run(&["lock", "clone"]).success();
-    let on = |config: &std::path::Path| {
-        let run = project.run(&[
-            "--config",
-            config.to_str().unwrap(),
-            "--json",
-            "build",
-            "--force",
-            "clone",
-        ]);
-        run.success();
-        let records: serde_json::Value = serde_json::from_str(&run.stdout()).unwrap();
-        records
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|r| {
-                (
-                    r["image"].as_str().unwrap().to_string(),
-                    r["image_id"].as_str().unwrap().to_string(),
-                )
-            })
-            .collect::<Vec<_>>()
-    };
-    let first = on(&testbed.config());
-    let second = on(&testbed.config_with_builder(project.root(), "node3"));
-    assert_eq!(first.len(), 2);
-    assert_eq!(
-        first, second,
-        "hello and clone differ between the two engines"
+    let engines = engine_kinds(testbed, &project);
+    assert!(engines.len() >= 2, "{engines:?}");
+    let mut seen: Vec<(String, Vec<String>)> = Vec::new();
+    for (node, kind) in &engines {
+        if node != "builder" {
+            testbed.script("load-bases", &["--node", node]);
+        }
+        let config = testbed.config_with_builder(project.root(), node);
+        project
+            .run(&[
+                "--config",
+                config.to_str().unwrap(),
+                "-q",
+                "build",
+                "--force",
+                "clone",
+            ])
+            .success();
+        let image = |reference: &str| {
+            let layers = testbed.docker_ok(
+                node,
+                &[
+                    "image",
+                    "inspect",
+                    "--format",
+                    "{{json .RootFS.Layers}}",
+                    reference,
+                ],
+            );
+            format!(
+                "{layers} config {}",
+                config_digest(testbed, node, reference)
+            )
+        };
+        seen.push((format!("{node} ({kind})"), vec![image(&tag), image(&clone)]));
+    }
+    for (engine, images) in &seen[1..] {
+        assert_eq!(images, &seen[0].1, "{engine} and {} differ", seen[0].0);
+    }
+}
+
+/// One engine of each kind (version and image store) in the testbed, the builder first.
+fn engine_kinds(testbed: &Testbed, project: &TestProject) -> Vec<(String, String)> {
+    let (_, nodes) = support::hallmark_json(project, &testbed.config(), &["nodes"]);
+    let mut kinds: Vec<(String, String)> = Vec::new();
+    for row in nodes.as_array().unwrap() {
+        let kind = format!("{} {}", row["version"], row["image_store"]);
+        if !kinds.iter().any(|(_, k)| *k == kind) {
+            kinds.push((row["node"].as_str().unwrap().to_string(), kind));
+        }
+    }
+    kinds
+}
+
+/// The digest of the config of `reference` on `node`, from its `docker save`.
+fn config_digest(testbed: &Testbed, node: &str, reference: &str) -> String {
+    let saved = testbed.docker(node, &["save", reference]);
+    assert!(
+        saved.status.success(),
+        "{}",
+        String::from_utf8_lossy(&saved.stderr)
     );
-    let layers = |node: &str| {
-        testbed.docker_ok(
-            node,
-            &[
-                "image",
-                "inspect",
-                "--format",
-                "{{json .RootFS.Layers}}",
-                &tag,
-            ],
-        )
-    };
-    assert_eq!(layers("builder"), layers("node3"));
+    let mut archive = tar::Archive::new(saved.stdout.as_slice());
+    for entry in archive.entries().unwrap() {
+        let entry = entry.unwrap();
+        if entry.path().unwrap().to_str() == Some("manifest.json") {
+            let manifest: serde_json::Value = serde_json::from_reader(entry).unwrap();
+            let config = manifest[0]["Config"].as_str().unwrap();
+            // `blobs/sha256/<hex>` (Docker 25+) or `<hex>.json` (Docker 20.10).
+            let hex = config
+                .trim_start_matches("blobs/sha256/")
+                .trim_end_matches(".json");
+            return format!("sha256:{hex}");
+        }
+    }
+    panic!("no manifest.json in the save of {reference} on {node}")
 }
 
 #[test]
