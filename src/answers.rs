@@ -29,6 +29,10 @@ pub struct ImageAnswer {
     root_fs: RootFs,
     #[serde(rename = "Os", deserialize_with = "nullable")]
     os: String,
+    #[serde(rename = "Architecture", deserialize_with = "nullable")]
+    architecture: String,
+    #[serde(rename = "Variant", deserialize_with = "nullable")]
+    variant: String,
     #[serde(rename = "Size")]
     pub size: Option<i64>,
 }
@@ -50,6 +54,15 @@ impl ImageAnswer {
     /// The layer diff IDs, in order.
     pub fn layers(&self) -> &[String] {
         &self.root_fs.layers
+    }
+
+    /// `os/arch[/variant]`, as the OCI names platforms.
+    pub fn platform(&self) -> String {
+        let mut platform = format!("{}/{}", self.os, self.architecture);
+        if !self.variant.is_empty() {
+            platform = format!("{platform}/{}", self.variant);
+        }
+        platform
     }
 
     pub fn label(&self, key: &str) -> Option<&str> {
@@ -82,6 +95,10 @@ impl ImageAnswer {
 pub struct ImageListed {
     #[serde(rename = "Id", deserialize_with = "nullable")]
     pub id: String,
+    #[serde(rename = "RepoTags", deserialize_with = "nullable")]
+    pub repo_tags: Vec<String>,
+    #[serde(rename = "Labels", deserialize_with = "nullable")]
+    pub labels: std::collections::BTreeMap<String, String>,
 }
 
 /// `GET /version`.
@@ -94,6 +111,37 @@ pub struct EngineVersion {
     pub api_version: String,
     #[serde(rename = "MinAPIVersion", deserialize_with = "nullable")]
     pub min_api_version: String,
+    #[serde(rename = "Os", deserialize_with = "nullable")]
+    pub os: String,
+    #[serde(rename = "Arch", deserialize_with = "nullable")]
+    pub arch: String,
+    #[serde(rename = "Components", deserialize_with = "nullable")]
+    pub components: Vec<EngineComponent>,
+}
+
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(default)]
+pub struct EngineComponent {
+    #[serde(rename = "Name", deserialize_with = "nullable")]
+    pub name: String,
+    #[serde(rename = "Version", deserialize_with = "nullable")]
+    pub version: String,
+}
+
+impl EngineVersion {
+    /// The engine's own platform, `os/arch`.
+    pub fn platform(&self) -> String {
+        format!("{}/{}", self.os, self.arch)
+    }
+
+    /// `Some("Podman Engine 5.8.6")` when the engine is Podman's Docker-compatible API (it
+    /// names itself in the components), `None` for Docker.
+    pub fn podman(&self) -> Option<String> {
+        self.components
+            .iter()
+            .find(|c| c.name.to_ascii_lowercase().contains("podman"))
+            .map(|c| format!("{} {}", c.name, c.version))
+    }
 }
 
 /// `1.45` -> `(1, 45)`.
@@ -194,6 +242,21 @@ pub fn error_message(body: &[u8]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn podman_names_itself_in_the_version_components() {
+        let podman: EngineVersion = serde_json::from_str(
+            r#"{"Components":[{"Name":"Podman Engine","Version":"5.8.6","Details":{}}],"Version":"5.8.6","ApiVersion":"1.41","Os":"linux","Arch":"amd64"}"#,
+        )
+        .unwrap();
+        assert_eq!(podman.podman().as_deref(), Some("Podman Engine 5.8.6"));
+        assert_eq!(podman.platform(), "linux/amd64");
+        let docker: EngineVersion = serde_json::from_str(
+            r#"{"Components":[{"Name":"Engine","Version":"28.5.2"},{"Name":"containerd","Version":"2.1.9"}],"Version":"28.5.2","Components2":null}"#,
+        )
+        .unwrap();
+        assert_eq!(docker.podman(), None);
+    }
 
     fn recorded(name: &str) -> ImageAnswer {
         let path = format!(

@@ -41,6 +41,7 @@ pub async fn assemble(
     image: &PlannedImage,
     parent: &str,
     checksum_label: &str,
+    checksum_value: &str,
     parent_tag: Option<&str>,
 ) -> Result<String> {
     let (parent_id, parent_image) = ship::stored_image(builder, store, parent).await?;
@@ -92,7 +93,7 @@ pub async fn assemble(
     }
     history.push(json!({"created": created, "created_by": "hallmark: config (env, labels, entrypoint, cmd)", "comment": "assembled by hallmark", "empty_layer": true}));
 
-    let labels = render::stamped_labels(image, checksum_label, parent_tag);
+    let labels = render::stamped_labels(image, checksum_label, checksum_value, parent_tag);
     apply(&mut config, spec, &labels, &created, &layers, history);
     let parent_layers = parent_image.layers.len();
     ship::load_made(builder, store, &config, layers, parent_layers).await

@@ -8,7 +8,7 @@ use crate::context;
 use crate::engine::{self, Engine};
 use crate::error::{Error, Result};
 use crate::fetch;
-use crate::normalize;
+use crate::normalize::{self, pending_label};
 use crate::plan::{Plan, PlannedImage};
 use crate::render::{self, PARENT_ARG};
 use crate::store::LayerStore;
@@ -27,7 +27,7 @@ pub struct BuildRecord {
     pub reference: String,
     pub checksum: String,
     pub image_id: String,
-    /// `built` or `up-to-date`.
+    /// `built`, `assembled`, `up-to-date` or `failed`.
     pub outcome: &'static str,
     pub size: Option<i64>,
     pub seconds: f64,
@@ -44,6 +44,9 @@ pub struct BuildRecord {
     /// The engine's own image, before normalisation rewrote it (removed once tagged).
     pub raw_image_id: Option<String>,
     pub normalize_seconds: Option<f64>,
+    /// Why the image failed (`outcome` "failed").
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -65,12 +68,14 @@ pub struct BuildSettings<'a> {
     pub echo: bool,
 }
 
-/// Builds `plan.order` in turn; returns one record per image, parents included.
+/// Builds `plan.order` in turn; returns one record per image, parents included, and the
+/// error that stopped the run. A failed image has a record too (`outcome` "failed"), so
+/// `--json` still says what was done.
 pub async fn build_all(
     engine: &Engine,
     plan: &Plan,
     settings: &BuildSettings<'_>,
-) -> Result<Vec<BuildRecord>> {
+) -> (Vec<BuildRecord>, Result<()>) {
     let mut ids: HashMap<String, String> = HashMap::new();
     let mut records = Vec::new();
     for name in &plan.order {
@@ -80,11 +85,26 @@ pub async fn build_all(
             .as_ref()
             .map(|p| plan.get(p).loaded.reference());
         let parent_id = image.parent.as_ref().map(|p| ids[p.as_str()].clone());
-        let record = build_one(engine, image, parent_tag.as_deref(), parent_id, settings).await?;
+        let mut record = BuildRecord::new(image, parent_id.clone());
+        let outcome = build_into(
+            &mut record,
+            engine,
+            image,
+            parent_tag.as_deref(),
+            parent_id,
+            settings,
+        )
+        .await;
+        if let Err(error) = outcome {
+            record.outcome = "failed";
+            record.error = Some(crate::error::plain_text(&error.to_string()));
+            records.push(record);
+            return (records, Err(error));
+        }
         ids.insert(name.to_string(), record.image_id.clone());
         records.push(record);
     }
-    Ok(records)
+    (records, Ok(()))
 }
 
 fn pins_of(image: &PlannedImage) -> BTreeMap<String, String> {
@@ -104,6 +124,31 @@ fn pins_of(image: &PlannedImage) -> BTreeMap<String, String> {
     pins
 }
 
+impl BuildRecord {
+    fn new(image: &PlannedImage, parent_image_id: Option<String>) -> BuildRecord {
+        BuildRecord {
+            image: image.name().to_string(),
+            reference: image.loaded.reference(),
+            checksum: image.checksum.to_string(),
+            image_id: String::new(),
+            outcome: "up-to-date",
+            size: None,
+            seconds: 0.0,
+            parent: image.parent.as_ref().map(|p| p.to_string()),
+            parent_image_id,
+            pins: pins_of(image),
+            smoke: Vec::new(),
+            log: None,
+            context_sha256: None,
+            raw_image_id: None,
+            reproducible: None,
+            differences: Vec::new(),
+            normalize_seconds: None,
+            error: None,
+        }
+    }
+}
+
 pub async fn build_one(
     engine: &Engine,
     image: &PlannedImage,
@@ -111,116 +156,164 @@ pub async fn build_one(
     parent_id: Option<String>,
     settings: &BuildSettings<'_>,
 ) -> Result<BuildRecord> {
+    let mut record = BuildRecord::new(image, parent_id.clone());
+    build_into(&mut record, engine, image, parent_tag, parent_id, settings).await?;
+    Ok(record)
+}
+
+/// The image the builder already holds for `image`'s checksum, if any: the tagged one, or an
+/// untagged one (the tag moved to an older build), which gets the tag back. Only finished
+/// images carry the checksum as their label, so whatever is found here passed every step.
+async fn up_to_date(
+    engine: &Engine,
+    image: &PlannedImage,
+    settings: &BuildSettings<'_>,
+) -> Result<Option<(String, Option<i64>)>> {
+    let reference = image.loaded.reference();
+    let checksum = image.checksum.as_str();
+    if let Some(tagged) = engine.inspect(&reference).await?
+        && tagged.label(settings.checksum_label) == Some(checksum)
+    {
+        return Ok(Some((
+            tagged.id().unwrap_or_default().to_string(),
+            tagged.size,
+        )));
+    }
+    let found = engine
+        .images_with_label(settings.checksum_label, checksum)
+        .await?;
+    let Some(id) = found.first() else {
+        return Ok(None);
+    };
+    engine.tag(id, &reference).await?;
+    Ok(Some((
+        id.clone(),
+        engine.inspect(id).await?.and_then(|i| i.size),
+    )))
+}
+
+/// Builds one image into `record`: up to date, or made, smoke-tested, stamped and tagged.
+async fn build_into(
+    record: &mut BuildRecord,
+    engine: &Engine,
+    image: &PlannedImage,
+    parent_tag: Option<&str>,
+    parent_id: Option<String>,
+    settings: &BuildSettings<'_>,
+) -> Result<()> {
     let started = Instant::now();
     let reference = image.loaded.reference();
     let checksum = image.checksum.to_string();
-    let mut record = BuildRecord {
-        image: image.name().to_string(),
-        reference: reference.clone(),
-        checksum: checksum.clone(),
-        image_id: String::new(),
-        outcome: "up-to-date",
-        size: None,
-        seconds: 0.0,
-        parent: image.parent.as_ref().map(|p| p.to_string()),
-        parent_image_id: parent_id.clone(),
-        pins: pins_of(image),
-        smoke: Vec::new(),
-        log: None,
-        context_sha256: None,
-        raw_image_id: None,
-        reproducible: None,
-        differences: Vec::new(),
-        normalize_seconds: None,
-    };
-
-    if !settings.force {
-        // The common case costs one call: the tag already names an image with this checksum.
-        let tagged = engine.inspect(&reference).await?;
-        let label = tagged
-            .as_ref()
-            .and_then(|i| i.label(settings.checksum_label));
-        let up_to_date = match (label, &tagged) {
-            (Some(label), Some(image)) if label == checksum => {
-                Some((image.id().unwrap_or_default().to_string(), image.size))
-            }
-            _ => match engine
-                .images_with_label(settings.checksum_label, &checksum)
-                .await?
-                .first()
-            {
-                // Built before, but the tag moved (to an older build): point it back.
-                Some(id) => {
-                    engine.tag(id, &reference).await?;
-                    Some((id.clone(), engine.inspect(id).await?.and_then(|i| i.size)))
-                }
-                None => None,
-            },
-        };
-        if let Some((id, size)) = up_to_date {
-            record.image_id = id;
-            record.size = size;
-            record.seconds = started.elapsed().as_secs_f64();
-            return Ok(record);
-        }
+    // Two builds of one image on one builder take turns; the second then finds the first's.
+    let _turn = BuildTurn::take(settings, engine, &reference).await?;
+    if !settings.force
+        && let Some((id, size)) = up_to_date(engine, image, settings).await?
+    {
+        record.image_id = id;
+        record.size = size;
+        record.seconds = started.elapsed().as_secs_f64();
+        return Ok(());
     }
-
+    // An interrupted or failed run of this checksum left unfinished images: they are no use.
+    for leftover in engine
+        .images_with_label(settings.checksum_label, &pending_label(&checksum))
+        .await?
+    {
+        engine.remove_untagged(&leftover).await;
+    }
     // An external base: the builder's own reference for the pinned image, checked to exist.
     let parent_id = match parent_id {
         Some(id) => Some(id),
         None => crate::base::on_builder(engine, image, settings.cache).await?,
     };
-    let id = if assemble::assemblable(&image.loaded.spec) {
-        record.outcome = "assembled";
-        let parent = parent_id
+    let platform = image.loaded.spec.image.platform.as_deref();
+    let spec = &image.loaded.spec;
+    // The checksum is stamped by the last step that makes the image: smoke tests, if any,
+    // come after the making, so until they pass the image carries only a pending label.
+    let smoked = !spec.smokes.is_empty();
+    let pending = pending_label(&checksum);
+    let made_value = if smoked { pending.as_str() } else { &checksum };
+    let parent = || {
+        parent_id
             .clone()
-            .unwrap_or_else(|| render::parent_reference(image, parent_tag));
-        let store = std::sync::Arc::new(LayerStore::open(settings.cache));
-        assemble::assemble(
+            .unwrap_or_else(|| render::parent_reference(image, parent_tag))
+    };
+    let store = std::sync::Arc::new(LayerStore::open(settings.cache));
+
+    let (made, by_hallmark) = if assemble::assemblable(spec) {
+        record.outcome = "assembled";
+        let id = assemble::assemble(
             engine,
             &store,
             settings.cache,
             image,
-            &parent,
+            &parent(),
             settings.checksum_label,
+            made_value,
             parent_tag,
         )
-        .await?
+        .await?;
+        (id, true)
     } else {
         record.outcome = "built";
+        if let Some(platform) = platform {
+            check_builder_platform(engine, image, platform).await?;
+        }
+        // The engine's own image is never the finished one when hallmark rewrites it.
+        let normalize = spec.image.normalize;
+        let raw_value = if normalize {
+            pending.as_str()
+        } else {
+            made_value
+        };
         let raw = engine_build(
             engine,
             image,
             parent_tag,
             parent_id.as_deref(),
             settings,
-            &mut record,
+            raw_value,
+            record,
         )
         .await?;
-        if image.loaded.spec.image.normalize {
-            let parent = parent_id
-                .clone()
-                .unwrap_or_else(|| render::parent_reference(image, parent_tag));
+        if normalize {
             let parent_layers = engine
-                .inspect(&parent)
+                .inspect(&parent())
                 .await?
                 .map_or(0, |i| i.layers().len());
-            let store = std::sync::Arc::new(LayerStore::open(settings.cache));
             let started = Instant::now();
+            let finish = (!smoked).then_some((settings.checksum_label, checksum.as_str()));
             let id = normalize::normalize(
                 engine,
                 &store,
                 &raw,
                 parent_layers,
-                image.loaded.spec.image.source_date_epoch,
+                spec.image.source_date_epoch,
+                finish,
             )
             .await?;
             record.normalize_seconds = Some(started.elapsed().as_secs_f64());
             record.raw_image_id = Some(raw);
-            id
+            (id, true)
         } else {
-            raw
+            (raw, false)
         }
+    };
+
+    let made_platform = engine
+        .inspect(&made)
+        .await?
+        .ok_or_else(|| engine.error(format!("the new image {made} is gone")))?;
+    if let Some(platform) = platform {
+        check_image_platform(engine, image, &made_platform, platform)?;
+    }
+    smoke(engine, image, &made, &mut record.smoke).await?;
+    let id = match (smoked, by_hallmark) {
+        (false, _) => made.clone(),
+        (true, true) => {
+            stamp_made(engine, &store, &made, settings.checksum_label, &checksum).await?
+        }
+        (true, false) => stamp_by_build(engine, &made, settings.checksum_label, &checksum).await?,
     };
 
     // The label the engine holds must be the one we computed: the image says what it is.
@@ -238,31 +331,188 @@ pub async fn build_one(
         )));
     }
 
-    record.smoke = smoke(engine, image, &id).await?;
     engine.tag(&id, &reference).await?;
-    if let Some(raw) = record.raw_image_id.as_ref().filter(|raw| **raw != id) {
-        // The engine's raw image (and its build cache) is replaced by the normalised one.
-        engine.remove_untagged(raw).await;
+    // The engine's raw image (and its build cache) and the unstamped one are superseded.
+    for superseded in [record.raw_image_id.as_deref(), Some(made.as_str())]
+        .into_iter()
+        .flatten()
+        .filter(|s| *s != id)
+    {
+        engine.remove_untagged(superseded).await;
     }
     record.image_id = id;
     record.size = inspected.size;
     record.seconds = started.elapsed().as_secs_f64();
-    write_record(settings.state_dir, &record)?;
-    Ok(record)
+    write_record(settings.state_dir, record)?;
+    Ok(())
+}
+
+/// Stamps an image hallmark made (its config and layers are in the store): the same layers
+/// under a config whose checksum label is set. Loads no layer.
+async fn stamp_made(
+    engine: &Engine,
+    store: &std::sync::Arc<LayerStore>,
+    made: &str,
+    key: &str,
+    checksum: &str,
+) -> Result<String> {
+    let stored = store
+        .image(made)
+        .ok_or_else(|| engine.error(format!("the new image {made} is not in the layer store")))?;
+    let mut config = store.read_config(&stored)?;
+    normalize::finish_config(&mut config, key, checksum);
+    let held = stored.layers.len();
+    crate::ship::load_made(engine, store, &config, stored.layers, held).await
+}
+
+/// Stamps an engine-built image hallmark does not rewrite (`normalize = false`): a build of
+/// `FROM` it plus the label, which adds no layer.
+async fn stamp_by_build(engine: &Engine, made: &str, key: &str, checksum: &str) -> Result<String> {
+    let dockerfile = format!("FROM {made}\nLABEL \"{key}\"=\"{checksum}\"\n");
+    let mut context = tar::Builder::new(Vec::new());
+    let mut header = tar::Header::new_gnu();
+    header.set_size(dockerfile.len() as u64);
+    header.set_mode(0o644);
+    header.set_cksum();
+    context
+        .append_data(&mut header, "Dockerfile", dockerfile.as_bytes())
+        .map_err(|e| Error::io("the stamp's build context", e))?;
+    let context = context
+        .into_inner()
+        .map_err(|e| Error::io("the stamp's build context", e))?;
+    let options = BuildImageOptionsBuilder::new()
+        .dockerfile("Dockerfile")
+        .rm(true)
+        .forcerm(true)
+        .networkmode("none")
+        .build();
+    let stream = engine.docker.build_image(
+        options,
+        None,
+        Some(bollard::body_full(bytes::Bytes::from(context))),
+    );
+    let followed = follow_build(stream, &mut std::io::sink(), false).await;
+    match (followed.failure, followed.id) {
+        (None, Some(id)) => Ok(id),
+        (failure, _) => Err(engine.error(format!(
+            "stamping {made} with its checksum failed: {}",
+            failure.unwrap_or_else(|| "the engine reported no image id".into())
+        ))),
+    }
+}
+
+/// Refuses an engine build for a platform the builder is not: its RUN steps would run on the
+/// builder's own platform and give an image that is not what the spec names.
+async fn check_builder_platform(engine: &Engine, image: &PlannedImage, wanted: &str) -> Result<()> {
+    let builder = engine.platform();
+    if same_platform(&builder, wanted) {
+        return Ok(());
+    }
+    Err(Error::Engine {
+        node: engine.node.clone(),
+        endpoint: engine.endpoint.clone(),
+        message: format!(
+            "cannot build `{}` for {wanted}: the builder is {builder}, and the image's RUN steps run on the builder",
+            image.name()
+        ),
+        hint: Some(format!(
+            "build it on a {wanted} builder (`[builder]` in hallmark.toml), or drop `[image] platform`"
+        )),
+    })
+}
+
+/// The image made for a spec must be of the platform the spec names, whatever made it.
+fn check_image_platform(
+    engine: &Engine,
+    image: &PlannedImage,
+    made: &crate::answers::ImageAnswer,
+    wanted: &str,
+) -> Result<()> {
+    let got = made.platform();
+    if same_platform(&got, wanted) {
+        return Ok(());
+    }
+    Err(engine.error(format!(
+        "the image made for `{}` is {got}, but its spec names {wanted} (is its parent of another platform?)",
+        image.name()
+    )))
+}
+
+/// Whether platform `have` satisfies `want`: the same os and architecture, and the same
+/// variant when `want` names one (`linux/arm64` is `linux/arm64/v8`).
+pub fn same_platform(have: &str, want: &str) -> bool {
+    let canonical = |p: &str| {
+        let mut parts: Vec<String> = p.split('/').map(str::to_ascii_lowercase).collect();
+        if parts.len() == 2 && parts[1] == "arm64" {
+            parts.push("v8".into());
+        }
+        parts
+    };
+    let (have, want) = (canonical(have), canonical(want));
+    have.len() >= 2
+        && want.len() >= 2
+        && have[..2] == want[..2]
+        && (want.len() < 3 || have.get(2) == want.get(2))
+}
+
+/// Serialises builds of one image on one builder: an exclusive lock on a file in the cache,
+/// named after the builder's address and the image's reference, held for the whole build.
+struct BuildTurn {
+    /// Held, never read: the lock lasts as long as the file is open.
+    _lock: std::fs::File,
+}
+
+impl BuildTurn {
+    async fn take(
+        settings: &BuildSettings<'_>,
+        engine: &Engine,
+        reference: &str,
+    ) -> Result<BuildTurn> {
+        use sha2::Digest as _;
+        let dir = settings.cache.join("locks");
+        fs_err::create_dir_all(&dir).map_err(|e| Error::io(&dir, e))?;
+        let key = sha2::Sha256::digest(format!("{}\n{reference}", engine.endpoint));
+        let path = dir.join(format!("build-{}.lock", &hex::encode(key)[..24]));
+        let file = std::fs::OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(&path)
+            .map_err(|e| Error::io(&path, e))?;
+        match file.try_lock() {
+            Ok(()) => return Ok(BuildTurn { _lock: file }),
+            Err(std::fs::TryLockError::Error(e)) => return Err(Error::io(&path, e)),
+            Err(std::fs::TryLockError::WouldBlock) => {}
+        }
+        if settings.echo {
+            eprintln!(
+                "waiting for another hallmark building {reference} on {} (lock {})",
+                engine.node,
+                path.display()
+            );
+        }
+        tokio::task::spawn_blocking(move || file.lock().map(|()| file))
+            .await
+            .expect("the lock task does not panic")
+            .map(|file| BuildTurn { _lock: file })
+            .map_err(|e| Error::io(&path, e))
+    }
 }
 
 /// Builds `image` with the engine's builder from its rendered Dockerfile and streamed
-/// context; returns the new (untagged) image's id. Streams the log to `record.log`.
+/// context, its checksum label set to `label_value`; returns the new (untagged) image's id.
+/// Streams the log to `record.log`.
 async fn engine_build(
     engine: &Engine,
     image: &PlannedImage,
     parent_tag: Option<&str>,
     parent_id: Option<&str>,
     settings: &BuildSettings<'_>,
+    label_value: &str,
     record: &mut BuildRecord,
 ) -> Result<String> {
     let checksum = image.checksum.to_string();
-    let dockerfile = render::dockerfile(image, settings.checksum_label, parent_tag)?;
+    let dockerfile = render::dockerfile(image, settings.checksum_label, label_value, parent_tag)?;
     let fetched = fetch::fetch(settings.cache, image)?;
     let log_path =
         settings
@@ -287,85 +537,128 @@ async fn engine_build(
     } else {
         "none"
     };
-    let options = BuildImageOptionsBuilder::new()
+    let mut options = BuildImageOptionsBuilder::new()
         .dockerfile("Dockerfile")
         .rm(true)
         .forcerm(true)
         .nocache(settings.force)
         .networkmode(network)
-        .buildargs(&args)
-        .build();
+        .buildargs(&args);
+    if let Some(platform) = &image.loaded.spec.image.platform {
+        options = options.platform(platform);
+    }
 
     let (context_digest, digest_receiver) = tokio::sync::oneshot::channel();
     let body = context_stream(image.clone(), dockerfile, fetched, context_digest);
-    let mut stream = engine
+    let stream = engine
         .docker
-        .build_image(options, None, Some(bollard::body_stream(body)));
-    let mut step: Option<String> = None;
-    let mut tail: VecDeque<String> = VecDeque::new();
-    let mut built_id: Option<String> = None;
-    let mut failure = None;
-    while let Some(item) = stream.next().await {
-        match item {
-            Ok(info) => {
-                if let Some(text) = &info.stream {
-                    let _ = log.write_all(text.as_bytes());
-                    if settings.echo {
-                        eprint!("{text}");
-                    }
-                    for line in text.lines().filter(|l| !l.trim().is_empty()) {
-                        if line.starts_with("Step ") {
-                            step = Some(line.trim().to_string());
-                            tail.clear();
-                        } else {
-                            tail.push_back(line.to_string());
-                            if tail.len() > 20 {
-                                tail.pop_front();
-                            }
-                        }
-                    }
-                }
-                if let Some(detail) = info.error_detail.as_ref().and_then(|d| d.message.clone()) {
-                    let _ = writeln!(log, "{detail}");
-                    failure = Some(detail);
-                }
-                if let Some(id) = info.aux.as_ref().and_then(|aux| aux.id.clone()) {
-                    built_id = Some(id);
-                }
-            }
-            Err(e) => {
-                let message = e.to_string();
-                let _ = writeln!(log, "{message}");
-                failure = Some(message);
-                break;
-            }
-        }
-    }
-    let fail = |message: String, step: Option<String>, tail: VecDeque<String>| Error::BuildFailed {
+        .build_image(options.build(), None, Some(bollard::body_stream(body)));
+    let followed = follow_build(stream, &mut log, settings.echo).await;
+    let fail = |message: String| Error::BuildFailed {
         image: image.name().to_string(),
-        step,
-        message,
-        tail: tail.into_iter().collect(),
+        step: followed.step.clone(),
+        message: crate::error::plain_text(&message),
+        tail: followed
+            .tail
+            .iter()
+            .map(|line| crate::error::plain_text(line))
+            .collect(),
         log: log_path.clone(),
     };
-    if let Some(message) = failure {
-        return Err(fail(message, step, tail));
+    if let Some(message) = followed.failure.clone() {
+        return Err(fail(message));
     }
-    let Some(id) = built_id else {
-        return Err(fail("the engine reported no image id".into(), step, tail));
+    let Some(id) = followed.id.clone() else {
+        return Err(fail("the engine reported no image id".into()));
     };
 
     record.context_sha256 = digest_receiver.await.ok();
     Ok(id)
 }
 
-/// Runs every smoke test of `image` in a container from `image_id`; the first failure stops.
+/// What an engine build's progress stream said: the image, or the failure with the step it
+/// happened in and the output's last lines.
+struct FollowedBuild {
+    id: Option<String>,
+    failure: Option<String>,
+    step: Option<String>,
+    tail: VecDeque<String>,
+}
+
+async fn follow_build(
+    mut stream: impl futures_util::Stream<
+        Item = std::result::Result<bollard::models::BuildInfo, bollard::errors::Error>,
+    > + Unpin,
+    log: &mut dyn Write,
+    echo: bool,
+) -> FollowedBuild {
+    let mut followed = FollowedBuild {
+        id: None,
+        failure: None,
+        step: None,
+        tail: VecDeque::new(),
+    };
+    while let Some(item) = stream.next().await {
+        match item {
+            Ok(info) => {
+                if let Some(text) = &info.stream {
+                    let _ = log.write_all(text.as_bytes());
+                    if echo {
+                        eprint!("{text}");
+                    }
+                    for line in text.lines().filter(|l| !l.trim().is_empty()) {
+                        if line.starts_with("Step ") {
+                            followed.step = Some(line.trim().to_string());
+                            followed.tail.clear();
+                        } else {
+                            followed.tail.push_back(line.to_string());
+                            if followed.tail.len() > 20 {
+                                followed.tail.pop_front();
+                            }
+                        }
+                    }
+                }
+                if let Some(detail) = info.error_detail.as_ref().and_then(|d| d.message.clone()) {
+                    let _ = writeln!(log, "{detail}");
+                    followed.failure = Some(detail);
+                }
+                if let Some(id) = info.aux.as_ref().and_then(|aux| aux.id.clone()) {
+                    followed.id = Some(id);
+                }
+            }
+            Err(e) => {
+                let message = e.to_string();
+                let _ = writeln!(log, "{message}");
+                followed.failure = Some(message);
+                break;
+            }
+        }
+    }
+    followed
+}
+
+/// Runs the smoke tests of `image` in containers from `image_id`, appending each result to
+/// `results`; the first failure stops and is the error. A foreign-platform image is refused
+/// before any container starts: the engine could not run it, or would emulate it.
 pub async fn smoke(
     engine: &Engine,
     image: &PlannedImage,
     image_id: &str,
-) -> Result<Vec<SmokeResult>> {
-    let mut results = Vec::new();
+    results: &mut Vec<SmokeResult>,
+) -> Result<()> {
+    if image.loaded.spec.smokes.is_empty() {
+        return Ok(());
+    }
+    if let Some(inspected) = engine.inspect(image_id).await? {
+        let node = engine.platform();
+        let made = inspected.platform();
+        if !same_platform(&node, &made) {
+            return Err(engine.error(format!(
+                "cannot run the smoke tests of `{}`: the image is {made} and the engine is {node}",
+                image.name()
+            )));
+        }
+    }
     for test in &image.loaded.spec.smokes {
         let started = Instant::now();
         let (code, output) = engine.run_once(image_id, &test.run).await?;
@@ -374,8 +667,9 @@ pub async fn smoke(
             passed: code == 0,
             exit_code: code,
             seconds: started.elapsed().as_secs_f64(),
-            output,
+            output: crate::error::plain_text(&output),
         };
+        results.push(result.clone());
         if !result.passed {
             return Err(Error::SmokeFailed {
                 image: image.name().to_string(),
@@ -385,9 +679,8 @@ pub async fn smoke(
                 output: result.output,
             });
         }
-        results.push(result);
     }
-    Ok(results)
+    Ok(())
 }
 
 fn open_log(path: &Path) -> Result<fs_err::File> {

@@ -2,11 +2,11 @@
 //! checked on its own so one broken spec does not hide the others' problems.
 
 use crate::error::{Error, Result};
-use crate::fetch;
 use crate::plan::{Plan, PlannedImage};
 use crate::project::Project;
 use crate::spec::Parent;
 use crate::values::Name;
+use crate::{fetch, pins, wheel};
 use std::path::Path;
 
 /// Checks `names`; returns the checked plans and every problem found.
@@ -27,6 +27,7 @@ fn check_one(project: &Project, name: &Name, cache: &Path) -> Result<String> {
     let plan = Plan::new(project, std::slice::from_ref(name))?;
     let image = plan.get(name);
     let mut problems = lints(&plan, image);
+    problems.extend(wheels_fit(project, image));
     for (pin, patches) in image.pins.sources.iter().zip(&image.patches) {
         if patches.sets.is_empty() {
             continue;
@@ -40,6 +41,30 @@ fn check_one(project: &Project, name: &Name, cache: &Path) -> Result<String> {
         1 => Err(problems.remove(0)),
         _ => Err(Error::Many(problems)),
     }
+}
+
+/// Wheel pins that pip would not install on the Python pinned for them (a hand edit, or a
+/// pin from before `[python]`).
+fn wheels_fit(project: &Project, image: &PlannedImage) -> Vec<Error> {
+    let Ok(Some(python)) = pins::read(&project.root, image.name()).map(|p| p.python) else {
+        return Vec::new();
+    };
+    image
+        .pins
+        .wheels
+        .iter()
+        .filter(|pin| wheel::parse_name(&pin.file).is_ok_and(|file| !python.accepts(&file)))
+        .map(|pin| Error::Pin {
+            image: image.name().to_string(),
+            path: pins::path_for(&project.root, image.name()),
+            what: format!(
+                "wheel `{}`: {} does not install on the pinned {}",
+                pin.name,
+                pin.file,
+                python.describe()
+            ),
+        })
+        .collect()
 }
 
 /// The ENTRYPOINT an image inherits from its parent chain, when it is known: a spec's own,

@@ -6,7 +6,12 @@
 
 use serde::Serialize;
 use sha2::{Digest as _, Sha256};
+use std::collections::BTreeMap;
 use std::fmt;
+use std::io::Read;
+use std::os::unix::fs::MetadataExt;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, SystemTime};
 
 pub const VERSION_LINE: &str = "hallmark-checksum v1";
 
@@ -71,9 +76,217 @@ pub fn sha256_hex(bytes: &[u8]) -> String {
     hex::encode(Sha256::digest(bytes))
 }
 
+/// The sha256 and length of what `data` reads, a buffer at a time: memory stays flat
+/// whatever the size.
+pub fn sha256_reader(mut data: impl Read) -> std::io::Result<(String, u64)> {
+    let mut hasher = Sha256::new();
+    let mut buffer = vec![0u8; 256 * 1024];
+    let mut total = 0u64;
+    loop {
+        let n = match data.read(&mut buffer) {
+            Ok(0) => break,
+            Ok(n) => n,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+            Err(e) => return Err(e),
+        };
+        hasher.update(&buffer[..n]);
+        total += n as u64;
+    }
+    Ok((hex::encode(hasher.finalize()), total))
+}
+
+/// What identifies one state of a file without reading it: size, mtime and ctime to the
+/// nanosecond, inode and device (as git's index does). Any write changes the ctime, which no
+/// program can set back.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct FileStamp(String);
+
+impl FileStamp {
+    fn of(metadata: &std::fs::Metadata) -> FileStamp {
+        FileStamp(format!(
+            "{} {}.{:09} {}.{:09} {} {}",
+            metadata.size(),
+            metadata.mtime(),
+            metadata.mtime_nsec(),
+            metadata.ctime(),
+            metadata.ctime_nsec(),
+            metadata.ino(),
+            metadata.dev()
+        ))
+    }
+
+    /// The later of mtime and ctime.
+    fn changed(metadata: &std::fs::Metadata) -> SystemTime {
+        let at = |secs: i64, nsecs: i64| {
+            let since = Duration::new(secs.max(0) as u64, nsecs.clamp(0, 999_999_999) as u32);
+            SystemTime::UNIX_EPOCH + since
+        };
+        at(metadata.mtime(), metadata.mtime_nsec()).max(at(metadata.ctime(), metadata.ctime_nsec()))
+    }
+}
+
+/// How long after its last change a file's hash may be remembered. A file written twice
+/// within one tick of the file system's clock keeps its timestamps; its hash is remembered
+/// only once such a second write would have to show as a new ctime (coarse file systems
+/// count in whole or even two seconds).
+const SETTLED: Duration = Duration::from_secs(2);
+
+/// The sha256 of the project's files, remembered in `.hallmark/file-hashes` by path and
+/// [`FileStamp`], so that planning again (`status`, `verify`, every command) reads only the
+/// files that changed. docs/checksum.md says why this is safe; the checksum is still over
+/// content.
+#[derive(Debug)]
+pub struct FileHashes {
+    root: PathBuf,
+    /// `None`: nothing is remembered (no project folder to write in).
+    file: Option<PathBuf>,
+    /// Path relative to the root -> (stamp, sha256).
+    entries: BTreeMap<String, (FileStamp, String)>,
+    changed: bool,
+    pub stats: HashStats,
+}
+
+/// What planning read: for `-v`, and for tests that must see a file was not read again.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct HashStats {
+    pub hashed_files: usize,
+    pub hashed_bytes: u64,
+    pub remembered: usize,
+}
+
+const HASHES_HEADER: &str = "hallmark-file-hashes v1";
+
+impl FileHashes {
+    /// The hashes remembered under `state_dir` for files below `root`; an unreadable or
+    /// foreign file is an empty memory, never an error.
+    pub fn load(root: &Path, state_dir: &Path) -> FileHashes {
+        let file = state_dir.join("file-hashes");
+        let mut entries = BTreeMap::new();
+        if let Ok(text) = std::fs::read_to_string(&file) {
+            let mut lines = text.lines();
+            if lines.next() == Some(HASHES_HEADER) {
+                for line in lines {
+                    // `<sha256> <size> <mtime> <ctime> <ino> <dev> <path>`: the path last, as
+                    // it may hold spaces.
+                    let parts: Vec<&str> = line.splitn(7, ' ').collect();
+                    if let [sha, stamp @ .., path] = parts.as_slice()
+                        && stamp.len() == 5
+                        && sha.len() == 64
+                        && sha.bytes().all(|b| b.is_ascii_hexdigit())
+                    {
+                        entries.insert(
+                            path.to_string(),
+                            (FileStamp(stamp.join(" ")), sha.to_string()),
+                        );
+                    }
+                }
+            }
+        }
+        FileHashes {
+            root: root.to_path_buf(),
+            file: Some(file),
+            entries,
+            changed: false,
+            stats: HashStats::default(),
+        }
+    }
+
+    /// Remembers nothing: every file is read.
+    pub fn none() -> FileHashes {
+        FileHashes {
+            root: PathBuf::new(),
+            file: None,
+            entries: BTreeMap::new(),
+            changed: false,
+            stats: HashStats::default(),
+        }
+    }
+
+    /// The sha256 of the file at `path`: remembered if the file has not changed since,
+    /// else read (streamed) and remembered once it has settled.
+    pub fn sha256(&mut self, path: &Path) -> std::io::Result<String> {
+        let started = SystemTime::now();
+        let mut file = std::fs::File::open(path)?;
+        let before = file.metadata()?;
+        let stamp = FileStamp::of(&before);
+        let key = self.key(path);
+        if let Some(key) = &key
+            && let Some((known, sha)) = self.entries.get(key)
+            && *known == stamp
+        {
+            self.stats.remembered += 1;
+            return Ok(sha.clone());
+        }
+        let (sha, size) = sha256_reader(&mut file)?;
+        self.stats.hashed_files += 1;
+        self.stats.hashed_bytes += size;
+        let after = file.metadata()?;
+        let settled = FileStamp::changed(&before) + SETTLED < started;
+        if let Some(key) = key {
+            if settled && FileStamp::of(&after) == stamp && size == before.size() {
+                self.entries.insert(key, (stamp, sha.clone()));
+            } else {
+                self.entries.remove(&key);
+            }
+            self.changed = true;
+        }
+        Ok(sha)
+    }
+
+    /// The path below the root, if it can be written on one line of the memory file.
+    fn key(&self, path: &Path) -> Option<String> {
+        self.file.as_ref()?;
+        let relative = path.strip_prefix(&self.root).ok()?.to_str()?;
+        (!relative.is_empty() && !relative.contains(['\n', '\r'])).then(|| relative.to_string())
+    }
+
+    /// Writes what was learnt, dropping files that are gone. Best effort: a read-only
+    /// checkout plans as well, only without memory.
+    pub fn save(&mut self) {
+        let Some(file) = &self.file else { return };
+        if !self.changed {
+            return;
+        }
+        let root = &self.root;
+        self.entries
+            .retain(|path, _| std::fs::symlink_metadata(root.join(path)).is_ok());
+        let mut text = format!("{HASHES_HEADER}\n");
+        for (path, (stamp, sha)) in &self.entries {
+            text.push_str(&format!("{sha} {} {path}\n", stamp.0));
+        }
+        let write = || -> std::io::Result<()> {
+            let dir = file.parent().expect("a folder");
+            std::fs::create_dir_all(dir)?;
+            let mut tmp = tempfile::NamedTempFile::new_in(dir)?;
+            std::io::Write::write_all(&mut tmp, text.as_bytes())?;
+            tmp.persist(file).map_err(|e| e.error)?;
+            Ok(())
+        };
+        if write().is_ok() {
+            self.changed = false;
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A file written within the last seconds could be written again without its timestamps
+    /// moving: its hash is not remembered yet, so the next plan reads it again.
+    #[test]
+    fn a_file_changed_just_now_is_read_every_time() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("fresh.txt");
+        std::fs::write(&file, "fresh\n").unwrap();
+        let state = dir.path().join(".hallmark");
+        for _ in 0..2 {
+            let mut hashes = FileHashes::load(dir.path(), &state);
+            assert_eq!(hashes.sha256(&file).unwrap(), sha256_hex(b"fresh\n"));
+            assert_eq!(hashes.stats.hashed_files, 1);
+            hashes.save();
+        }
+    }
 
     /// The canonical JSON sorts keys; a dependency enabling serde_json's `preserve_order`
     /// would silently change every checksum, so this pins it down.

@@ -10,6 +10,10 @@ use std::path::PathBuf;
     about = "Reproducible container images from declarative specs, shipped to a cluster"
 )]
 pub struct Cli {
+    /// The project's root folder, which holds hallmark.toml (default: found by walking up
+    /// from the current folder).
+    #[arg(short = 'C', long = "project", global = true, value_name = "DIR")]
+    pub project: Option<PathBuf>,
     /// The cluster file (default: hallmark.toml at the project root).
     #[arg(long, global = true, value_name = "FILE")]
     pub config: Option<PathBuf>,

@@ -1,5 +1,6 @@
-//! `hallmark.toml`: the builder and the nodes. Optional: without it, the local engine
-//! (`DOCKER_HOST` honoured) is the builder and the only node.
+//! `hallmark.toml`: the builder and the nodes (the same file marks the project root). Every
+//! key is optional: without them, the local engine (found as the docker CLI finds it:
+//! `DOCKER_HOST`, `DOCKER_CONTEXT`, the current context) is the builder and the only node.
 
 use crate::error::{Error, Result};
 use crate::render::DEFAULT_CHECKSUM_LABEL;
@@ -59,6 +60,11 @@ pub struct NodeConfig {
     /// This node's transport, if not the cluster's.
     #[serde(default)]
     pub transport: Option<Transport>,
+    /// For a `tcp://` engine reached with TLS: the folder of the client's `ca.pem`,
+    /// `cert.pem` and `key.pem`, as the docker CLI finds it (`DOCKER_TLS_VERIFY` with
+    /// `DOCKER_CERT_PATH`, or a context's TLS folder).
+    #[serde(skip)]
+    pub tls: Option<PathBuf>,
 }
 
 #[derive(Debug, Clone)]
@@ -80,16 +86,120 @@ impl Config {
     }
 }
 
-fn local_engine() -> NodeConfig {
-    let engine = std::env::var("DOCKER_HOST")
-        .ok()
-        .filter(|h| !h.is_empty())
-        .unwrap_or_else(|| "unix:///var/run/docker.sock".into());
-    NodeConfig {
+/// The engine the docker CLI would use here, found the way it finds it: `DOCKER_HOST` (with
+/// `DOCKER_TLS_VERIFY` and `DOCKER_CERT_PATH` for TLS), else the context `DOCKER_CONTEXT`
+/// names, else the current context of the docker config (`DOCKER_CONFIG`, else
+/// `~/.docker`), else the default socket. Written here because no crate reads docker
+/// contexts; the layout is the docker CLI's (`contexts/meta/<sha256 of the name>/meta.json`,
+/// `contexts/tls/<sha256 of the name>/docker/`).
+pub fn local_engine() -> Result<NodeConfig> {
+    let env = |key: &str| std::env::var(key).ok().filter(|v| !v.is_empty());
+    let config_dir = docker_config_dir();
+    let node = |engine: String, tls: Option<PathBuf>| NodeConfig {
         name: Name::try_from("local".to_string()).expect("valid"),
         engine,
         transport: None,
+        tls,
+    };
+    if let Some(host) = env("DOCKER_HOST") {
+        let tls = env("DOCKER_TLS_VERIFY").map(|_| {
+            env("DOCKER_CERT_PATH")
+                .map(PathBuf::from)
+                .unwrap_or_else(|| config_dir.clone())
+        });
+        return Ok(node(host, tls));
     }
+    let (context, from) = match env("DOCKER_CONTEXT") {
+        Some(name) => (Some(name), "DOCKER_CONTEXT".to_string()),
+        None => {
+            let file = config_dir.join("config.json");
+            (current_context(&file)?, file.display().to_string())
+        }
+    };
+    match context.filter(|name| name != "default") {
+        None => Ok(node(DEFAULT_ENGINE.into(), None)),
+        Some(name) => {
+            let (host, tls) = docker_context(&config_dir, &name, &from)?;
+            Ok(node(host, tls))
+        }
+    }
+}
+
+const DEFAULT_ENGINE: &str = "unix:///var/run/docker.sock";
+
+/// The docker CLI's config folder: `DOCKER_CONFIG`, else `~/.docker`.
+pub fn docker_config_dir() -> PathBuf {
+    let env = |key: &str| std::env::var(key).ok().filter(|v| !v.is_empty());
+    env("DOCKER_CONFIG")
+        .map(PathBuf::from)
+        .or_else(|| env("HOME").map(|home| Path::new(&home).join(".docker")))
+        .unwrap_or_else(|| PathBuf::from(".docker"))
+}
+
+/// `currentContext` of the docker CLI's `config.json`, if it names one.
+fn current_context(file: &Path) -> Result<Option<String>> {
+    let text = match fs_err::read_to_string(file) {
+        Ok(text) => text,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(Error::io(file, e)),
+    };
+    let config: serde_json::Value = serde_json::from_str(&text).map_err(|e| Error::Parse {
+        path: file.to_path_buf(),
+        location: None,
+        key: None,
+        message: format!("not the docker CLI's JSON config: {e}"),
+    })?;
+    Ok(config
+        .get("currentContext")
+        .and_then(|c| c.as_str())
+        .filter(|c| !c.is_empty())
+        .map(String::from))
+}
+
+/// The engine address and TLS folder of the docker context `name` (chosen by `from`).
+fn docker_context(config_dir: &Path, name: &str, from: &str) -> Result<(String, Option<PathBuf>)> {
+    use sha2::Digest as _;
+    let id = hex::encode(sha2::Sha256::digest(name.as_bytes()));
+    let meta = config_dir.join("contexts/meta").join(&id).join("meta.json");
+    let text = match fs_err::read_to_string(&meta) {
+        Ok(text) => text,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            return Err(Error::Usage {
+                message: format!(
+                    "the docker context `{name}` (chosen by {from}) does not exist: no {}",
+                    meta.display()
+                ),
+                hint: Some("`docker context ls` lists the contexts; unset DOCKER_CONTEXT or choose another with `docker context use`".into()),
+            });
+        }
+        Err(e) => return Err(Error::io(&meta, e)),
+    };
+    let invalid = |message: String| Error::Parse {
+        path: meta.clone(),
+        location: None,
+        key: Some("Endpoints.docker.Host".into()),
+        message,
+    };
+    let value: serde_json::Value =
+        serde_json::from_str(&text).map_err(|e| invalid(format!("not a docker context: {e}")))?;
+    let endpoint = &value["Endpoints"]["docker"];
+    let host = endpoint["Host"]
+        .as_str()
+        .filter(|h| !h.is_empty())
+        .ok_or_else(|| invalid(format!("the docker context `{name}` names no engine")))?;
+    if endpoint["SkipTLSVerify"].as_bool() == Some(true) {
+        return Err(Error::Usage {
+            message: format!(
+                "the docker context `{name}` skips TLS verification; hallmark does not connect to an engine it cannot verify"
+            ),
+            hint: Some(
+                "give the context the engine's CA (`docker context update --docker ca=...`)".into(),
+            ),
+        });
+    }
+    let tls = config_dir.join("contexts/tls").join(&id).join("docker");
+    let tls = (host.starts_with("tcp://") && tls.join("ca.pem").is_file()).then_some(tls);
+    Ok((host.to_string(), tls))
 }
 
 impl Config {
@@ -101,7 +211,7 @@ impl Config {
             (None, None) => None,
         };
         let Some(path) = path else {
-            let local = local_engine();
+            let local = local_engine()?;
             return Ok(Config {
                 path: None,
                 checksum_label: DEFAULT_CHECKSUM_LABEL.into(),
@@ -117,7 +227,7 @@ impl Config {
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
                 return Err(Error::Usage {
                     message: format!("the cluster file {} does not exist", path.display()),
-                    hint: Some("`--config FILE` names a hallmark.toml; without it, hallmark.toml at the project root is read if present".into()),
+                    hint: Some("`--config FILE` names a cluster file; without it, hallmark.toml at the project root is read".into()),
                 });
             }
             Err(e) => return Err(Error::io(&path, e)),
@@ -130,7 +240,10 @@ impl Config {
             message,
             hint: None,
         };
-        let builder = file.builder.unwrap_or_else(local_engine);
+        let builder = match file.builder {
+            Some(builder) => builder,
+            None => local_engine()?,
+        };
         let nodes = if file.nodes.is_empty() {
             vec![builder.clone()]
         } else {

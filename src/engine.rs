@@ -40,6 +40,11 @@ pub struct Engine {
     pub version: EngineVersion,
     /// Keeps the ssh bridge of an `ssh://` engine alive as long as the engine.
     bridge: Option<SshBridge>,
+    /// Whether a `tcp://` engine is reached with TLS.
+    tls: bool,
+    /// Containers `run_once` has created and not yet removed: what an interrupt must clean
+    /// up. Locked for the whole of a creation, so an interrupt waits for one under way.
+    live: Arc<tokio::sync::Mutex<Vec<String>>>,
 }
 
 impl Engine {
@@ -54,7 +59,16 @@ impl Engine {
         let dial = if let Some(path) = endpoint.strip_prefix("unix://") {
             Dial::Unix(PathBuf::from(path))
         } else if let Some(address) = endpoint.strip_prefix("tcp://") {
-            Dial::Tcp(address.trim_end_matches('/').to_string())
+            let address = address.trim_end_matches('/').to_string();
+            match &node.tls {
+                Some(dir) => Dial::tls(address, dir).map_err(|e| {
+                    fail(format!(
+                        "cannot use the TLS files in {}: {e}",
+                        dir.display()
+                    ))
+                })?,
+                None => Dial::Tcp(address),
+            }
         } else if let Some(host) = endpoint.strip_prefix("ssh://") {
             let bridge = SshBridge::new(host, ssh_config)
                 .map_err(|e| fail(format!("cannot start ssh: {e}")))?;
@@ -80,9 +94,11 @@ impl Engine {
             node: node.name.to_string(),
             endpoint: node.engine.clone(),
             docker: transport.bollard(TIMEOUT_SECS),
+            tls: node.tls.is_some(),
             transport,
             version,
             bridge,
+            live: Default::default(),
         }
     }
 
@@ -133,6 +149,7 @@ impl Engine {
         match &self.bridge {
             Some(bridge) if bridge.task.is_some() => "ssh dial-stdio",
             Some(_) => "ssh forward",
+            None if self.endpoint.starts_with("tcp://") && self.tls => "tcp+tls",
             None if self.endpoint.starts_with("tcp://") => "tcp",
             None => "socket",
         }
@@ -206,13 +223,22 @@ impl Engine {
         self.image_ids("").await
     }
 
-    async fn image_ids(&self, query: &str) -> Result<Vec<String>> {
-        let listed: Vec<ImageListed> = self
+    /// Every image the engine holds, with its tags and labels, in one request.
+    pub async fn listed_images(&self) -> Result<Vec<ImageListed>> {
+        self.list_images("").await
+    }
+
+    async fn list_images(&self, query: &str) -> Result<Vec<ImageListed>> {
+        Ok(self
             .transport
             .get(&format!("/images/json{query}"))
             .await
             .map_err(|e| self.error(format!("listing images: {e}")))?
-            .unwrap_or_default();
+            .unwrap_or_default())
+    }
+
+    async fn image_ids(&self, query: &str) -> Result<Vec<String>> {
+        let listed = self.list_images(query).await?;
         let mut ids: Vec<String> = listed
             .into_iter()
             .map(|i| i.id)
@@ -260,19 +286,51 @@ impl Engine {
             "NetworkDisabled": true,
             "HostConfig": {"NetworkMode": "none"},
         });
-        let created: ContainerCreated = self
-            .transport
-            .post("/containers/create", Some(&body))
-            .await
-            .and_then(|c| c.ok_or_else(|| format!("no such image: {image}")))
-            .map_err(|e| self.error(format!("creating a container from {image}: {e}")))?;
-        let outcome = self.run_created(&created.id).await;
-        let remove = RemoveContainerOptionsBuilder::new().force(true).build();
-        let _ = self
-            .docker
-            .remove_container(&created.id, Some(remove))
-            .await;
+        // Created in a task of its own, which records the container before it ends: dropping
+        // this future (Ctrl-C) cannot lose a container the engine made, and the interrupt's
+        // cleanup waits for the lock, so for a creation under way.
+        let (transport, live) = (self.transport.clone(), Arc::clone(&self.live));
+        let image_name = image.to_string();
+        let id = tokio::spawn(async move {
+            let mut live = live.lock().await;
+            let created: ContainerCreated = transport
+                .post("/containers/create", Some(&body))
+                .await?
+                .ok_or_else(|| format!("no such image: {image_name}"))?;
+            live.push(created.id.clone());
+            Ok::<_, String>(created.id)
+        })
+        .await
+        .map_err(|e| e.to_string())
+        .and_then(|created| created)
+        .map_err(|e| self.error(format!("creating a container from {image}: {e}")))?;
+        let outcome = self.run_created(&id).await;
+        self.remove_container(&id).await;
         outcome
+    }
+
+    async fn remove_container(&self, id: &str) {
+        let remove = RemoveContainerOptionsBuilder::new().force(true).build();
+        let _ = self.docker.remove_container(id, Some(remove)).await;
+        self.live.lock().await.retain(|live| live != id);
+    }
+
+    /// Removes every container `run_once` started and has not removed yet: called when the
+    /// user interrupts hallmark, whose futures are then dropped before their own cleanup.
+    pub async fn remove_live_containers(&self) {
+        let mut live = self.live.lock().await;
+        let remove = RemoveContainerOptionsBuilder::new().force(true).build();
+        for id in live.drain(..) {
+            let _ = self
+                .docker
+                .remove_container(&id, Some(remove.clone()))
+                .await;
+        }
+    }
+
+    /// The engine's own platform, `os/arch` as the OCI names them (`linux/amd64`).
+    pub fn platform(&self) -> String {
+        self.version.platform()
     }
 
     async fn run_created(&self, id: &str) -> Result<(i64, String)> {

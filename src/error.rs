@@ -68,8 +68,17 @@ pub enum Error {
         hint: Option<String>,
     },
 
-    #[error("no project found: neither {} nor any parent holds an `images/` folder", start.display())]
-    NoProject { start: PathBuf },
+    #[error("{}", if *walked { format!("no project found: neither {} nor any folder above it holds hallmark.toml", start.display()) } else { format!("{} is not a hallmark project: it holds no hallmark.toml", start.display()) })]
+    NoProject {
+        start: PathBuf,
+        /// Whether the folders above `start` were searched too (not with `-C`).
+        walked: bool,
+        /// The nearest folder with an `images/` folder, which may be a project without its file.
+        images_at: Option<PathBuf>,
+    },
+
+    #[error("the project has no images: no {}/<name>/image.toml", images_dir.display())]
+    NoImages { images_dir: PathBuf },
 
     #[error("no image `{name}` in {}", images_dir.display())]
     UnknownImage {
@@ -151,6 +160,11 @@ pub enum Error {
         output: String,
     },
 
+    /// The user pressed Ctrl-C (SIGINT): the containers hallmark started are removed, no tag
+    /// has moved, and nothing unfinished carries a checksum.
+    #[error("interrupted: {what}")]
+    Interrupted { what: String },
+
     /// Several independent problems, reported together (as `check` does).
     #[error("{} problems", .0.len())]
     Many(Vec<Error>),
@@ -185,6 +199,7 @@ impl Error {
             | Error::Parse { .. }
             | Error::Invalid { .. }
             | Error::NoProject { .. }
+            | Error::NoImages { .. }
             | Error::UnknownImage { .. }
             | Error::Cycle { .. }
             | Error::Pin { .. }
@@ -197,6 +212,8 @@ impl Error {
             | Error::Engine { .. }
             | Error::BuildFailed { .. }
             | Error::SmokeFailed { .. } => 1,
+            // The shell's convention for a command ended by SIGINT (128 + 2).
+            Error::Interrupted { .. } => 130,
             Error::Many(errors) => errors.iter().map(Error::exit_code).min().unwrap_or(1),
         }
     }
@@ -216,8 +233,19 @@ impl Error {
                 Some(format!("images here: {}", known.join(", ")))
             }
             Error::Pin { image, .. } => Some(format!("run `hallmark lock {image}`")),
+            Error::NoProject {
+                images_at: Some(dir),
+                ..
+            } => Some(format!(
+                "{} holds images/; if it is a hallmark project, mark its root with a hallmark.toml (empty is fine): `touch {}`",
+                dir.display(),
+                dir.join("hallmark.toml").display()
+            )),
             Error::NoProject { .. } => Some(
-                "run hallmark inside a project, a folder with `images/<name>/image.toml`".into(),
+                "run hallmark inside a project (a folder holding hallmark.toml and images/<name>/image.toml), or name it with `-C DIR`".into(),
+            ),
+            Error::NoImages { .. } => Some(
+                "add a spec as images/<name>/image.toml; a check of no image passes nothing".into(),
             ),
             _ => None,
         }
@@ -270,5 +298,58 @@ impl Error {
             let _ = writeln!(out, "hint: {hint}");
         }
         out
+    }
+}
+
+/// `text` without terminal escape sequences (colours, cursor moves: ESC `[` ... final byte,
+/// ESC `]` ... BEL or ESC `\\`) and without other control characters but newline and tab, so
+/// that build output can go into error reports, JSON and XML as plain text.
+pub fn plain_text(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    let mut chars = text.chars().peekable();
+    while let Some(c) = chars.next() {
+        match c {
+            '\u{1b}' => match chars.next() {
+                // CSI: parameters and intermediates, then one final byte in @..~.
+                Some('[') => {
+                    for c in chars.by_ref() {
+                        if ('@'..='~').contains(&c) {
+                            break;
+                        }
+                    }
+                }
+                // OSC: up to BEL or the string terminator ESC \.
+                Some(']') => {
+                    while let Some(c) = chars.next() {
+                        if c == '\u{7}' || (c == '\u{1b}' && chars.next_if_eq(&'\\').is_some()) {
+                            break;
+                        }
+                    }
+                }
+                // Any other escape is two characters long.
+                _ => {}
+            },
+            '\n' | '\t' => out.push(c),
+            '\r' => {
+                // A lone carriage return redraws a line (progress output): keep what follows.
+                if chars.peek() != Some(&'\n') {
+                    out.push('\n');
+                }
+            }
+            c if c.is_control() => {}
+            c => out.push(c),
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::plain_text;
+
+    #[test]
+    fn plain_text_drops_colours_titles_and_control_characters() {
+        let raw = "\u{1b}[1;31merror\u{1b}[0m: \u{1b}]0;title\u{7}bad\u{0}\u{8} byte\r\nnext\tline\rredrawn";
+        assert_eq!(plain_text(raw), "error: bad byte\nnext\tline\nredrawn");
     }
 }

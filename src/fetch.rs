@@ -6,7 +6,7 @@
 //! --cached`), never to a checkout: checking a 23-patch series against vLLM takes a second,
 //! and `git archive` of the resulting tree is the patched source, ready for the context.
 
-use crate::checksum::sha256_hex;
+use crate::checksum::{sha256_hex, sha256_reader};
 use crate::error::{Error, Result};
 use crate::patches::Patch;
 use crate::pins::{SourcePin, WheelPin, wheel_stem};
@@ -238,7 +238,15 @@ pub fn wheel_path(cache: &Path, pin: &WheelPin) -> PathBuf {
 }
 
 /// Downloads `name==version` as a wheel with the user's pip; returns its cached path.
-pub fn download_wheel(cache: &Path, image: &str, name: &str, version: &str) -> Result<PathBuf> {
+/// `target` holds pip's options for the image's interpreter and platform
+/// ([`crate::wheel::Interpreter::pip_options`]); without them pip chooses for the host.
+pub fn download_wheel(
+    cache: &Path,
+    image: &str,
+    name: &str,
+    version: &str,
+    target: &[String],
+) -> Result<PathBuf> {
     let wheels = cache.join("wheels");
     fs_err::create_dir_all(&wheels).map_err(|e| Error::io(&wheels, e))?;
     let scratch = tempfile::Builder::new()
@@ -260,8 +268,9 @@ pub fn download_wheel(cache: &Path, image: &str, name: &str, version: &str) -> R
             "--quiet",
             "--no-deps",
             "--only-binary=:all:",
-            "--dest",
         ])
+        .args(target)
+        .arg("--dest")
         .arg(scratch.path())
         .arg(format!("{name}=={version}"))
         .stdin(Stdio::null())
@@ -278,14 +287,17 @@ pub fn download_wheel(cache: &Path, image: &str, name: &str, version: &str) -> R
         .filter_map(|e| e.ok())
         .map(|e| e.path())
         .find(|p| {
+            // `MarkupSafe-2.1.5-...whl` for `markupsafe`: names compare normalised.
             p.file_name().and_then(|f| f.to_str()).is_some_and(|f| {
-                f.ends_with(".whl") && f.starts_with(&format!("{}-", wheel_stem(name)))
+                f.ends_with(".whl") && f.split('-').next().map(wheel_stem) == Some(wheel_stem(name))
             })
         })
         .ok_or_else(|| fail("pip downloaded no wheel file".into(), None))?;
-    let bytes = fs_err::read(&downloaded).map_err(|e| Error::io(&downloaded, e))?;
+    let (sha256, _) = fs_err::File::open(&downloaded)
+        .and_then(sha256_reader)
+        .map_err(|e| Error::io(&downloaded, e))?;
     let target = wheels
-        .join(sha256_hex(&bytes))
+        .join(sha256)
         .join(downloaded.file_name().expect("a file"));
     fs_err::create_dir_all(target.parent().expect("has a parent"))
         .map_err(|e| Error::io(&target, e))?;
@@ -298,12 +310,19 @@ pub fn download_wheel(cache: &Path, image: &str, name: &str, version: &str) -> R
 pub fn ensure_wheel(cache: &Path, image: &str, pin: &WheelPin) -> Result<PathBuf> {
     let cached = wheel_path(cache, pin);
     let matches = |path: &Path| {
-        fs_err::read(path).is_ok_and(|bytes| sha256_hex(&bytes) == pin.sha256.as_str())
+        fs_err::File::open(path)
+            .and_then(sha256_reader)
+            .is_ok_and(|(sha256, _)| sha256 == pin.sha256.as_str())
     };
     if matches(&cached) {
         return Ok(cached);
     }
-    let downloaded = download_wheel(cache, image, pin.name.as_str(), &pin.version)?;
+    // Asked for with the pinned file's own tags, so the host's Python and machine do not
+    // decide which file comes.
+    let target = crate::wheel::parse_name(&pin.file)
+        .map(|name| name.pip_options())
+        .unwrap_or_default();
+    let downloaded = download_wheel(cache, image, pin.name.as_str(), &pin.version, &target)?;
     if downloaded == cached && matches(&cached) {
         return Ok(cached);
     }

@@ -15,6 +15,7 @@ pub mod cli;
 pub mod commands;
 pub mod config;
 pub mod context;
+pub mod credentials;
 pub mod engine;
 pub mod error;
 pub mod fetch;

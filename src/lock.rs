@@ -5,13 +5,18 @@ use crate::error::{Error, Result};
 use crate::fetch;
 use crate::pins::{self, BasePin, Pins, SourcePin, WheelPin, wheel_stem};
 use crate::project::Project;
-use crate::spec::Parent;
+use crate::spec::{LoadedSpec, Parent};
 use crate::values::{Name, Sha256Hex};
+use crate::wheel::{self, Interpreter};
 
-/// What resolved an external base: the engine, or a digest already written in pins/.
+/// What `lock` asks the builder's engine: the digest of an external base, and the Python of
+/// an image (for its wheels).
 pub trait BaseResolver {
     /// `Ok(None)` when no engine is reachable or it does not hold the image.
     fn resolve(&self, reference: &str) -> Result<Option<BasePin>>;
+    /// The Python in the image `reference` names, asked in a container from it; `Ok(None)`
+    /// when no engine holds it or it cannot run there (another machine, no python3).
+    fn interpreter(&self, reference: &str) -> Result<Option<Interpreter>>;
 }
 
 /// One line of what `lock` did, for the operator.
@@ -84,21 +89,41 @@ pub fn lock(
         new.sources.push(pin);
     }
 
+    if !loaded.spec.wheels.is_empty() {
+        new.python = interpreter(project, &loaded, &old, update, bases, &mut changes)?;
+    }
     for wheel in &loaded.spec.wheels {
         let name = wheel.name.get_ref();
+        // A pin chosen for another Python or machine is chosen again.
+        let fits = |pin: &WheelPin| match (&new.python, wheel::parse_name(&pin.file)) {
+            (Some(python), Ok(file)) => python.accepts(&file),
+            (None, _) => true,
+            (Some(_), Err(_)) => false,
+        };
         let kept = old
             .wheels
             .iter()
             .find(|p| {
                 wheel_stem(p.name.as_str()) == wheel_stem(name.as_str())
                     && p.version == wheel.version
+                    && fits(p)
             })
             .filter(|_| !update);
         let pin = match kept {
             Some(pin) => pin.clone(),
             None => {
-                let path =
-                    fetch::download_wheel(cache, image.as_str(), name.as_str(), &wheel.version)?;
+                let target = new
+                    .python
+                    .as_ref()
+                    .map(Interpreter::pip_options)
+                    .unwrap_or_default();
+                let path = fetch::download_wheel(
+                    cache,
+                    image.as_str(),
+                    name.as_str(),
+                    &wheel.version,
+                    &target,
+                )?;
                 let sha = path
                     .parent()
                     .and_then(|d| d.file_name())
@@ -114,6 +139,12 @@ pub fn lock(
                     sha256: Sha256Hex::try_from(sha.to_string_lossy().into_owned())
                         .expect("cache dirs are sha256"),
                 };
+                check_wheel_fits(
+                    image,
+                    &pins::path_for(&project.root, image),
+                    &pin,
+                    new.python.as_ref(),
+                )?;
                 changes.push(format!(
                     "wheel {name}=={}: {} sha256 {}",
                     wheel.version, pin.file, pin.sha256
@@ -131,4 +162,117 @@ pub fn lock(
         image: image.clone(),
         changes,
     })
+}
+
+/// The Python an image's wheels are chosen for: the one pinned (unless `--update`, or it is
+/// for another machine than the spec's platform), else asked of the nearest image up the
+/// parent chain that the builder holds and can run. The spec's platform (its own or the
+/// nearest parent's) names the machine, so an arm64 image is locked for arm64 on an x86
+/// builder that holds the base's x86 variant: the Python version and C library are the same
+/// across a base's platforms. `None` when nothing could be asked.
+fn interpreter(
+    project: &Project,
+    loaded: &LoadedSpec,
+    old: &Pins,
+    update: bool,
+    bases: &dyn BaseResolver,
+    changes: &mut Vec<String>,
+) -> Result<Option<Interpreter>> {
+    let mut platform = loaded.spec.image.platform.clone();
+    let mut chain = Vec::new();
+    let mut seen = vec![loaded.name.clone()];
+    let mut current = loaded.spec.parent();
+    let mut parents = Vec::new();
+    loop {
+        match current {
+            Parent::External(reference) => {
+                chain.push(reference.to_string());
+                break;
+            }
+            Parent::Image(parent) if !seen.contains(parent) => {
+                seen.push(parent.clone());
+                parents.push(project.load_spec(parent)?);
+                let parent = parents.last().expect("pushed");
+                chain.push(parent.reference());
+                platform = platform.or_else(|| parent.spec.image.platform.clone());
+                current = parent.spec.parent();
+            }
+            // A cycle: `check` names it; the images seen so far are enough here.
+            Parent::Image(_) => break,
+        }
+    }
+    let machine = platform.as_deref().and_then(wheel::machine_of_platform);
+    let for_machine = |python: &Interpreter| machine.is_none_or(|m| python.machine == m);
+    if let Some(pinned) = old.python.as_ref().filter(|p| !update && for_machine(p)) {
+        return Ok(Some(pinned.clone()));
+    }
+    for reference in &chain {
+        if let Some(mut python) = bases.interpreter(reference)? {
+            if let Some(machine) = machine {
+                python.machine = machine.to_string();
+            }
+            changes.push(format!("python: {} (asked {reference})", python.describe()));
+            return Ok(Some(python));
+        }
+    }
+    if let Some(pinned) = old.python.as_ref().filter(|p| for_machine(p)) {
+        changes.push(format!(
+            "python: no engine could run {}; kept the one written in pins/ ({})",
+            chain.join(", "),
+            pinned.describe()
+        ));
+        return Ok(Some(pinned.clone()));
+    }
+    changes.push(format!(
+        "python: no engine could run python3 in {}; wheels chosen by the host's pip must be pure Python",
+        chain.join(", ")
+    ));
+    Ok(None)
+}
+
+/// A downloaded wheel must install on the image's Python; without one known, it must be pure
+/// Python, which installs anywhere.
+fn check_wheel_fits(
+    image: &Name,
+    pins_path: &std::path::Path,
+    pin: &WheelPin,
+    python: Option<&Interpreter>,
+) -> Result<()> {
+    let file = wheel::parse_name(&pin.file).map_err(|message| Error::Wheel {
+        image: image.to_string(),
+        name: pin.name.to_string(),
+        version: pin.version.clone(),
+        message,
+        hint: None,
+    })?;
+    let fail = |message: String, hint: Option<String>| Error::Wheel {
+        image: image.to_string(),
+        name: pin.name.to_string(),
+        version: pin.version.clone(),
+        message,
+        hint,
+    };
+    match python {
+        Some(python) if !python.accepts(&file) => Err(fail(
+            format!(
+                "pip chose {}, which does not install on {}",
+                pin.file,
+                python.describe()
+            ),
+            None,
+        )),
+        None if !file.is_pure() => Err(Error::Invalid {
+            path: pins_path.to_path_buf(),
+            location: None,
+            key: Some("python".into()),
+            message: format!(
+                "wheel `{}=={}`: pip offers {}, built for one Python and platform, and hallmark cannot tell which Python image `{image}` runs",
+                pin.name, pin.version, pin.file
+            ),
+            hint: Some(format!(
+                "load the base on the builder and run `hallmark lock --update {image}`, or write it in this file by hand: [python] version = \"3.12\", implementation = \"cpython\", abi = \"cp312\", machine = \"aarch64\", libc = \"glibc 2.35\" (docs/spec.md)"
+            )),
+        }),
+        _ => Ok(()),
+    }
 }

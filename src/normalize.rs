@@ -32,13 +32,15 @@ use std::io::{Read, Seek, SeekFrom, Write};
 use std::sync::Arc;
 
 /// Normalises the builder's image `raw_id`, whose first `parent_layers` layers are its
-/// parent's; loads the result untagged and returns the builder's id for it.
+/// parent's; loads the result untagged and returns the builder's id for it. With `finish`
+/// (label key and checksum), the result carries its checksum: nothing follows normalisation.
 pub async fn normalize(
     builder: &Engine,
     store: &Arc<LayerStore>,
     raw_id: &str,
     parent_layers: usize,
     source_date: u64,
+    finish: Option<(&str, &str)>,
 ) -> Result<String> {
     let (_, raw) = ship::stored_image(builder, store, raw_id).await?;
     let mut layers: Vec<StoredLayer> = raw.layers[..parent_layers.min(raw.layers.len())].to_vec();
@@ -69,6 +71,9 @@ pub async fn normalize(
     }
     let mut config = store.read_config(&raw)?;
     normalize_config(&mut config, &layers, source_date);
+    if let Some((key, checksum)) = finish {
+        finish_config(&mut config, key, checksum);
+    }
     ship::load_made(builder, store, &config, layers, parent_layers).await
 }
 
@@ -86,6 +91,33 @@ fn seekable(store: &LayerStore, layer: &StoredLayer) -> Result<std::fs::File> {
         .and_then(|_| spool.seek(SeekFrom::Start(0)))
         .map_err(|e| Error::io(&path, e))?;
     Ok(spool)
+}
+
+/// The value of the checksum label while an image is unfinished (built, but not yet
+/// normalised, smoke-tested and stamped). It never equals a checksum, so no lookup by label
+/// finds such an image: a re-run after a failure or an interrupt builds again.
+pub fn pending_label(checksum: &str) -> String {
+    format!("pending-{checksum}")
+}
+
+/// Stamps a finished image's config: the checksum label takes the checksum's value, and the
+/// build's LABEL step in the history says what the image now carries.
+pub fn finish_config(config: &mut Value, key: &str, checksum: &str) {
+    let pending = pending_label(checksum);
+    if let Some(runtime) = config.get_mut("config").and_then(Value::as_object_mut) {
+        let labels = runtime.entry("Labels").or_insert_with(|| json!({}));
+        if !labels.is_object() {
+            *labels = json!({});
+        }
+        labels[key] = json!(checksum);
+    }
+    if let Some(history) = config.get_mut("history").and_then(Value::as_array_mut) {
+        for entry in history.iter_mut().filter_map(Value::as_object_mut) {
+            if let Some(Value::String(step)) = entry.get_mut("created_by") {
+                *step = step.replace(&pending, checksum);
+            }
+        }
+    }
 }
 
 /// Removes what only says when and where the build ran (public for the fuzzer).

@@ -14,6 +14,10 @@ pub struct Pins {
     pub base: Option<BasePin>,
     #[serde(default, rename = "source", skip_serializing_if = "Vec::is_empty")]
     pub sources: Vec<SourcePin>,
+    /// The Python the wheels were chosen for (`hallmark lock` asks the parent image, or it is
+    /// written by hand); not in the checksum: the wheel pins are.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub python: Option<crate::wheel::Interpreter>,
     #[serde(default, rename = "wheel", skip_serializing_if = "Vec::is_empty")]
     pub wheels: Vec<WheelPin>,
 }
@@ -84,6 +88,15 @@ pub fn read(root: &Path, image: &Name) -> Result<Pins> {
 /// Parses the text of a pins file (read by [`read`]; fuzzed on its own).
 pub fn parse(path: PathBuf, text: &str) -> Result<Pins> {
     let pins: Pins = parse_toml(&path, text)?;
+    if let Some(Err(message)) = pins.python.as_ref().map(crate::wheel::Interpreter::check) {
+        return Err(Error::Invalid {
+            location: crate::spec::locate(text, &["python"]),
+            path,
+            key: Some("python".into()),
+            message,
+            hint: None,
+        });
+    }
     for wheel in &pins.wheels {
         let distribution = wheel.file.split('-').next().unwrap_or_default();
         if !wheel.file.ends_with(".whl")

@@ -2,7 +2,7 @@
 //! each with its checked pins, its patch sets, its files, its template and its checksum.
 //! Everything here is offline: no engine, no network.
 
-use crate::checksum::{Document, InputChecksum, sha256_hex};
+use crate::checksum::{Document, FileHashes, HashStats, InputChecksum, sha256_hex};
 use crate::error::{Error, Result};
 use crate::patches::{self, PatchSet};
 use crate::pins::{self, CheckedPins};
@@ -74,6 +74,8 @@ pub struct Plan {
     pub images: BTreeMap<Name, PlannedImage>,
     /// Parents before children.
     pub order: Vec<Name>,
+    /// What was read to hash the files, and what was remembered.
+    pub hashing: HashStats,
 }
 
 impl Plan {
@@ -84,17 +86,31 @@ impl Plan {
         for name in requested {
             visit(project, name, &mut Vec::new(), &mut specs, &mut order)?;
         }
+        let mut hashes = FileHashes::load(&project.root, &project.state_dir());
         let mut images: BTreeMap<Name, PlannedImage> = BTreeMap::new();
+        let mut planned = Ok(());
         for name in &order {
             let loaded = specs.remove(name).expect("visited");
             let parent_checksum = match loaded.spec.parent() {
                 Parent::Image(parent) => Some((parent.clone(), images[parent].checksum.clone())),
                 Parent::External(_) => None,
             };
-            let planned = plan_one(project, loaded, parent_checksum)?;
-            images.insert(name.clone(), planned);
+            match plan_one(project, loaded, parent_checksum, &mut hashes) {
+                Ok(image) => images.insert(name.clone(), image),
+                Err(e) => {
+                    planned = Err(e);
+                    break;
+                }
+            };
         }
-        Ok(Plan { images, order })
+        // What was hashed before a failure is worth remembering too.
+        hashes.save();
+        planned?;
+        Ok(Plan {
+            images,
+            order,
+            hashing: hashes.stats,
+        })
     }
 
     pub fn get(&self, name: &Name) -> &PlannedImage {
@@ -149,6 +165,7 @@ fn plan_one(
     project: &Project,
     loaded: LoadedSpec,
     parent: Option<(Name, InputChecksum)>,
+    hashes: &mut FileHashes,
 ) -> Result<PlannedImage> {
     let all_pins = pins::read(&project.root, &loaded.name)?;
     let pins = pins::check(&loaded, &project.root, &all_pins)?;
@@ -175,7 +192,7 @@ fn plan_one(
             sets,
         });
     }
-    let files = collect_files(&loaded)?;
+    let files = collect_files(&loaded, hashes)?;
     let template = template_for(&loaded)?;
 
     let mut doc = Document::new();
@@ -234,7 +251,7 @@ fn plan_one(
 }
 
 /// `[[file]]` entries, folders expanded to their files in sorted order.
-fn collect_files(loaded: &LoadedSpec) -> Result<Vec<ContextFile>> {
+fn collect_files(loaded: &LoadedSpec, hashes: &mut FileHashes) -> Result<Vec<ContextFile>> {
     let mut files = Vec::new();
     for copy in &loaded.spec.files {
         let src = loaded.dir.join(copy.src.get_ref().as_str());
@@ -314,7 +331,9 @@ fn collect_files(loaded: &LoadedSpec) -> Result<Vec<ContextFile>> {
                     ),
                 );
             }
-            let bytes = fs_err::read(entry.path()).map_err(|e| Error::io(entry.path(), e))?;
+            let sha256 = hashes
+                .sha256(entry.path())
+                .map_err(|e| Error::io(entry.path(), e))?;
             let mode = entry
                 .metadata()
                 .map_err(|e| Error::io(entry.path(), e.into()))?
@@ -328,7 +347,7 @@ fn collect_files(loaded: &LoadedSpec) -> Result<Vec<ContextFile>> {
                     dest.clone()
                 },
                 executable: mode & 0o111 != 0,
-                sha256: sha256_hex(&bytes),
+                sha256,
             });
         }
     }

@@ -1,5 +1,5 @@
-//! Where things live: the project root (found by walking up, as Cargo does), its images,
-//! and the caches outside it.
+//! Where things live: the project root (the folder holding `hallmark.toml`, found by walking
+//! up as Cargo finds `Cargo.toml`), its images, and the caches outside it.
 
 use crate::error::{Error, Result};
 use crate::spec::{self, LoadedSpec};
@@ -11,17 +11,48 @@ pub struct Project {
     pub root: PathBuf,
 }
 
+/// The file that marks a project's root; it is also the default cluster file, so an empty
+/// one is a project whose builder and only node is the local engine.
+pub const PROJECT_FILE: &str = "hallmark.toml";
+
 impl Project {
-    /// The nearest folder at or above `start` that holds `images/`.
+    /// The nearest folder at or above `start` that holds `hallmark.toml`. A folder that only
+    /// holds an `images/` folder (documentation, a vendored copy) is not a project: taking it
+    /// for one made `check` pass on whatever it held.
     pub fn discover(start: &Path) -> Result<Project> {
         let start = start.canonicalize().map_err(|e| Error::io(start, e))?;
-        start
+        match start
             .ancestors()
-            .find(|dir| dir.join("images").is_dir())
-            .map(|root| Project {
+            .find(|dir| dir.join(PROJECT_FILE).is_file())
+        {
+            Some(root) => Ok(Project {
                 root: root.to_path_buf(),
-            })
-            .ok_or(Error::NoProject { start })
+            }),
+            None => Err(Error::NoProject {
+                images_at: start
+                    .ancestors()
+                    .find(|dir| dir.join("images").is_dir())
+                    .map(Path::to_path_buf),
+                start,
+                walked: true,
+            }),
+        }
+    }
+
+    /// The project `-C DIR` names: `dir` itself, which must hold `hallmark.toml`.
+    pub fn at(dir: &Path) -> Result<Project> {
+        let root = dir.canonicalize().map_err(|e| Error::Usage {
+            message: format!("-C {}: {e}", dir.display()),
+            hint: None,
+        })?;
+        if !root.join(PROJECT_FILE).is_file() {
+            return Err(Error::NoProject {
+                images_at: root.join("images").is_dir().then(|| root.clone()),
+                start: root,
+                walked: false,
+            });
+        }
+        Ok(Project { root })
     }
 
     pub fn images_dir(&self) -> PathBuf {
@@ -37,11 +68,17 @@ impl Project {
         self.root.join(".hallmark")
     }
 
-    /// Every folder of `images/` that holds an `image.toml`, sorted.
+    /// Every folder of `images/` that holds an `image.toml`, sorted; none (or no `images/`
+    /// at all) is an empty list.
     pub fn image_names(&self) -> Result<Vec<Name>> {
         let dir = self.images_dir();
         let mut names = Vec::new();
-        for entry in fs_err::read_dir(&dir).map_err(|e| Error::io(&dir, e))? {
+        let entries = match fs_err::read_dir(&dir) {
+            Ok(entries) => entries,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(names),
+            Err(e) => return Err(Error::io(&dir, e)),
+        };
+        for entry in entries {
             let entry = entry.map_err(|e| Error::io(&dir, e))?;
             if !entry.path().join("image.toml").is_file() {
                 continue;
@@ -57,6 +94,18 @@ impl Project {
             names.push(name);
         }
         names.sort();
+        Ok(names)
+    }
+
+    /// Every image, for a command that was asked for all of them: none is an error, so a
+    /// check that covers nothing never passes.
+    pub fn all_images(&self) -> Result<Vec<Name>> {
+        let names = self.image_names()?;
+        if names.is_empty() {
+            return Err(Error::NoImages {
+                images_dir: self.images_dir(),
+            });
+        }
         Ok(names)
     }
 

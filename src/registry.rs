@@ -31,6 +31,9 @@ pub struct Registry {
     _process: Option<tokio::process::Child>,
     /// Held while the registry hallmark started runs: one storage, one user at a time.
     _lock: Option<std::fs::File>,
+    /// What the docker CLI here would send to the operator's registry (docker config and its
+    /// credential helpers); none for the registry hallmark starts.
+    credentials: Option<bollard::auth::DockerCredentials>,
 }
 
 impl Registry {
@@ -43,6 +46,7 @@ impl Registry {
                 local_port: None,
                 _process: None,
                 _lock: None,
+                credentials: crate::credentials::for_registry(address)?,
             });
         }
         let root = cache.join("registry");
@@ -125,6 +129,7 @@ impl Registry {
             local_port: Some(port),
             _process: Some(child),
             _lock: Some(lock),
+            credentials: None,
         })
     }
 }
@@ -365,7 +370,10 @@ pub async fn distribute(
             let bar = bars.add(ship::transfer_bar(&node.node));
             async move {
                 let started = Instant::now();
-                let pulled = pull(node, registry, shipment, &bar).await;
+                let pulled = match refuse_podman(node).await {
+                    Ok(()) => pull(node, registry, shipment, &bar).await,
+                    Err(e) => Err(e),
+                };
                 bar.finish_and_clear();
                 let mut outcome = match pulled {
                     Ok(pulled) => {
@@ -408,7 +416,9 @@ async fn push(
         .tag(&shipment.image_id, &format!("{target}:{tag}"))
         .await?;
     let options = PushImageOptionsBuilder::new().tag(tag).build();
-    let stream = builder.docker.push_image(&target, Some(options), None);
+    let stream = builder
+        .docker
+        .push_image(&target, Some(options), registry.credentials.clone());
     let (mut sent, mut present) = (0, 0);
     let failure = engine::follow(stream, |info| match info.status.as_deref() {
         Some("Pushed") => sent += 1,
@@ -470,7 +480,9 @@ async fn pull_and_tag(
         .from_image(&source)
         .tag(tag)
         .build();
-    let stream = node.docker.create_image(Some(options), None, None);
+    let stream = node
+        .docker
+        .create_image(Some(options), None, registry.credentials.clone());
     // Per layer: (bytes downloaded, bytes to download), as the engine reports them.
     let mut layer_bytes: HashMap<String, (u64, u64)> = HashMap::new();
     let mut layers = 0;
@@ -501,6 +513,20 @@ async fn pull_and_tag(
         layers,
         bytes: layer_bytes.values().map(|b| b.1).sum(),
     })
+}
+
+/// Podman's Docker-compatible API pulls and loads, but its names differ from Docker's:
+/// tagging `hello` from `127.0.0.1:PORT/hello` adds no name when the short name already
+/// resolves, so untagging the registry's name then deletes the image, and it refuses plain
+/// HTTP registries on loopback unless configured. A Podman node is refused on this
+/// transport, by name, rather than left without its image; the stream transport serves it.
+async fn refuse_podman(node: &Engine) -> Result<()> {
+    match node.version.podman() {
+        None => Ok(()),
+        Some(engine) => Err(node.error(format!(
+            "{engine} is not supported on the registry transport (its tags differ from Docker's: see docs/shipping.md); give this node `transport = \"stream\"` in hallmark.toml"
+        ))),
+    }
 }
 
 /// Removes one name of an image, never the image (another tag still names it).

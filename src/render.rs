@@ -135,9 +135,13 @@ pub fn rfc3339(epoch: u64) -> String {
 
 /// Labels every hallmark image carries besides the spec's own: the checksum and
 /// `org.opencontainers.image.*` provenance.
+///
+/// `checksum_value` is the checksum itself, or `build::pending_label` while the image is not
+/// finished: only an image that passed every step may carry the checksum.
 pub fn stamped_labels(
     image: &PlannedImage,
     checksum_label: &str,
+    checksum_value: &str,
     parent_tag: Option<&str>,
 ) -> BTreeMap<String, String> {
     let spec = &image.loaded.spec;
@@ -154,12 +158,13 @@ pub fn stamped_labels(
         "org.opencontainers.image.base.name".into(),
         parent_reference(image, parent_tag),
     );
-    if let Some(base) = &image.pins.base {
-        labels.insert(
-            "org.opencontainers.image.base.digest".into(),
-            base.digest.to_string(),
-        );
-    }
+    // A derived image would inherit its grandparent's digest beside its parent's name; its
+    // parent's own digest depends on the builder's image store, so the key is cleared.
+    let base_digest = image.pins.base.as_ref().map(|b| b.digest.to_string());
+    labels.insert(
+        "org.opencontainers.image.base.digest".into(),
+        base_digest.unwrap_or_default(),
+    );
     if let Some(first) = image.pins.sources.first() {
         labels.insert(
             "org.opencontainers.image.source".into(),
@@ -176,7 +181,7 @@ pub fn stamped_labels(
             format!("{}@{}", redact_url(&pin.git), pin.commit),
         );
     }
-    labels.insert(checksum_label.to_string(), image.checksum.to_string());
+    labels.insert(checksum_label.to_string(), checksum_value.to_string());
     labels
 }
 
@@ -184,6 +189,7 @@ pub fn stamped_labels(
 pub fn dockerfile(
     image: &PlannedImage,
     checksum_label: &str,
+    checksum_value: &str,
     parent_tag: Option<&str>,
 ) -> Result<String> {
     let spec = &image.loaded.spec;
@@ -229,7 +235,10 @@ pub fn dockerfile(
         user: spec.container.user.clone(),
         entrypoint: spec.container.entrypoint.as_ref().map(json),
         cmd: spec.container.cmd.as_ref().map(json),
-        labels: pairs(&stamped_labels(image, checksum_label, parent_tag), true),
+        labels: pairs(
+            &stamped_labels(image, checksum_label, checksum_value, parent_tag),
+            true,
+        ),
     };
     let mut handlebars = handlebars::Handlebars::new();
     handlebars.set_strict_mode(true);

@@ -31,7 +31,8 @@ pub async fn check(
     name: &Name,
     settings: &BuildSettings<'_>,
 ) -> Result<(Vec<BuildRecord>, Vec<String>)> {
-    let records = build::build_all(engine, plan, settings).await?;
+    let (records, outcome) = build::build_all(engine, plan, settings).await;
+    outcome?;
     let image = plan.get(name);
     let parent_tag = image
         .parent

@@ -24,6 +24,47 @@ pub enum Dial {
     Unix(PathBuf),
     /// `host:port`, plain HTTP.
     Tcp(String),
+    /// `host:port` over TLS: the engine's certificate checked against the given CA, and the
+    /// client's certificate presented, as `docker --tlsverify` does.
+    Tls {
+        address: String,
+        config: Arc<rustls::ClientConfig>,
+    },
+}
+
+impl Dial {
+    /// TLS with the docker CLI's files in `dir`: `ca.pem` (the only CA trusted), `cert.pem`
+    /// and `key.pem` (the client's).
+    pub fn tls(address: String, dir: &std::path::Path) -> Result<Dial, String> {
+        use rustls_pki_types::pem::PemObject;
+        use rustls_pki_types::{CertificateDer, PrivateKeyDer};
+        let read = |name: &str| {
+            let path = dir.join(name);
+            std::fs::read(&path).map_err(|e| format!("{}: {e}", path.display()))
+        };
+        let certificates = |name: &str| -> Result<Vec<CertificateDer<'static>>, String> {
+            CertificateDer::pem_slice_iter(&read(name)?)
+                .collect::<Result<_, _>>()
+                .map_err(|e| format!("{name}: {e}"))
+        };
+        let mut roots = rustls::RootCertStore::empty();
+        for ca in certificates("ca.pem")? {
+            roots.add(ca).map_err(|e| format!("ca.pem: {e}"))?;
+        }
+        let key = PrivateKeyDer::from_pem_slice(&read("key.pem")?)
+            .map_err(|e| format!("key.pem: {e}"))?;
+        let provider = Arc::new(rustls::crypto::ring::default_provider());
+        let config = rustls::ClientConfig::builder_with_provider(provider)
+            .with_safe_default_protocol_versions()
+            .map_err(|e| e.to_string())?
+            .with_root_certificates(roots)
+            .with_client_auth_cert(certificates("cert.pem")?, key)
+            .map_err(|e| format!("cert.pem and key.pem: {e}"))?;
+        Ok(Dial::Tls {
+            address,
+            config: Arc::new(config),
+        })
+    }
 }
 
 /// The request body type bollard hands its transport (its name is private to bollard).
@@ -238,6 +279,21 @@ impl tower_service::Service<hyper::Uri> for Connector {
             let stream: Box<dyn Io> = match dial {
                 Dial::Unix(socket) => Box::new(tokio::net::UnixStream::connect(socket).await?),
                 Dial::Tcp(address) => Box::new(tokio::net::TcpStream::connect(address).await?),
+                Dial::Tls { address, config } => {
+                    let host = address
+                        .rsplit_once(':')
+                        .map_or(address.as_str(), |(host, _)| host)
+                        .trim_start_matches('[')
+                        .trim_end_matches(']')
+                        .to_string();
+                    let name = rustls_pki_types::ServerName::try_from(host)
+                        .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidInput, e))?;
+                    let tcp = tokio::net::TcpStream::connect(&address).await?;
+                    let tls = tokio_rustls::TlsConnector::from(config)
+                        .connect(name, tcp)
+                        .await?;
+                    Box::new(tls)
+                }
             };
             Ok(Connection(hyper_util::rt::TokioIo::new(stream)))
         })

@@ -57,6 +57,9 @@ pub enum Holding {
     Stale,
     /// The label matches but the content does not: something other than hallmark made it.
     Mismatch,
+    /// The label matches, but the content cannot be checked: the builder, whose image is the
+    /// reference, does not hold it (any more). `status` says so rather than `current`.
+    Unverified,
     Missing,
     Unreachable,
 }
@@ -99,4 +102,78 @@ pub async fn holding(
         fingerprint: fingerprint_found,
         detail: None,
     })
+}
+
+/// One image a node should hold: its reference, checksum and the builder's fingerprint.
+pub struct Wanted {
+    pub reference: String,
+    pub checksum: String,
+    pub fingerprint: String,
+}
+
+/// How many images of one engine are inspected at once.
+const INSPECTS_AT_ONCE: usize = 8;
+
+/// What `engine` holds of each of `wanted`, in order: one listing of the engine's images
+/// first, so that a tag naming an image with another checksum is `stale` without a request
+/// of its own; the others are inspected, several at a time.
+pub async fn holdings(
+    engine: &Engine,
+    label_key: &str,
+    wanted: &[Wanted],
+) -> Vec<Result<NodeHolding>> {
+    use futures_util::StreamExt as _;
+    let listed = match engine.listed_images().await {
+        Ok(listed) => listed,
+        Err(e) => {
+            let message = e.to_string();
+            return wanted
+                .iter()
+                .map(|_| Err(engine.error(message.clone())))
+                .collect();
+        }
+    };
+    let mut by_tag = std::collections::HashMap::new();
+    for image in &listed {
+        for tag in &image.repo_tags {
+            by_tag.insert(familiar(tag), image);
+        }
+    }
+    futures_util::stream::iter(wanted.iter().map(|want| {
+        let seen = by_tag.get(familiar(&want.reference).as_str()).copied();
+        async move {
+            if let Some(seen) = seen
+                && let found = seen.labels.get(label_key)
+                && found.map(String::as_str) != Some(want.checksum.as_str())
+            {
+                return Ok(NodeHolding {
+                    node: engine.node.clone(),
+                    state: Holding::Stale,
+                    checksum: found.cloned(),
+                    fingerprint: None,
+                    detail: None,
+                });
+            }
+            holding(
+                engine,
+                &want.reference,
+                label_key,
+                &want.checksum,
+                &want.fingerprint,
+            )
+            .await
+        }
+    }))
+    .buffered(INSPECTS_AT_ONCE)
+    .collect()
+    .await
+}
+
+/// `hello:latest` for `docker.io/library/hello:latest` (the containerd store's spelling).
+fn familiar(reference: &str) -> String {
+    let short = reference
+        .strip_prefix("docker.io/library/")
+        .or_else(|| reference.strip_prefix("docker.io/"))
+        .unwrap_or(reference);
+    short.to_string()
 }

@@ -17,7 +17,8 @@ use std::collections::BTreeSet;
 use std::io::{Read, Write};
 use std::path::Path;
 
-/// Where Python puts things in the target image, as its `sysconfig` says.
+/// Where Python puts things in the target image, as its `sysconfig` says, and which
+/// interpreter it is.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct PythonTarget {
     pub purelib: String,
@@ -25,19 +26,293 @@ pub struct PythonTarget {
     pub data: String,
     pub include: String,
     pub executable: String,
-    /// `3.11`
-    pub version: String,
-    /// `x86_64`, `aarch64`
-    pub machine: String,
+    pub interpreter: Interpreter,
 }
 
-/// The command that asks a parent image for its `PythonTarget`.
+/// What pip matches a wheel's tags against (PEP 425): the interpreter and the platform it
+/// runs on. Probed in the image, or written by hand as `[python]` in `pins/<image>.toml`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+pub struct Interpreter {
+    /// `3.11`
+    pub version: String,
+    /// `sys.implementation.name`: `cpython`, `pypy`, ...
+    pub implementation: String,
+    /// The ABI tag of its extension modules: `cp311`, `cp313t` (free-threaded),
+    /// `pypy310_pp73`.
+    pub abi: String,
+    /// `x86_64`, `aarch64`, as `platform.machine()` says.
+    pub machine: String,
+    /// The C library: `glibc 2.36`, `musl 1.2`, or `none` (then only `linux_<machine>` and
+    /// pure wheels fit, as pip sees it).
+    pub libc: String,
+}
+
+/// The C library of an image, which decides its manylinux and musllinux tags.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Libc {
+    Glibc(u32),
+    Musl(u32),
+    None,
+}
+
+impl Interpreter {
+    /// Checks the values (they come from inside an image, or from a hand-written pin).
+    pub fn check(&self) -> Result<(), String> {
+        let number =
+            |n: &str| !n.is_empty() && n.len() <= 3 && n.bytes().all(|b| b.is_ascii_digit());
+        if !self
+            .version
+            .split_once('.')
+            .is_some_and(|(major, minor)| number(major) && number(minor))
+        {
+            return Err(format!(
+                "python version `{}` is not `<major>.<minor>`",
+                self.version
+            ));
+        }
+        let word =
+            |w: &str| !w.is_empty() && w.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_');
+        for (key, value) in [
+            ("implementation", &self.implementation),
+            ("abi", &self.abi),
+            ("machine", &self.machine),
+        ] {
+            if !word(value) {
+                return Err(format!(
+                    "python {key} `{value}` is not a word of letters, digits and `_`"
+                ));
+            }
+        }
+        self.parsed_libc().map(drop)
+    }
+
+    pub fn parsed_libc(&self) -> Result<Libc, String> {
+        let bad = || {
+            format!(
+                "libc `{}` is not `glibc 2.<N>`, `musl 1.<N>` or `none`",
+                self.libc
+            )
+        };
+        let minor = |version: &str, major: &str| {
+            version
+                .strip_prefix(major)
+                .and_then(|m| m.strip_prefix('.'))
+                .and_then(|m| m.split('.').next())
+                .and_then(|m| m.parse::<u32>().ok())
+        };
+        match self.libc.split_once(' ') {
+            None if self.libc == "none" => Ok(Libc::None),
+            Some(("glibc", version)) => minor(version, "2").map(Libc::Glibc).ok_or_else(bad),
+            Some(("musl", version)) => minor(version, "1").map(Libc::Musl).ok_or_else(bad),
+            _ => Err(bad()),
+        }
+    }
+
+    fn major_minor(&self) -> (u32, u32) {
+        let (major, minor) = self.version.split_once('.').unwrap_or_default();
+        (major.parse().unwrap_or(0), minor.parse().unwrap_or(0))
+    }
+
+    /// `cp`, `pp`: packaging's `interpreter_name`.
+    fn short_name(&self) -> &str {
+        match self.implementation.as_str() {
+            "cpython" => "cp",
+            "pypy" => "pp",
+            "ironpython" => "ip",
+            "jython" => "jy",
+            other => other,
+        }
+    }
+
+    /// `cp311`, `pp310`: the interpreter tag.
+    fn interpreter_tag(&self) -> String {
+        let (major, minor) = self.major_minor();
+        format!("{}{major}{minor}", self.short_name())
+    }
+
+    /// The platform tags of a Linux image, best first, as pip (packaging) lists them:
+    /// `manylinux_2_<N>` from the image's glibc down (with the legacy `manylinux2014`,
+    /// `manylinux2010` and `manylinux1` names at 2.17, 2.12 and 2.5), or `musllinux_1_<N>`
+    /// from its musl down, then `linux_<machine>`.
+    pub fn platforms(&self) -> Vec<String> {
+        let arch = match self.machine.as_str() {
+            "arm64" => "aarch64",
+            "amd64" => "x86_64",
+            other => other,
+        };
+        let mut platforms = Vec::new();
+        match self.parsed_libc() {
+            Ok(Libc::Glibc(minor)) => {
+                // manylinux starts at glibc 2.5 on x86, at 2.17 (manylinux2014) elsewhere.
+                let oldest = if matches!(arch, "x86_64" | "i686") {
+                    5
+                } else {
+                    17
+                };
+                for glibc in (oldest..=minor).rev() {
+                    platforms.push(format!("manylinux_2_{glibc}_{arch}"));
+                    let legacy = match glibc {
+                        17 => Some("manylinux2014"),
+                        12 => Some("manylinux2010"),
+                        5 => Some("manylinux1"),
+                        _ => None,
+                    };
+                    if let Some(legacy) = legacy {
+                        platforms.push(format!("{legacy}_{arch}"));
+                    }
+                }
+            }
+            Ok(Libc::Musl(minor)) => {
+                for musl in (0..=minor).rev() {
+                    platforms.push(format!("musllinux_1_{musl}_{arch}"));
+                }
+            }
+            Ok(Libc::None) | Err(_) => {}
+        }
+        platforms.push(format!("linux_{arch}"));
+        platforms
+    }
+
+    /// Every `python-abi-platform` tag the interpreter installs, best first: packaging's
+    /// `sys_tags()` for it (what pip uses), so the order is pip's preference.
+    pub fn supported_tags(&self) -> Vec<String> {
+        let (major, minor) = self.major_minor();
+        let platforms = self.platforms();
+        let interpreter = self.interpreter_tag();
+        let mut tags = Vec::new();
+        let mut each = |python: &str, abi: &str, platforms: &[String]| {
+            for platform in platforms {
+                tags.push(format!("{python}-{abi}-{platform}"));
+            }
+        };
+        if self.implementation == "cpython" {
+            each(&interpreter, &self.abi, &platforms);
+            // abi3 is the stable ABI of CPython 3.2 and later; a free-threaded build has none.
+            let abi3 = major == 3 && minor >= 2 && !self.abi.ends_with('t');
+            if abi3 {
+                each(&interpreter, "abi3", &platforms);
+            }
+            each(&interpreter, "none", &platforms);
+            if abi3 {
+                for older in (2..minor).rev() {
+                    each(&format!("cp{major}{older}"), "abi3", &platforms);
+                }
+            }
+        } else {
+            each(&interpreter, &self.abi, &platforms);
+            each(&interpreter, "none", &platforms);
+        }
+        // Then pure-Python-by-version wheels: py311, py3, py310 ... py30.
+        let mut pythons = vec![format!("py{major}{minor}"), format!("py{major}")];
+        pythons.extend((0..minor).rev().map(|older| format!("py{major}{older}")));
+        for python in &pythons {
+            each(python, "none", &platforms);
+        }
+        let any = ["any".to_string()];
+        each(&interpreter, "none", &any);
+        for python in &pythons {
+            each(python, "none", &any);
+        }
+        tags
+    }
+
+    /// Whether the wheel named `name` installs here: one of its (compressed) tags is among
+    /// the supported ones.
+    pub fn accepts(&self, name: &WheelName) -> bool {
+        let supported: std::collections::HashSet<String> =
+            self.supported_tags().into_iter().collect();
+        name.python.split('.').any(|python| {
+            name.abi.split('.').any(|abi| {
+                name.platform
+                    .split('.')
+                    .any(|platform| supported.contains(&format!("{python}-{abi}-{platform}")))
+            })
+        })
+    }
+
+    /// `Python 3.11 (cpython, cp311) on x86_64 with glibc 2.36`
+    pub fn describe(&self) -> String {
+        format!(
+            "Python {} ({}, {}) on {} with {}",
+            self.version, self.implementation, self.abi, self.machine, self.libc
+        )
+    }
+
+    /// The `pip download` options that make pip choose for this interpreter rather than the
+    /// host's: implementation, version, ABI and every platform tag (pip needs
+    /// `--only-binary=:all:` with them).
+    pub fn pip_options(&self) -> Vec<String> {
+        let (major, minor) = self.major_minor();
+        let mut options = vec![
+            "--implementation".to_string(),
+            self.short_name().to_string(),
+            "--python-version".to_string(),
+            format!("{major}.{minor}"),
+            "--abi".to_string(),
+            self.abi.clone(),
+        ];
+        for platform in self.platforms() {
+            options.push("--platform".into());
+            options.push(platform);
+        }
+        options
+    }
+}
+
+/// The machine of an `os/arch[/variant]` platform, as `platform.machine()` names it.
+pub fn machine_of_platform(platform: &str) -> Option<&'static str> {
+    let mut parts = platform.split('/');
+    if parts.next() != Some("linux") {
+        return None;
+    }
+    Some(match (parts.next()?, parts.next()) {
+        ("amd64", _) => "x86_64",
+        ("arm64", _) => "aarch64",
+        ("arm", Some("v7")) => "armv7l",
+        ("386", _) => "i686",
+        ("ppc64le", _) => "ppc64le",
+        ("s390x", _) => "s390x",
+        ("riscv64", _) => "riscv64",
+        _ => return None,
+    })
+}
+
+/// The command that asks a parent image for its `PythonTarget`: `sysconfig`'s paths, the
+/// interpreter, and the C library as packaging finds it (glibc from `confstr`, musl from
+/// its loader's banner).
 pub fn probe_command() -> Vec<String> {
-    let script = "import json, platform, sys, sysconfig\n\
-        p = sysconfig.get_paths()\n\
-        print(json.dumps({'purelib': p['purelib'], 'scripts': p['scripts'], 'data': p['data'], \
-        'include': p['include'], 'executable': sys.executable, \
-        'version': '%d.%d' % sys.version_info[:2], 'machine': platform.machine()}))";
+    let script = r#"import glob, json, os, platform, re, subprocess, sys, sysconfig
+p = sysconfig.get_paths()
+v = sys.version_info
+impl = sys.implementation.name
+if impl == 'cpython':
+    abi = 'cp%d%d%s' % (v[0], v[1], 't' if sysconfig.get_config_var('Py_GIL_DISABLED') else '')
+else:
+    soabi = (sysconfig.get_config_var('SOABI') or impl).split('-')
+    abi = '_'.join(soabi[:2]) if impl == 'pypy' else soabi[0]
+libc = 'none'
+try:
+    glibc = os.confstr('CS_GNU_LIBC_VERSION') or ''
+except (OSError, ValueError):
+    glibc = ''
+if glibc.startswith('glibc '):
+    libc = glibc
+else:
+    for loader in sorted(glob.glob('/lib/ld-musl-*.so.1')):
+        try:
+            banner = subprocess.run([loader], stderr=subprocess.PIPE, universal_newlines=True).stderr
+        except OSError:
+            continue
+        m = re.search(r'Version (\d+)\.(\d+)', banner)
+        if m:
+            libc = 'musl %s.%s' % m.groups()
+            break
+print(json.dumps({'purelib': p['purelib'], 'scripts': p['scripts'], 'data': p['data'],
+    'include': p['include'], 'executable': sys.executable,
+    'interpreter': {'version': '%d.%d' % v[:2], 'implementation': impl, 'abi': abi,
+        'machine': platform.machine(), 'libc': libc}}))
+"#;
     vec!["python3".into(), "-c".into(), script.into()]
 }
 
@@ -64,25 +339,7 @@ pub fn parse_probe_answer(text: &str) -> Result<PythonTarget, String> {
             return Err(format!("`{key}` is `{path}`, not a clean absolute path"));
         }
     }
-    let version_ok = target
-        .version
-        .split_once('.')
-        .is_some_and(|(major, minor)| {
-            [major, minor]
-                .iter()
-                .all(|n| !n.is_empty() && n.len() <= 3 && n.bytes().all(|b| b.is_ascii_digit()))
-        });
-    let machine_ok = !target.machine.is_empty()
-        && target
-            .machine
-            .bytes()
-            .all(|b| b.is_ascii_alphanumeric() || b == b'_');
-    if !version_ok || !machine_ok {
-        return Err(format!(
-            "Python `{}` on `{}` is not a version and machine",
-            target.version, target.machine
-        ));
-    }
+    target.interpreter.check()?;
     Ok(target)
 }
 
@@ -115,29 +372,54 @@ pub fn parse_name(file: &str) -> Result<WheelName, String> {
     })
 }
 
-/// Whether the wheel runs on the target: pure Python for Python 3, or built for its
-/// Python version and machine.
+impl WheelName {
+    /// Pure Python for any platform: installs wherever its Python tag fits.
+    pub fn is_pure(&self) -> bool {
+        self.abi == "none" && self.platform == "any"
+    }
+
+    /// The `pip download` options under which this very file fits (its implementation,
+    /// version, ABIs and platforms), to fetch a pinned wheel again on any host. None for a
+    /// pure wheel, which fits everywhere.
+    pub fn pip_options(&self) -> Vec<String> {
+        let mut options = Vec::new();
+        if self.is_pure() {
+            return options;
+        }
+        let interpreter = self.python.split('.').find_map(|tag| {
+            let implementation = ["cp", "pp"].into_iter().find(|i| tag.starts_with(i))?;
+            let digits = &tag[2..];
+            (digits.len() >= 2 && digits.bytes().all(|b| b.is_ascii_digit())).then(|| {
+                let version = format!("{}.{}", &digits[..1], &digits[1..]);
+                (implementation.to_string(), version)
+            })
+        });
+        if let Some((implementation, version)) = interpreter {
+            options.extend(["--implementation".into(), implementation]);
+            options.extend(["--python-version".into(), version]);
+        }
+        for abi in self.abi.split('.') {
+            options.extend(["--abi".into(), abi.to_string()]);
+        }
+        for platform in self.platform.split('.').filter(|p| *p != "any") {
+            options.extend(["--platform".into(), platform.to_string()]);
+        }
+        options
+    }
+}
+
+/// Whether the wheel runs on the target, as pip decides it (PEP 425 tags).
 pub fn check_compatible(name: &WheelName, target: &PythonTarget) -> Result<(), String> {
-    let cp = format!("cp{}", target.version.replace('.', ""));
-    let python_ok = name
-        .python
-        .split('.')
-        .any(|t| t == "py3" || t == "py2.py3" || t == cp || (t == "cp3" && name.abi == "abi3"));
-    let abi_ok = name
-        .abi
-        .split('.')
-        .any(|a| a == "none" || a == "abi3" || a == cp);
-    let platform_ok = name.platform.split('.').any(|p| {
-        p == "any"
-            || (p.starts_with("manylinux") || p.starts_with("linux"))
-                && p.ends_with(&target.machine)
-    });
-    if python_ok && abi_ok && platform_ok {
+    let interpreter = &target.interpreter;
+    if interpreter.accepts(name) {
         Ok(())
     } else {
         Err(format!(
-            "the wheel is for {}-{}-{}, the parent runs Python {} on {}",
-            name.python, name.abi, name.platform, target.version, target.machine
+            "the wheel is for {}-{}-{}, which pip would not install on the parent's {}",
+            name.python,
+            name.abi,
+            name.platform,
+            interpreter.describe()
         ))
     }
 }
@@ -428,28 +710,192 @@ pub fn install<W: Write>(
 mod tests {
     use super::*;
 
+    fn interpreter(version: &str, abi: &str, machine: &str, libc: &str) -> Interpreter {
+        Interpreter {
+            version: version.into(),
+            implementation: "cpython".into(),
+            abi: abi.into(),
+            machine: machine.into(),
+            libc: libc.into(),
+        }
+    }
+
+    /// Issue 14 item 9: pip installs `cp39-abi3` on a newer Python and `py311-none-any`, and
+    /// refuses a `manylinux_2_99` on glibc 2.36; hallmark said the opposite of each.
     #[test]
-    fn wheel_names_and_tags() {
-        let target = target();
-        let pure = parse_name("b12x-1.3.0-py3-none-any.whl").unwrap();
-        assert!(check_compatible(&pure, &target).is_ok());
-        let native =
-            parse_name("numpy-2.1.0-cp311-cp311-manylinux_2_17_x86_64.manylinux2014_x86_64.whl")
-                .unwrap();
-        assert!(check_compatible(&native, &target).is_ok());
-        let arm = parse_name("numpy-2.1.0-cp311-cp311-manylinux_2_17_aarch64.whl").unwrap();
+    fn wheel_tags_match_as_pip_matches_them() {
+        let glibc311 = interpreter("3.11", "cp311", "x86_64", "glibc 2.36");
+        let glibc312 = interpreter("3.12", "cp312", "x86_64", "glibc 2.36");
+        let arm312 = interpreter("3.12", "cp312", "aarch64", "glibc 2.35");
+        let musl312 = interpreter("3.12", "cp312", "x86_64", "musl 1.2");
+        let free313 = interpreter("3.13", "cp313t", "x86_64", "glibc 2.36");
+        let bare311 = interpreter("3.11", "cp311", "x86_64", "none");
+        let cases: &[(&Interpreter, &str, bool)] = &[
+            (&glibc311, "b12x-1.3.0-py3-none-any.whl", true),
+            (
+                &glibc312,
+                "vllm-0.11.0-cp38-abi3-manylinux1_x86_64.whl",
+                true,
+            ),
+            (
+                &glibc312,
+                "x-1-cp39-abi3-manylinux_2_17_x86_64.manylinux2014_x86_64.whl",
+                true,
+            ),
+            (&glibc311, "x-1-cp312-abi3-manylinux_2_17_x86_64.whl", false),
+            (&glibc311, "x-1-py311-none-any.whl", true),
+            (&glibc312, "x-1-py311-none-any.whl", true),
+            (&glibc311, "x-1-py312-none-any.whl", false),
+            (&glibc311, "x-1-py2.py3-none-any.whl", true),
+            (&glibc311, "x-1-py2-none-any.whl", false),
+            (&glibc311, "x-1-cp311-none-any.whl", true),
+            (&glibc311, "x-1-cp311-cp311-manylinux_2_17_x86_64.whl", true),
+            (&glibc311, "x-1-cp311-cp311-manylinux_2_36_x86_64.whl", true),
+            (
+                &glibc311,
+                "x-1-cp311-cp311-manylinux_2_37_x86_64.whl",
+                false,
+            ),
+            (
+                &glibc311,
+                "x-1-cp311-cp311-manylinux_2_99_x86_64.whl",
+                false,
+            ),
+            (&glibc311, "x-1-cp311-cp311-manylinux2010_x86_64.whl", true),
+            (&glibc311, "x-1-cp311-cp311-linux_x86_64.whl", true),
+            (
+                &glibc311,
+                "x-1-cp312-cp312-manylinux_2_17_x86_64.whl",
+                false,
+            ),
+            (
+                &glibc311,
+                "x-1-cp311-cp311-manylinux_2_17_aarch64.whl",
+                false,
+            ),
+            (&glibc311, "x-1-cp311-cp311-musllinux_1_1_x86_64.whl", false),
+            (
+                &glibc311,
+                "x-1-cp311-cp311t-manylinux_2_17_x86_64.whl",
+                false,
+            ),
+            (
+                &glibc311,
+                "x-1-pp310-pypy310_pp73-manylinux_2_17_x86_64.whl",
+                false,
+            ),
+            (
+                &arm312,
+                "x-1-cp312-cp312-manylinux_2_17_aarch64.manylinux2014_aarch64.whl",
+                true,
+            ),
+            (&arm312, "x-1-cp312-cp312-manylinux_2_12_aarch64.whl", false),
+            (&arm312, "x-1-cp312-cp312-manylinux_2_17_x86_64.whl", false),
+            (&musl312, "x-1-cp312-cp312-musllinux_1_1_x86_64.whl", true),
+            (&musl312, "x-1-cp312-cp312-musllinux_1_3_x86_64.whl", false),
+            (&musl312, "x-1-cp312-cp312-manylinux_2_17_x86_64.whl", false),
+            (&musl312, "x-1-py3-none-any.whl", true),
+            (&free313, "x-1-cp313-cp313t-manylinux_2_17_x86_64.whl", true),
+            (&free313, "x-1-cp39-abi3-manylinux_2_17_x86_64.whl", false),
+            (&free313, "x-1-cp313-cp313-manylinux_2_17_x86_64.whl", false),
+            (&bare311, "x-1-cp311-cp311-manylinux_2_17_x86_64.whl", false),
+            (&bare311, "x-1-cp311-cp311-linux_x86_64.whl", true),
+        ];
+        for (interpreter, file, expected) in cases {
+            let name = parse_name(file).unwrap();
+            assert_eq!(
+                interpreter.accepts(&name),
+                *expected,
+                "{file} on {}",
+                interpreter.describe()
+            );
+        }
+        let refused = check_compatible(
+            &parse_name("numpy-2.1.0-cp311-cp311-manylinux_2_17_aarch64.whl").unwrap(),
+            &target(),
+        )
+        .unwrap_err();
         assert!(
-            check_compatible(&arm, &target)
-                .unwrap_err()
-                .contains("aarch64")
+            refused.contains("aarch64") && refused.contains("x86_64"),
+            "{refused}"
         );
-        let other_python = parse_name("numpy-2.1.0-cp312-cp312-manylinux_2_17_x86_64.whl").unwrap();
-        assert!(check_compatible(&other_python, &target).is_err());
         assert!(
             parse_name("b12x-1.3.0.tar.gz")
                 .unwrap_err()
                 .contains("sdist")
         );
+    }
+
+    /// pip's order: the interpreter's own ABI on every platform (newest glibc first), then
+    /// abi3, then none, then older abi3, then pyXY, then `any`.
+    #[test]
+    fn supported_tags_come_in_pip_order() {
+        let tags = interpreter("3.11", "cp311", "x86_64", "glibc 2.17").supported_tags();
+        let position = |tag: &str| {
+            tags.iter()
+                .position(|t| t == tag)
+                .unwrap_or_else(|| panic!("{tag} missing"))
+        };
+        assert_eq!(tags[0], "cp311-cp311-manylinux_2_17_x86_64");
+        assert_eq!(tags[1], "cp311-cp311-manylinux2014_x86_64");
+        assert_eq!(tags.last().unwrap(), "py30-none-any");
+        let order = [
+            "cp311-cp311-manylinux1_x86_64",
+            "cp311-cp311-linux_x86_64",
+            "cp311-abi3-manylinux_2_17_x86_64",
+            "cp311-none-manylinux_2_17_x86_64",
+            "cp310-abi3-manylinux_2_17_x86_64",
+            "cp32-abi3-linux_x86_64",
+            "py311-none-manylinux_2_17_x86_64",
+            "py3-none-linux_x86_64",
+            "cp311-none-any",
+            "py311-none-any",
+            "py3-none-any",
+        ];
+        for pair in order.windows(2) {
+            assert!(position(pair[0]) < position(pair[1]), "{pair:?}");
+        }
+    }
+
+    /// A pinned wheel is fetched again (cache lost) under its own tags, whatever the host.
+    #[test]
+    fn a_pinned_file_is_asked_for_by_its_own_tags() {
+        let name = parse_name(
+            "MarkupSafe-2.1.5-cp311-cp311-manylinux_2_17_aarch64.manylinux2014_aarch64.whl",
+        )
+        .unwrap();
+        assert_eq!(
+            name.pip_options().join(" "),
+            "--implementation cp --python-version 3.11 --abi cp311 --platform manylinux_2_17_aarch64 --platform manylinux2014_aarch64"
+        );
+        assert!(
+            parse_name("b12x-1.3.0-py3-none-any.whl")
+                .unwrap()
+                .pip_options()
+                .is_empty()
+        );
+        let odd = parse_name("x-1-aé3-none-linux_x86_64.whl").unwrap();
+        assert_eq!(
+            odd.pip_options().join(" "),
+            "--abi none --platform linux_x86_64"
+        );
+    }
+
+    #[test]
+    fn hand_written_interpreters_are_checked() {
+        let mut bad = interpreter("3.11", "cp311", "x86_64", "glibc 2.36");
+        assert!(bad.check().is_ok());
+        bad.libc = "glibc2.36".into();
+        assert!(bad.check().unwrap_err().contains("libc"));
+        bad.libc = "none".into();
+        bad.version = "3".into();
+        assert!(bad.check().unwrap_err().contains("version"));
+        bad.version = "3.11".into();
+        bad.machine = "x86 64".into();
+        assert!(bad.check().unwrap_err().contains("machine"));
+        assert_eq!(machine_of_platform("linux/arm64"), Some("aarch64"));
+        assert_eq!(machine_of_platform("linux/arm/v7"), Some("armv7l"));
+        assert_eq!(machine_of_platform("windows/amd64"), None);
     }
 
     fn target() -> PythonTarget {
@@ -459,8 +905,7 @@ mod tests {
             data: "/usr/local".into(),
             include: "/usr/local/include/python3.11".into(),
             executable: "/usr/bin/python3".into(),
-            version: "3.11".into(),
-            machine: "x86_64".into(),
+            interpreter: interpreter("3.11", "cp311", "x86_64", "glibc 2.36"),
         }
     }
 

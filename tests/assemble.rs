@@ -172,10 +172,12 @@ fn an_add_on_image_is_assembled_without_a_container_and_runs() {
 #[test]
 fn two_engines_assemble_the_same_config_digest() {
     let testbed = Testbed::get();
-    testbed.script("load-bases", &["--node", "node2"]);
+    // Another classic-store engine: the image id is the config digest on both.
+    let other_node = testbed.node_of("20", "classic");
+    testbed.script("load-bases", &["--node", &other_node]);
     let (project, tag) = assembled_project();
     let on_builder = build(&project, &testbed.config());
-    let other = testbed.config_with_builder(project.root(), "node2");
+    let other = testbed.config_with_builder(project.root(), &other_node);
     // A fresh layer store too: nothing carries over but the spec.
     let run = support::hallmark()
         .args([
@@ -194,9 +196,9 @@ fn two_engines_assemble_the_same_config_digest() {
         "{}",
         String::from_utf8_lossy(&run.stderr)
     );
-    let on_node2: serde_json::Value = serde_json::from_slice(&run.stdout).unwrap();
+    let on_other: serde_json::Value = serde_json::from_slice(&run.stdout).unwrap();
     // On the classic store the image id is the config digest.
-    assert_eq!(on_builder["image_id"], on_node2[0]["image_id"]);
+    assert_eq!(on_builder["image_id"], on_other[0]["image_id"]);
     let print = |node: &str| {
         testbed.docker_ok(
             node,
@@ -209,7 +211,7 @@ fn two_engines_assemble_the_same_config_digest() {
             ],
         )
     };
-    assert_eq!(print("builder"), print("node2"));
+    assert_eq!(print("builder"), print(&other_node));
 }
 
 #[test]
@@ -324,23 +326,29 @@ fn a_wheel_for_another_platform_says_why_and_what_to_do() {
     let testbed = Testbed::get();
     let project = TestProject::new();
     let run = unique();
-    project
-        .write(
-            "images/native/image.toml",
-            &format!("[image]\nname = \"native-{run}\"\n\n[from]\nref = \"hallmark-testbed/python:bookworm\"\n\n[[wheel]]\nname = \"fastthing\"\nversion = \"1.0\"\n"),
-        )
-        .write(
-            "pins/native.toml",
-            &format!(
-                "[[wheel]]\nname = \"fastthing\"\nversion = \"1.0\"\nfile = \"fastthing-1.0-cp311-cp311-manylinux_2_17_aarch64.whl\"\nsha256 = \"{}\"\n",
-                "d".repeat(64)
-            ),
-        );
-    // The base pin is the builder's own image id for the python base.
+    let spec = format!(
+        "[image]\nname = \"native-{run}\"\n\n[from]\nref = \"hallmark-testbed/python:bookworm\"\n"
+    );
+    project.write("images/native/image.toml", &spec);
+    // The base pin is the builder's own image id for the python base. Then the wheel and a
+    // pin written by hand (`lock` would choose the x86_64 wheel again).
     let config = testbed.config();
     project
         .run(&["--config", config.to_str().unwrap(), "lock", "native"])
         .success();
+    let pins = project.read("pins/native.toml");
+    project
+        .write(
+            "images/native/image.toml",
+            &format!("{spec}\n[[wheel]]\nname = \"fastthing\"\nversion = \"1.0\"\n"),
+        )
+        .write(
+            "pins/native.toml",
+            &format!(
+                "{pins}\n[[wheel]]\nname = \"fastthing\"\nversion = \"1.0\"\nfile = \"fastthing-1.0-cp311-cp311-manylinux_2_17_aarch64.whl\"\nsha256 = \"{}\"\n",
+                "d".repeat(64)
+            ),
+        );
     let build = project.run(&["--config", config.to_str().unwrap(), "build", "native"]);
     assert_eq!(build.code(), 1, "{}", build.stderr());
     let err = build.stderr();
@@ -444,7 +452,9 @@ fn an_arm64_parent_gives_an_arm64_image_assembled_here() {
 #[test]
 fn two_engines_assemble_the_same_wheel_image() {
     let testbed = Testbed::get();
-    testbed.script("load-bases", &["--node", "node2"]);
+    // Another classic-store engine: the image id is the config digest on both.
+    let other_node = testbed.node_of("20", "classic");
+    testbed.script("load-bases", &["--node", &other_node]);
     let project = TestProject::new();
     let run = unique();
     project.write(
@@ -458,7 +468,7 @@ fn two_engines_assemble_the_same_wheel_image() {
     let ids: Vec<String> = [
         (config.clone(), ".cache-a"),
         (
-            testbed.config_with_builder(project.root(), "node2"),
+            testbed.config_with_builder(project.root(), &other_node),
             ".cache-b",
         ),
     ]
@@ -487,4 +497,81 @@ fn two_engines_assemble_the_same_wheel_image() {
     })
     .collect();
     assert_eq!(ids[0], ids[1], "the config digest differs between engines");
+}
+
+/// Issue 14 item 9: a `cp39-abi3` wheel (as vLLM publishes) installs on Python 3.11, as pip
+/// would install it; hallmark refused it. `lock` asks the base on the builder for its Python
+/// and C library and pins the wheel for them, recording them as `[python]`.
+#[test]
+fn an_abi3_wheel_for_an_older_python_is_locked_and_assembled() {
+    let testbed = Testbed::get();
+    let project = TestProject::new();
+    let run = unique();
+    let wheelhouse = project.root().join("wheelhouse");
+    std::fs::create_dir_all(&wheelhouse).unwrap();
+    let script = r#"
+import sys, zipfile
+path = sys.argv[1] + "/hmabi-0.1.0-cp39-abi3-manylinux_2_17_x86_64.manylinux2014_x86_64.whl"
+files = {
+    "hmabi/__init__.py": "print('hmabi imported')\n",
+    "hmabi-0.1.0.dist-info/METADATA": "Metadata-Version: 2.1\nName: hmabi\nVersion: 0.1.0\n",
+    "hmabi-0.1.0.dist-info/WHEEL": "Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: false\nTag: cp39-abi3-manylinux_2_17_x86_64\n",
+    "hmabi-0.1.0.dist-info/RECORD": "",
+}
+with zipfile.ZipFile(path, "w") as z:
+    for name, text in files.items():
+        z.writestr(zipfile.ZipInfo(name, (1980, 1, 1, 0, 0, 0)), text)
+"#;
+    let made = std::process::Command::new("python3")
+        .args(["-c", script])
+        .arg(&wheelhouse)
+        .status()
+        .unwrap();
+    assert!(made.success());
+    project.write(
+        "images/py/image.toml",
+        &format!(
+            "[image]\nname = \"abi3-{run}\"\n\n[from]\nref = \"hallmark-testbed/python:bookworm\"\n\n[[wheel]]\nname = \"hmabi\"\nversion = \"0.1.0\"\n\n[[smoke]]\nname = \"imports\"\nrun = [\"python3\", \"-c\", \"import hmabi\"]\n"
+        ),
+    );
+    let config = testbed.config();
+    let lock = support::hallmark()
+        .args(["--config", config.to_str().unwrap(), "lock", "py"])
+        .current_dir(project.root())
+        .env("HALLMARK_CACHE", project.root().join(".test-cache"))
+        .env("PIP_FIND_LINKS", &wheelhouse)
+        .env("PIP_NO_INDEX", "1")
+        .output()
+        .unwrap();
+    assert!(
+        lock.status.success(),
+        "{}",
+        String::from_utf8_lossy(&lock.stderr)
+    );
+    let pins = project.read("pins/py.toml");
+    for line in [
+        "version = \"3.11\"",
+        "abi = \"cp311\"",
+        "machine = \"x86_64\"",
+        "libc = \"glibc 2.36\"",
+        "file = \"hmabi-0.1.0-cp39-abi3-manylinux_2_17_x86_64.manylinux2014_x86_64.whl\"",
+    ] {
+        assert!(pins.contains(line), "{line} in {pins}");
+    }
+    let build = project.run(&[
+        "--config",
+        config.to_str().unwrap(),
+        "--json",
+        "build",
+        "py",
+    ]);
+    build.success();
+    let record: serde_json::Value = serde_json::from_str(&build.stdout()).unwrap();
+    assert_eq!(record[0]["outcome"], "assembled", "{record}");
+    let imported = testbed.run_container(
+        "builder",
+        &format!("abi3-{run}:latest"),
+        &["python3", "-c", "import hmabi"],
+    );
+    assert_eq!(imported, "hmabi imported");
 }

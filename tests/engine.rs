@@ -111,7 +111,7 @@ fn hello_builds_smokes_and_is_up_to_date_the_second_time() {
     assert_eq!(missing.code(), 1, "{}", missing.stderr());
     let xml = std::fs::read_to_string(&junit).unwrap();
     assert!(
-        xml.contains("failures=\"1\"") && xml.contains("holds no image with checksum"),
+        xml.contains("failures=\"0\" errors=\"1\"") && xml.contains("holds no image tagged"),
         "{xml}"
     );
 }
@@ -214,10 +214,12 @@ run = ["grep", "-qx", "hello, world!", "/opt/upstream/greeting.txt"]
 #[test]
 fn two_engines_get_the_same_label_and_the_same_context_bytes() {
     let testbed = Testbed::get();
-    testbed.script("load-bases", &["--node", "node3"]);
+    // Another Docker 20.10: the `hello` pin is an image id of the classic store.
+    let node3 = testbed.node_of("20", "classic");
+    testbed.script("load-bases", &["--node", &node3]);
     let (project, tag) = hello_project();
     let on_builder = build_json(&project, &testbed.config(), "hello");
-    let other = testbed.config_with_builder(project.root(), "node3");
+    let other = testbed.config_with_builder(project.root(), &node3);
     let on_node3 = build_json(&project, &other, "hello");
     assert_eq!(on_builder["checksum"], on_node3["checksum"]);
     assert_eq!(on_builder["outcome"], "built");
@@ -225,7 +227,7 @@ fn two_engines_get_the_same_label_and_the_same_context_bytes() {
     assert!(on_builder["context_sha256"].is_string());
     assert_eq!(on_builder["context_sha256"], on_node3["context_sha256"]);
     assert_eq!(
-        testbed.checksum_label("node3", &tag),
+        testbed.checksum_label(&node3, &tag),
         on_builder["checksum"].as_str().unwrap()
     );
 }
@@ -436,6 +438,740 @@ fn check_repro_names_a_file_that_differs_and_passes_hello() {
     let differs: Vec<&str> = err.lines().filter(|l| l.starts_with("differs: ")).collect();
     assert_eq!(differs.len(), 1, "{err}");
     assert!(differs[0].ends_with("/stamp: content"), "{err}");
+}
+
+// ---------------------------------------------------------------------------------------
+// Every answer true: a checksum label only on images that passed (issue 14).
+
+/// A project with one image `name` on the testbed's busybox base, `image_keys` added to its
+/// `[image]` table and `body` after `[from]`, labelled with a run word of its own so tests
+/// sharing the builder share nothing (`RUNWORD` in `body` becomes it too, for RUN steps the
+/// engine's build cache must not have seen). Returns the project, the tag and the checksum.
+fn busybox_project(name: &str, image_keys: &str, body: &str) -> (TestProject, String, String) {
+    let project = TestProject::new();
+    let run = unique();
+    let body = body.replace("RUNWORD", &run);
+    let spec = format!(
+        "[image]\nname = \"{name}-{run}\"\n{image_keys}\n\n[from]\nref = \"hallmark-testbed/busybox:latest\"\n\n{body}\n\n[labels]\n\"test.run\" = \"{run}\"\n"
+    );
+    project
+        .write(&format!("images/{name}/image.toml"), &spec)
+        .write(&format!("pins/{name}.toml"), HELLO_PINS)
+        .write(&format!("images/{name}/marker.txt"), "marker\n");
+    let checksum = project.run(&["checksum", name]).success().stdout()[..64].to_string();
+    (project, format!("{name}-{run}:latest"), checksum)
+}
+
+/// Ids of the images on `node` (intermediate ones included) labelled `hallmark.checksum=value`.
+fn images_labelled(testbed: &Testbed, node: &str, value: &str) -> Vec<String> {
+    let filter = format!("label=hallmark.checksum={value}");
+    let listed = testbed.docker_ok(node, &["images", "-aq", "--filter", &filter]);
+    listed.lines().map(String::from).collect()
+}
+
+/// Containers on `node` (running or not) whose image is labelled `hallmark.checksum=value`.
+/// (The engine's builder commits a LABEL step through such a container too: it is created,
+/// never started, and removed by the engine itself.)
+fn containers_labelled(testbed: &Testbed, node: &str, value: &str) -> Vec<String> {
+    let filter = format!("label=hallmark.checksum={value}");
+    let listed = testbed.docker_ok(node, &["ps", "-aq", "--filter", &filter]);
+    listed.lines().map(String::from).collect()
+}
+
+/// The running containers among them: smoke tests.
+fn running_labelled(testbed: &Testbed, node: &str, value: &str) -> Vec<String> {
+    let filter = format!("label=hallmark.checksum={value}");
+    let listed = testbed.docker_ok(
+        node,
+        &[
+            "ps",
+            "-q",
+            "--filter",
+            &filter,
+            "--filter",
+            "status=running",
+        ],
+    );
+    listed.lines().map(String::from).collect()
+}
+
+fn pending(checksum: &str) -> String {
+    format!("pending-{checksum}")
+}
+
+/// The three ways an image is made (assembled, engine-built and normalised, engine-built
+/// as is): each stamps its checksum only after its smoke tests pass.
+const MAKINGS: [(&str, &str, &str); 3] = [
+    ("assembled", "", ""),
+    ("built", "", "[build]\nrun = [\"echo built > /built\"]\n"),
+    (
+        "built",
+        "normalize = false",
+        "[build]\nrun = [\"echo built > /built\"]\n",
+    ),
+];
+
+#[test]
+fn a_failed_smoke_test_leaves_no_image_with_the_checksum_and_a_re_run_builds_again() {
+    let testbed = Testbed::get();
+    let config = testbed.config();
+    for (outcome, image_keys, build) in MAKINGS {
+        let body = format!(
+            "[[file]]\nsrc = \"marker.txt\"\ndest = \"/marker.txt\"\n\n{build}\n[[smoke]]\nname = \"fails\"\nrun = [\"sh\", \"-c\", \"echo smoke-said-no; exit 3\"]\n"
+        );
+        let (project, tag, checksum) = busybox_project("smokefail", image_keys, &body);
+        for attempt in ["first", "re-run"] {
+            let (code, records) =
+                support::hallmark_json(&project, &config, &["build", "smokefail"]);
+            assert_eq!(code, 1, "{outcome} {image_keys} {attempt}: {records}");
+            let record = records.as_array().unwrap().last().unwrap();
+            assert_eq!(record["outcome"], "failed", "{attempt}: {record}");
+            assert!(
+                record["error"]
+                    .as_str()
+                    .unwrap()
+                    .contains("smoke test `fails`"),
+                "{record}"
+            );
+            assert_eq!(record["smoke"][0]["passed"], false, "{record}");
+            assert!(
+                images_labelled(testbed, "builder", &checksum).is_empty(),
+                "{outcome} {image_keys} {attempt}: an image that failed its smoke test carries the checksum"
+            );
+            assert!(
+                !testbed
+                    .docker("builder", &["image", "inspect", &tag])
+                    .status
+                    .success()
+            );
+        }
+        let shipped = project.run(&[
+            "--config",
+            config.to_str().unwrap(),
+            "distribute",
+            "smokefail",
+            "--to",
+            "node2",
+        ]);
+        assert_ne!(shipped.code(), 0, "a failed image was shipped");
+
+        // The same making with a passing smoke test is stamped, and nothing unfinished stays.
+        let passing = body.replace("echo smoke-said-no; exit 3", "grep -q marker /marker.txt");
+        let (project, tag, checksum) = busybox_project("smokepass", image_keys, &passing);
+        let (code, records) = support::hallmark_json(&project, &config, &["build", "smokepass"]);
+        assert_eq!(code, 0, "{records}");
+        assert_eq!(records[0]["outcome"], outcome, "{records}");
+        assert_eq!(testbed.checksum_label("builder", &tag), checksum);
+        assert_eq!(
+            images_labelled(testbed, "builder", &checksum),
+            vec![testbed.image_id("builder", &tag)[7..19].to_string()]
+        );
+        // What is left unfinished is at most the parent of the stamped image (normalize =
+        // false): never an image of its own, so never found.
+        let filter = format!("label=hallmark.checksum={}", pending(&checksum));
+        let top_level = testbed.docker_ok("builder", &["images", "-q", "--filter", &filter]);
+        assert_eq!(top_level, "", "{outcome} {image_keys}");
+    }
+}
+
+/// Sends SIGINT to `child` (as Ctrl-C does) and returns how it ended.
+fn interrupt(child: std::process::Child) -> (Option<i32>, String) {
+    let pid = child.id().to_string();
+    let sent = std::process::Command::new("kill")
+        .args(["-INT", &pid])
+        .status()
+        .unwrap();
+    assert!(sent.success());
+    let output = child.wait_with_output().unwrap();
+    (
+        output.status.code(),
+        String::from_utf8_lossy(&output.stderr).into_owned(),
+    )
+}
+
+#[test]
+fn ctrl_c_during_normalisation_or_smoke_leaves_no_container_and_nothing_to_adopt() {
+    let testbed = Testbed::get();
+    let config = testbed.config();
+    // A layer big enough that normalising it takes a while, and a smoke test that never ends.
+    let body = "[build]\nrun = [\"dd if=/dev/zero of=/big bs=1M count=200 && echo RUNWORD > /built-by\"]\n\n[[smoke]]\nname = \"hangs\"\nrun = [\"sleep\", \"600\"]\n";
+    let (project, tag, checksum) = busybox_project("interrupted", "", body);
+    let unfinished = pending(&checksum);
+
+    // First: interrupted during normalisation: the engine's image is there, the normalised
+    // one (a second unfinished image) not yet.
+    let child = support::spawn(&project, &config, &["build", "interrupted"]);
+    support::wait_for("the engine's unfinished image alone", || {
+        images_labelled(testbed, "builder", &unfinished).len() == 1
+    });
+    let (code, stderr) = interrupt(child);
+    assert_eq!(code, Some(130), "{stderr}");
+    assert!(stderr.contains("interrupted"), "{stderr}");
+    // Second: the re-run makes the image again (nothing was adopted) and is interrupted in
+    // its smoke test.
+    let child = support::spawn(&project, &config, &["build", "interrupted"]);
+    support::wait_for("the re-run's smoke container", || {
+        !running_labelled(testbed, "builder", &unfinished).is_empty()
+    });
+    let (code, stderr) = interrupt(child);
+    assert_eq!(code, Some(130), "{stderr}");
+    assert!(
+        !stderr.contains("up-to-date"),
+        "an unfinished image was adopted: {stderr}"
+    );
+
+    let left = containers_labelled(testbed, "builder", &unfinished);
+    assert!(
+        left.is_empty(),
+        "{left:?} {}",
+        testbed.docker_ok("builder", &["ps", "-a", "--no-trunc"])
+    );
+    assert!(containers_labelled(testbed, "builder", &checksum).is_empty());
+    assert!(images_labelled(testbed, "builder", &checksum).is_empty());
+    assert!(
+        !testbed
+            .docker("builder", &["image", "inspect", &tag])
+            .status
+            .success()
+    );
+    let verify = project.run(&[
+        "--config",
+        config.to_str().unwrap(),
+        "verify",
+        "interrupted",
+        "--nodes",
+        "node2",
+    ]);
+    assert_ne!(verify.code(), 0, "{}", verify.stdout());
+}
+
+#[test]
+fn smoke_runs_the_tagged_image_not_another_with_the_same_label() {
+    let testbed = Testbed::get();
+    let config = testbed.config();
+    let body = "[[file]]\nsrc = \"marker.txt\"\ndest = \"/marker.txt\"\n\n[[smoke]]\nname = \"marker\"\nrun = [\"grep\", \"-q\", \"marker\", \"/marker.txt\"]\n";
+    let (project, tag, _) = busybox_project("forged", "", body);
+    let config_arg = config.to_str().unwrap();
+    project
+        .run(&["--config", config_arg, "build", "forged"])
+        .success();
+    project
+        .run(&["--config", config_arg, "smoke", "forged"])
+        .success();
+    // The tag now names an image hallmark did not make; the real one is still on the engine.
+    testbed.docker_ok("builder", &["tag", "hallmark-testbed/busybox:latest", &tag]);
+    let forged = project.run(&["--config", config_arg, "smoke", "forged"]);
+    assert_eq!(forged.code(), 1, "{}", forged.stderr());
+    assert!(
+        forged
+            .stderr()
+            .contains("is not the current build of `forged`"),
+        "{}",
+        forged.stderr()
+    );
+}
+
+#[test]
+fn status_says_unverified_when_the_builder_no_longer_holds_the_image() {
+    let testbed = Testbed::get();
+    let config = testbed.config();
+    let body = "[[file]]\nsrc = \"marker.txt\"\ndest = \"/marker.txt\"\n";
+    let (project, tag, _) = busybox_project("gone", "", body);
+    let config_arg = config.to_str().unwrap();
+    project
+        .run(&["--config", config_arg, "build", "gone"])
+        .success();
+    project
+        .run(&[
+            "--config",
+            config_arg,
+            "distribute",
+            "gone",
+            "--to",
+            "node2",
+        ])
+        .success();
+    let state = |report: &serde_json::Value| {
+        report
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|r| r["node"] == "node2")
+            .unwrap()["state"]
+            .clone()
+    };
+    let (_, report) = support::hallmark_json(&project, &config, &["status"]);
+    assert_eq!(state(&report), "current", "{report}");
+    testbed.docker_ok("builder", &["rmi", &tag]);
+    let (code, report) = support::hallmark_json(&project, &config, &["status"]);
+    assert_eq!(code, 0);
+    assert_eq!(state(&report), "unverified", "{report}");
+}
+
+#[test]
+fn two_builds_of_one_image_at_once_give_one_build_and_one_adoption() {
+    let testbed = Testbed::get();
+    let config = testbed.config();
+    // Not normalised: two builds would give two different images.
+    let body = "[build]\nrun = [\"sleep 5 && echo RUNWORD > /built-by\"]\n";
+    let (project, _, checksum) = busybox_project("twice", "normalize = false", body);
+    let log = project
+        .root()
+        .join(format!(".hallmark/logs/twice-{}.log", &checksum[..12]));
+    let first = support::spawn(&project, &config, &["--json", "build", "twice"]);
+    support::wait_for("the first build's RUN step", || {
+        std::fs::read_to_string(&log).is_ok_and(|l| l.contains("sleep 5"))
+    });
+    let second = support::spawn(&project, &config, &["--json", "build", "twice"]);
+    let mut records = Vec::new();
+    for child in [first, second] {
+        let output = child.wait_with_output().unwrap();
+        assert!(
+            output.status.success(),
+            "{}",
+            String::from_utf8_lossy(&output.stderr)
+        );
+        let report: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap();
+        records.push(report[0].clone());
+    }
+    let mut outcomes: Vec<&str> = records
+        .iter()
+        .map(|r| r["outcome"].as_str().unwrap())
+        .collect();
+    outcomes.sort();
+    assert_eq!(outcomes, ["built", "up-to-date"], "{records:?}");
+    assert_eq!(records[0]["image_id"], records[1]["image_id"]);
+    assert_eq!(images_labelled(testbed, "builder", &checksum).len(), 1);
+}
+
+#[test]
+fn a_failed_build_still_reports_its_parents_in_json_and_its_output_as_plain_text() {
+    let testbed = Testbed::get();
+    let config = testbed.config();
+    let (project, _, _) = busybox_project(
+        "parent",
+        "",
+        "[[file]]\nsrc = \"marker.txt\"\ndest = \"/marker.txt\"\n",
+    );
+    project.write(
+        "images/child/image.toml",
+        "[from]\nimage = \"parent\"\n\n[build]\nrun = [\"printf '\\\\033[31mred-failure\\\\033[0m\\\\n'; exit 4\"]\n",
+    );
+    let run = project.run(&[
+        "--config",
+        config.to_str().unwrap(),
+        "--json",
+        "build",
+        "child",
+    ]);
+    assert_eq!(run.code(), 1, "{}", run.stderr());
+    let records: serde_json::Value = serde_json::from_str(&run.stdout()).unwrap();
+    let outcomes: Vec<&str> = records
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["outcome"].as_str().unwrap())
+        .collect();
+    assert_eq!(outcomes, ["assembled", "failed"], "{records}");
+    assert!(
+        records[0]["image_id"]
+            .as_str()
+            .unwrap()
+            .starts_with("sha256:")
+    );
+    let stderr = run.stderr();
+    assert!(stderr.contains("red-failure"), "{stderr}");
+    assert!(!stderr.contains('\u{1b}'), "escape sequences in {stderr:?}");
+    assert!(!records[1]["error"].as_str().unwrap().contains('\u{1b}'));
+}
+
+/// The builder's platform and another one it is not.
+fn foreign_platform(testbed: &Testbed) -> (String, String) {
+    let own = testbed.docker_ok(
+        "builder",
+        &["version", "--format", "{{.Server.Os}}/{{.Server.Arch}}"],
+    );
+    let other = if own.ends_with("/arm64") {
+        "linux/amd64"
+    } else {
+        "linux/arm64"
+    };
+    (own, other.to_string())
+}
+
+#[test]
+fn the_platform_a_spec_names_is_the_platform_it_gets_or_the_build_says_why_not() {
+    let testbed = Testbed::get();
+    let config = testbed.config();
+    let config_arg = config.to_str().unwrap();
+    let (own, other) = foreign_platform(testbed);
+    let platform = format!("platform = \"{other}\"");
+
+    // RUN steps run on the builder: refused before any build.
+    let (project, _, _) = busybox_project("foreignrun", &platform, "[build]\nrun = [\"true\"]\n");
+    let run = project.run(&["--config", config_arg, "build", "foreignrun"]);
+    assert_eq!(run.code(), 1, "{}", run.stderr());
+    assert!(
+        run.stderr().contains(&format!("the builder is {own}")),
+        "{}",
+        run.stderr()
+    );
+
+    // Assembled on a parent of the builder's own platform: the result is not what it names.
+    let files = "[[file]]\nsrc = \"marker.txt\"\ndest = \"/marker.txt\"\n";
+    let (project, _, _) = busybox_project("foreignparent", &platform, files);
+    let run = project.run(&["--config", config_arg, "build", "foreignparent"]);
+    assert_eq!(run.code(), 1, "{}", run.stderr());
+    assert!(
+        run.stderr()
+            .contains(&format!("is {own}, but its spec names {other}")),
+        "{}",
+        run.stderr()
+    );
+
+    // A parent of the other platform: assembled, and its smoke tests say why they cannot run.
+    let base = format!("foreign-base-{}:latest", unique());
+    let helper = concat!(env!("CARGO_MANIFEST_DIR"), "/scripts/testbed.d/mkimage.py");
+    let dir = tempfile::tempdir().unwrap();
+    let (layer, archive) = (dir.path().join("layer.tar"), dir.path().join("image.tar"));
+    let arch = other.rsplit('/').next().unwrap();
+    let made = std::process::Command::new("sh")
+        .arg("-c")
+        .arg(format!(
+            "/usr/bin/python3 {helper} busybox-layer --busybox /bin/busybox --out {l} && \
+             /usr/bin/python3 {helper} archive --layer {l} --tag {base} --arch {arch} --out {a} && \
+             docker -H {e} load -i {a}",
+            l = layer.display(),
+            a = archive.display(),
+            e = testbed.endpoint("builder")
+        ))
+        .output()
+        .unwrap();
+    assert!(
+        made.status.success(),
+        "{}",
+        String::from_utf8_lossy(&made.stderr)
+    );
+    let (project, _, _) = busybox_project(
+        "foreignsmoke",
+        &platform,
+        &format!("{files}\n[[smoke]]\nname = \"runs\"\nrun = [\"true\"]\n"),
+    );
+    let spec = project.read("images/foreignsmoke/image.toml");
+    project.write(
+        "images/foreignsmoke/image.toml",
+        &spec.replace("hallmark-testbed/busybox:latest", &base),
+    );
+    project.write("pins/foreignsmoke.toml", "");
+    project
+        .run(&["--config", config_arg, "lock", "foreignsmoke"])
+        .success();
+    let run = project.run(&["--config", config_arg, "build", "foreignsmoke"]);
+    assert_eq!(run.code(), 1, "{}", run.stderr());
+    assert!(
+        run.stderr().contains(&format!(
+            "cannot run the smoke tests of `foreignsmoke`: the image is {other} and the engine is {own}"
+        )),
+        "{}",
+        run.stderr()
+    );
+}
+
+// ---------------------------------------------------------------------------------------
+// The engine is found as the docker CLI finds it (issue 15).
+
+/// `hallmark --json nodes` in `project` with exactly `env` of the docker CLI's variables set;
+/// returns the exit code and the local engine's row.
+fn local_engine_row(project: &TestProject, env: &[(&str, &str)]) -> (i32, serde_json::Value) {
+    let mut command = support::hallmark();
+    command
+        .args(["--json", "nodes"])
+        .current_dir(project.root())
+        .env("HALLMARK_CACHE", project.root().join(".test-cache"));
+    for key in [
+        "DOCKER_HOST",
+        "DOCKER_CONTEXT",
+        "DOCKER_CONFIG",
+        "DOCKER_TLS_VERIFY",
+        "DOCKER_CERT_PATH",
+    ] {
+        command.env_remove(key);
+    }
+    command.envs(env.iter().copied());
+    let output = command.output().unwrap();
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let row = serde_json::from_str::<serde_json::Value>(&stdout)
+        .map(|rows| rows[0].clone())
+        .unwrap_or_else(|_| serde_json::json!({"stderr": String::from_utf8_lossy(&output.stderr)}));
+    (output.status.code().unwrap(), row)
+}
+
+/// Writes the docker context `name` (engine `host`) into the docker config folder `config`,
+/// in the docker CLI's layout; with `tls`, its TLS folder holds copies of those files.
+fn write_docker_context(
+    config: &std::path::Path,
+    name: &str,
+    host: &str,
+    skip_verify: bool,
+    tls: Option<&std::path::Path>,
+) {
+    use sha2::Digest as _;
+    let id = hex::encode(sha2::Sha256::digest(name.as_bytes()));
+    let meta = config.join("contexts/meta").join(&id);
+    std::fs::create_dir_all(&meta).unwrap();
+    let document = serde_json::json!({"Name": name, "Metadata": {}, "Endpoints": {"docker": {"Host": host, "SkipTLSVerify": skip_verify}}});
+    std::fs::write(meta.join("meta.json"), document.to_string()).unwrap();
+    if let Some(from) = tls {
+        let to = config.join("contexts/tls").join(&id).join("docker");
+        std::fs::create_dir_all(&to).unwrap();
+        for file in ["ca.pem", "cert.pem", "key.pem"] {
+            std::fs::copy(from.join(file), to.join(file)).unwrap();
+        }
+    }
+}
+
+#[test]
+fn the_local_engine_is_found_as_the_docker_cli_finds_it() {
+    let testbed = Testbed::get();
+    let project = TestProject::new();
+    let config = tempfile::tempdir().unwrap();
+    let config_dir = config.path().to_str().unwrap();
+    let builder = testbed.endpoint("builder");
+    let node2 = testbed.endpoint("node2");
+    write_docker_context(config.path(), "hm-builder", &builder, false, None);
+    write_docker_context(
+        config.path(),
+        "hm-unverified",
+        "tcp://127.0.0.1:9",
+        true,
+        None,
+    );
+
+    // DOCKER_CONTEXT names a context of the docker config.
+    let (code, row) = local_engine_row(
+        &project,
+        &[
+            ("DOCKER_CONFIG", config_dir),
+            ("DOCKER_CONTEXT", "hm-builder"),
+        ],
+    );
+    assert_eq!(
+        (code, &row["engine"], &row["reachable"]),
+        (0, &builder.clone().into(), &true.into()),
+        "{row}"
+    );
+    // Else the config's current context.
+    std::fs::write(
+        config.path().join("config.json"),
+        r#"{"currentContext": "hm-builder"}"#,
+    )
+    .unwrap();
+    let (code, row) = local_engine_row(&project, &[("DOCKER_CONFIG", config_dir)]);
+    assert_eq!(
+        (code, &row["engine"]),
+        (0, &builder.clone().into()),
+        "{row}"
+    );
+    // DOCKER_HOST wins over both.
+    let (code, row) = local_engine_row(
+        &project,
+        &[
+            ("DOCKER_CONFIG", config_dir),
+            ("DOCKER_CONTEXT", "hm-builder"),
+            ("DOCKER_HOST", &node2),
+        ],
+    );
+    assert_eq!((code, &row["engine"]), (0, &node2.clone().into()), "{row}");
+    // A context that does not exist, or that skips TLS verification, is refused by name.
+    for (context, says) in [
+        (
+            "hm-missing",
+            "`hm-missing` (chosen by DOCKER_CONTEXT) does not exist",
+        ),
+        ("hm-unverified", "skips TLS verification"),
+    ] {
+        let (code, row) = local_engine_row(
+            &project,
+            &[("DOCKER_CONFIG", config_dir), ("DOCKER_CONTEXT", context)],
+        );
+        assert_eq!(code, 2, "{row}");
+        assert!(row["stderr"].as_str().unwrap().contains(says), "{row}");
+    }
+}
+
+/// Runs `openssl ARGS` in `dir`; it must succeed.
+fn openssl(dir: &std::path::Path, args: &[&str]) {
+    let output = std::process::Command::new("openssl")
+        .args(args)
+        .current_dir(dir)
+        .output()
+        .unwrap();
+    assert!(
+        output.status.success(),
+        "openssl {args:?}: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+}
+
+/// A CA in `dir` (ca.pem, ca-key.pem) and a certificate `name`.pem / `name`-key.pem signed by it.
+fn certificate_authority(dir: &std::path::Path) {
+    openssl(
+        dir,
+        &[
+            "req",
+            "-x509",
+            "-newkey",
+            "rsa:2048",
+            "-nodes",
+            "-keyout",
+            "ca-key.pem",
+            "-out",
+            "ca.pem",
+            "-days",
+            "2",
+            "-subj",
+            "/CN=hallmark test CA",
+        ],
+    );
+}
+
+fn signed(dir: &std::path::Path, name: &str, extensions: &str) {
+    let key = format!("{name}-key.pem");
+    let csr = format!("{name}.csr");
+    let cert = format!("{name}.pem");
+    let ext = format!("{name}.ext");
+    std::fs::write(dir.join(&ext), extensions).unwrap();
+    openssl(
+        dir,
+        &[
+            "req",
+            "-newkey",
+            "rsa:2048",
+            "-nodes",
+            "-keyout",
+            &key,
+            "-out",
+            &csr,
+            "-subj",
+            &format!("/CN={name}"),
+        ],
+    );
+    openssl(
+        dir,
+        &[
+            "x509",
+            "-req",
+            "-in",
+            &csr,
+            "-CA",
+            "ca.pem",
+            "-CAkey",
+            "ca-key.pem",
+            "-CAcreateserial",
+            "-out",
+            &cert,
+            "-days",
+            "2",
+            "-extfile",
+            &ext,
+        ],
+    );
+}
+
+#[test]
+fn a_tcp_engine_is_reached_with_the_docker_clis_tls_settings_and_refused_with_another_ca() {
+    let testbed = Testbed::get();
+    let project = TestProject::new();
+    let pki = tempfile::tempdir().unwrap();
+    certificate_authority(pki.path());
+    signed(
+        pki.path(),
+        "server",
+        "subjectAltName=IP:127.0.0.1\nextendedKeyUsage=serverAuth\n",
+    );
+    signed(pki.path(), "client", "extendedKeyUsage=clientAuth\n");
+    // The docker CLI's cert folder: the CA, the client's certificate and key.
+    let certs = pki.path().join("client-certs");
+    std::fs::create_dir_all(&certs).unwrap();
+    std::fs::copy(pki.path().join("ca.pem"), certs.join("ca.pem")).unwrap();
+    std::fs::copy(pki.path().join("client.pem"), certs.join("cert.pem")).unwrap();
+    std::fs::copy(pki.path().join("client-key.pem"), certs.join("key.pem")).unwrap();
+
+    let socket = testbed.endpoint("builder");
+    let mut proxy = std::process::Command::new("/usr/bin/python3")
+        .arg(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/tests/fixtures/tls_proxy.py"
+        ))
+        .args([
+            "--cert",
+            "server.pem",
+            "--key",
+            "server-key.pem",
+            "--ca",
+            "ca.pem",
+            "--unix",
+        ])
+        .arg(socket.trim_start_matches("unix://"))
+        .current_dir(pki.path())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut port = String::new();
+    std::io::BufRead::read_line(
+        &mut std::io::BufReader::new(proxy.stdout.take().unwrap()),
+        &mut port,
+    )
+    .unwrap();
+    let host = format!("tcp://127.0.0.1:{}", port.trim());
+
+    let certs_dir = certs.to_str().unwrap();
+    let (code, row) = local_engine_row(
+        &project,
+        &[
+            ("DOCKER_HOST", &host),
+            ("DOCKER_TLS_VERIFY", "1"),
+            ("DOCKER_CERT_PATH", certs_dir),
+        ],
+    );
+    assert_eq!(
+        (code, &row["reachable"], &row["via"]),
+        (0, &true.into(), &"tcp+tls".into()),
+        "{row}"
+    );
+
+    // The same through a context whose TLS folder holds the files.
+    let config = tempfile::tempdir().unwrap();
+    write_docker_context(config.path(), "hm-tls", &host, false, Some(&certs));
+    let (code, row) = local_engine_row(
+        &project,
+        &[
+            ("DOCKER_CONFIG", config.path().to_str().unwrap()),
+            ("DOCKER_CONTEXT", "hm-tls"),
+        ],
+    );
+    assert_eq!(
+        (code, &row["reachable"], &row["via"]),
+        (0, &true.into(), &"tcp+tls".into()),
+        "{row}"
+    );
+
+    // Another CA: the engine's certificate is not trusted, and nothing is sent in the clear.
+    let other = pki.path().join("other");
+    std::fs::create_dir_all(&other).unwrap();
+    certificate_authority(&other);
+    std::fs::copy(other.join("ca.pem"), certs.join("ca.pem")).unwrap();
+    let (code, row) = local_engine_row(
+        &project,
+        &[
+            ("DOCKER_HOST", &host),
+            ("DOCKER_TLS_VERIFY", "1"),
+            ("DOCKER_CERT_PATH", certs_dir),
+        ],
+    );
+    assert_eq!((code, &row["reachable"]), (1, &false.into()), "{row}");
+    let _ = proxy.kill();
+    let _ = proxy.wait();
 }
 
 /// Issue 15: every request carries the negotiated API version in its path (bollard 0.21

@@ -163,9 +163,19 @@ fn hallmark_killed_during_a_distribute_leaves_every_node_whole_and_a_re_run_conv
 
 #[test]
 fn a_node_whose_disk_fills_during_a_load_fails_alone_and_keeps_its_image() {
-    // node2's data root is a 160 MiB tmpfs: v1 (a few MiB) fits, v2's 192 MiB layer cannot;
-    // node1 and node3 have room.
-    let (testbed, project, wrap) = nodes_holding_v1(&["--nodes", "3", "--disk", "node2=160"], 4);
+    // node2 (Docker 20.10, classic: its images live in its data root) has a 160 MiB tmpfs for
+    // a data root: v1 (a few MiB) fits, v2's 192 MiB layer cannot; node1 and node3 have room.
+    let (testbed, project, wrap) = nodes_holding_v1(
+        &[
+            "--nodes",
+            "3",
+            "--kind",
+            "node2=20/classic",
+            "--disk",
+            "node2=160",
+        ],
+        4,
+    );
     let config = testbed.config();
     let v1 = testbed.image_id("node2", &wrap);
 

@@ -137,6 +137,7 @@ fn checksum_ignores_path_mtime_and_umask() {
         .arg(project.root().join("images"))
         .arg(project.root().join("pins"))
         .arg(project.root().join("patches"))
+        .arg(project.root().join("hallmark.toml"))
         .arg(copy.path())
         .status()
         .unwrap();
@@ -270,6 +271,97 @@ fn the_project_is_found_from_a_subfolder() {
         .success()
         .stdout();
     assert_eq!(before, out);
+}
+
+/// Issue 14 item 8: the nearest `images/` folder was the project, so `check` run in a `docs/`
+/// holding an `images/` folder passed on that folder's specs and never saw the project's. The
+/// root is the folder holding `hallmark.toml`.
+#[test]
+fn a_folder_holding_images_is_not_taken_for_the_project() {
+    let (project, _, _) = fixture();
+    project.write(
+        "docs/images/example/image.toml",
+        "[from]\nref = \"example/base:1\"\n",
+    );
+    let run = run_in(&project.root().join("docs"), &["--json", "check", "--all"]);
+    let report: serde_json::Value = serde_json::from_str(&run.stdout()).unwrap();
+    let checked: Vec<&str> = report["passed"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["image"].as_str().unwrap())
+        .collect();
+    assert_eq!(checked, ["addon", "app"], "{report}");
+    run.success();
+}
+
+/// Without `hallmark.toml` up the tree there is no project, and the error says which folder
+/// looks like one and how to mark it; `-C DIR` names a project from anywhere, and must name
+/// its root.
+#[test]
+fn the_project_is_anchored_on_hallmark_toml_or_named_with_dash_c() {
+    let (project, _, _) = fixture();
+    let before = checksums(&project);
+    let elsewhere = tempfile::Builder::new()
+        .prefix("elsewhere")
+        .tempdir()
+        .unwrap();
+    let root = project.root().to_str().unwrap();
+    let out = run_in(elsewhere.path(), &["-C", root, "checksum", "--all"]);
+    assert_eq!(out.success().stdout(), before);
+    let out = run_in(elsewhere.path(), &["--project", root, "checksum", "--all"]);
+    assert_eq!(out.success().stdout(), before);
+
+    let images = project.root().join("images");
+    let inside = images.to_str().unwrap();
+    let refused = run_in(elsewhere.path(), &["-C", inside, "checksum", "--all"]);
+    assert_eq!(refused.code(), 2, "{}", refused.stderr());
+    assert!(
+        refused.stderr().contains("holds no hallmark.toml"),
+        "{}",
+        refused.stderr()
+    );
+
+    std::fs::remove_file(project.root().join("hallmark.toml")).unwrap();
+    let lost = project.run(&["check", "--all"]);
+    assert_eq!(lost.code(), 2, "{}", lost.stderr());
+    let err = lost.stderr();
+    assert!(err.contains("no project found"), "{err}");
+    assert!(
+        err.contains(&format!(
+            "touch {}/hallmark.toml",
+            project.root().canonicalize().unwrap().display()
+        )),
+        "{err}"
+    );
+}
+
+/// `check --all` of a project with no image is an error (exit 2), not a pass over nothing.
+#[test]
+fn check_all_of_a_project_without_images_says_so() {
+    let project = TestProject::new();
+    for args in [
+        &["check", "--all"][..],
+        &["check"],
+        &["checksum", "--all"],
+        &["lock"],
+    ] {
+        let run = project.run(args);
+        assert_eq!(run.code(), 2, "{args:?}: {}", run.stderr());
+        assert!(
+            run.stderr().contains("the project has no images"),
+            "{}",
+            run.stderr()
+        );
+    }
+    std::fs::remove_dir(project.root().join("images")).unwrap();
+    let run = project.run(&["check", "--all"]);
+    assert_eq!(run.code(), 2, "{}", run.stderr());
+    assert!(
+        run.stderr().contains("the project has no images"),
+        "{}",
+        run.stderr()
+    );
 }
 
 #[test]
@@ -466,4 +558,254 @@ fn real_images_checksum_offline() {
             "{image} missing in {out}"
         );
     }
+}
+
+/// A project whose image `big` copies `images/big/<file>` into the image.
+fn one_file_project(file: &str) -> TestProject {
+    let project = TestProject::new();
+    project
+        .write(
+            "images/big/image.toml",
+            &format!("[from]\nref = \"example/base:1\"\n\n[[file]]\nsrc = \"{file}\"\ndest = \"/{file}\"\n"),
+        )
+        .write(
+            "pins/big.toml",
+            &format!("[base]\nref = \"example/base:1\"\ndigest = \"{BASE_DIGEST}\"\n"),
+        );
+    project
+}
+
+/// Runs hallmark in `project` and returns its output with its peak resident set in KiB, as
+/// the kernel counted it for this one child (wait4), whatever else the tests run.
+fn run_measured(project: &TestProject, args: &[&str]) -> (std::process::Output, i64) {
+    use std::io::Read;
+    let mut child = support::hallmark()
+        .args(args)
+        .current_dir(project.root())
+        .env("HALLMARK_CACHE", project.root().join(".test-cache"))
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let (mut stdout, mut stderr) = (Vec::new(), Vec::new());
+    let mut err_pipe = child.stderr.take().unwrap();
+    let err_reader = std::thread::spawn(move || {
+        err_pipe.read_to_end(&mut stderr).unwrap();
+        stderr
+    });
+    child
+        .stdout
+        .take()
+        .unwrap()
+        .read_to_end(&mut stdout)
+        .unwrap();
+    let stderr = err_reader.join().unwrap();
+    let mut status = 0;
+    // SAFETY: wait4 on our own child, with pointers to locals that outlive the call.
+    let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
+    let reaped = unsafe { libc::wait4(child.id() as libc::pid_t, &mut status, 0, &mut usage) };
+    assert_eq!(reaped, child.id() as libc::pid_t);
+    let status = std::os::unix::process::ExitStatusExt::from_raw(status);
+    (
+        std::process::Output {
+            status,
+            stdout,
+            stderr,
+        },
+        usage.ru_maxrss,
+    )
+}
+
+/// Issue 14 item 7: planning read every `[[file]]` whole (a 500 MB file: `checksum` at 494 MB
+/// resident). A 2 GiB file (sparse: the test writes nothing) is now hashed in flat memory.
+#[test]
+fn checksum_of_a_2gib_file_stays_under_64mib() {
+    let project = one_file_project("big.bin");
+    let big = std::fs::File::create(project.root().join("images/big/big.bin")).unwrap();
+    big.set_len(2 << 30).unwrap();
+    let (output, peak_kib) = run_measured(&project, &["checksum", "--explain", "big"]);
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        output.status.success(),
+        "{stdout}{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    // `head -c 2G /dev/zero | sha256sum`
+    assert!(
+        stdout.contains(
+            "file /big.bin 0644 a7c744c13cc101ed66c29f672f92455547889cc586ce6d44fe76ae824958ea51\n"
+        ),
+        "{stdout}"
+    );
+    assert!(
+        peak_kib < 64 * 1024,
+        "checksum peaked at {peak_kib} KiB resident"
+    );
+}
+
+/// Issue 14 item 7: `status` and `verify` (every command that plans) hashed every file again
+/// each time. A file's hash is now remembered by its size, mtime, ctime, inode and device
+/// once it has settled, and only a file that changed is read; a rewrite that keeps size and
+/// mtime still shows (its ctime moves).
+#[test]
+fn an_unchanged_file_is_not_read_again_and_a_changed_one_is() {
+    let project = one_file_project("payload.txt");
+    let path = project.root().join("images/big/payload.txt");
+    std::fs::write(&path, "first\n").unwrap();
+    let hashed = |expected: &str| {
+        let run = project.run(&["-v", "checksum", "big"]).success().stderr();
+        assert!(run.contains(expected), "{run}");
+        project.run(&["checksum", "big"]).success().stdout()
+    };
+    // A hash is remembered only for a file whose timestamps are 2 s old (docs/checksum.md):
+    // what is waited for is that time itself.
+    let settled = |path: &std::path::Path| {
+        let changed = std::fs::metadata(path).unwrap().modified().unwrap();
+        let ready = changed + std::time::Duration::from_millis(2100);
+        if let Ok(left) = ready.duration_since(std::time::SystemTime::now()) {
+            std::thread::sleep(left);
+        }
+    };
+    settled(&path);
+    let first = hashed("files: 1 hashed (6 bytes read), 0 unchanged");
+    let again = hashed("files: 0 hashed (0 bytes read), 1 unchanged");
+    assert_eq!(first, again);
+    // Same size, same mtime, other bytes.
+    let mtime = std::fs::metadata(&path).unwrap().modified().unwrap();
+    std::fs::write(&path, "other\n").unwrap();
+    std::fs::File::options()
+        .write(true)
+        .open(&path)
+        .unwrap()
+        .set_modified(mtime)
+        .unwrap();
+    let changed = hashed("files: 1 hashed (6 bytes read), 0 unchanged");
+    assert_ne!(first, changed);
+}
+
+/// Issue 14 item 9: the tags hallmark accepts, in order, are exactly those of
+/// `packaging.tags.sys_tags()` (what current pip matches wheels with) for the same
+/// interpreter: the host's Python, probed with the probe that runs in images. (packaging 22
+/// added `cp311-none-any`; older pips vendor 21.3.)
+#[test]
+fn wheel_tags_are_the_ones_pip_computes_for_the_same_python() {
+    let probe = hallmark::wheel::probe_command();
+    let answer = std::process::Command::new(&probe[0])
+        .args(&probe[1..])
+        .output()
+        .unwrap();
+    assert!(
+        answer.status.success(),
+        "{}",
+        String::from_utf8_lossy(&answer.stderr)
+    );
+    let target =
+        hallmark::wheel::parse_probe_answer(&String::from_utf8_lossy(&answer.stdout)).unwrap();
+    let packaging = tempfile::tempdir().unwrap();
+    let installed = std::process::Command::new("python3")
+        .args([
+            "-m",
+            "pip",
+            "install",
+            "--quiet",
+            "--disable-pip-version-check",
+            "--target",
+        ])
+        .arg(packaging.path())
+        .arg("packaging==24.2")
+        .output()
+        .unwrap();
+    assert!(
+        installed.status.success(),
+        "{}",
+        String::from_utf8_lossy(&installed.stderr)
+    );
+    let pips = std::process::Command::new("python3")
+        .args([
+            "-c",
+            "from packaging import tags; print(*map(str, tags.sys_tags()), sep='\\n')",
+        ])
+        .env("PYTHONPATH", packaging.path())
+        .output()
+        .unwrap();
+    assert!(
+        pips.status.success(),
+        "{}",
+        String::from_utf8_lossy(&pips.stderr)
+    );
+    let pips = String::from_utf8(pips.stdout).unwrap();
+    let ours = target.interpreter.supported_tags();
+    assert_eq!(ours.len(), pips.lines().count(), "{:?}", target.interpreter);
+    for (i, (ours, pips)) in ours.iter().zip(pips.lines()).enumerate() {
+        assert_eq!(ours, pips, "tag {i} for {:?}", target.interpreter);
+    }
+}
+
+/// A project whose `arm` image (linux/arm64) installs MarkupSafe 2.1.5, a wheel with a
+/// build per Python and machine on PyPI; `python` is its `[python]` pin, if any.
+fn wheel_project(python: Option<&str>) -> TestProject {
+    let project = TestProject::new();
+    project
+        .write(
+            "images/arm/image.toml",
+            "[image]\nplatform = \"linux/arm64\"\n\n[from]\nref = \"example/base:1\"\n\n[[wheel]]\nname = \"markupsafe\"\nversion = \"2.1.5\"\n",
+        )
+        .write(
+            "pins/arm.toml",
+            &format!(
+                "[base]\nref = \"example/base:1\"\ndigest = \"{BASE_DIGEST}\"\n{}",
+                python.unwrap_or_default()
+            ),
+        );
+    project
+}
+
+const ARM_PYTHON: &str = "\n[python]\nversion = \"3.11\"\nimplementation = \"cpython\"\nabi = \"cp311\"\nmachine = \"aarch64\"\nlibc = \"glibc 2.36\"\n";
+
+/// Issue 14 item 9: `lock` pinned the wheel pip picks for the host (x86_64, the host's
+/// Python), so an arm64 image locked on x86 CI got an x86 wheel. It now asks pip for the
+/// image's Python and platform (here written by hand in `[python]`; PyPI is real).
+#[test]
+fn lock_pins_the_wheel_for_the_images_python_and_platform() {
+    let project = wheel_project(Some(ARM_PYTHON));
+    project.run(&["lock", "arm"]).success();
+    let pins = project.read("pins/arm.toml");
+    assert!(
+        pins.contains("file = \"MarkupSafe-2.1.5-cp311-cp311-manylinux_2_17_aarch64.manylinux2014_aarch64.whl\""),
+        "{pins}"
+    );
+    assert!(pins.contains("machine = \"aarch64\""), "{pins}");
+    project.run(&["check", "arm"]).success();
+
+    // A hand edit to another machine's wheel is caught by `check`.
+    let edited = pins.replace(
+        "aarch64.manylinux2014_aarch64",
+        "x86_64.manylinux2014_x86_64",
+    );
+    project.write("pins/arm.toml", &edited);
+    let check = project.run(&["check", "arm"]);
+    assert_eq!(check.code(), 2, "{}", check.stderr());
+    assert!(
+        check
+            .stderr()
+            .contains("does not install on the pinned Python 3.11"),
+        "{}",
+        check.stderr()
+    );
+}
+
+/// Without an engine that can run the image's Python and without `[python]`, a wheel built
+/// for one platform cannot be chosen: exit 2, saying what to write.
+#[test]
+fn lock_without_the_images_python_refuses_a_platform_wheel() {
+    let project = wheel_project(None);
+    let run = project.run(&["lock", "arm"]);
+    assert_eq!(run.code(), 2, "{}", run.stderr());
+    let err = run.stderr();
+    assert!(err.contains("pins/arm.toml"), "{err}");
+    assert!(
+        err.contains("cannot tell which Python image `arm` runs"),
+        "{err}"
+    );
+    assert!(err.contains("[python] version = "), "{err}");
 }

@@ -208,3 +208,176 @@ fn a_registry_left_by_a_killed_hallmark_is_stopped_and_one_cache_serves_one_dist
         "{report}"
     );
 }
+
+/// An operator's registry that wants a user and password (Debian's docker-registry with
+/// htpasswd auth) on `port`, with its storage in `dir`; killed when dropped.
+struct AuthRegistry(std::process::Child);
+
+impl AuthRegistry {
+    fn start(dir: &std::path::Path, port: u16, user: &str, password: &str) -> AuthRegistry {
+        // bcrypt, as distribution's htpasswd wants it, from the system Python's crypt module.
+        let hash = Command::new("/usr/bin/python3")
+            .args([
+                "-W",
+                "ignore",
+                "-c",
+                "import crypt, sys; print(crypt.crypt(sys.argv[1], crypt.mksalt(crypt.METHOD_BLOWFISH)))",
+                password,
+            ])
+            .output()
+            .unwrap();
+        assert!(
+            hash.status.success(),
+            "{}",
+            String::from_utf8_lossy(&hash.stderr)
+        );
+        let hash = String::from_utf8(hash.stdout).unwrap();
+        std::fs::write(dir.join("htpasswd"), format!("{user}:{}\n", hash.trim())).unwrap();
+        let config = format!(
+            "version: 0.1\nlog:\n  level: warn\nstorage:\n  filesystem:\n    rootdirectory: {root}/storage\nhttp:\n  addr: 127.0.0.1:{port}\nauth:\n  htpasswd:\n    realm: hallmark-test\n    path: {root}/htpasswd\n",
+            root = dir.display()
+        );
+        std::fs::write(dir.join("config.yml"), config).unwrap();
+        let child = Command::new("docker-registry")
+            .arg("serve")
+            .arg(dir.join("config.yml"))
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(dir.join("registry.log")).unwrap())
+            .spawn()
+            .unwrap();
+        support::wait_for("the registry listening", || {
+            std::net::TcpStream::connect(("127.0.0.1", port)).is_ok()
+        });
+        AuthRegistry(child)
+    }
+}
+
+impl Drop for AuthRegistry {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+#[test]
+fn an_operators_registry_gets_the_docker_configs_credentials_and_no_output_shows_them() {
+    let testbed = Testbed::get();
+    let project = ship_project(4, "v1");
+    let run = support::unique();
+    let port = free_port();
+    let registry_dir = tempfile::tempdir().unwrap();
+    let secret = format!("sentinel-{run}");
+    let _registry = AuthRegistry::start(registry_dir.path(), port, "operator", &secret);
+    let address = format!("127.0.0.1:{port}");
+    let config = testbed.dir.join(format!("hallmark-auth-{run}.toml"));
+    std::fs::write(
+        &config,
+        format!(
+            "transport = \"registry\"\n\n[builder]\nname = \"builder\"\nengine = \"{}\"\n\n[[node]]\nname = \"node2\"\nengine = \"{}\"\n\n[[node]]\nname = \"node3\"\nengine = \"{}\"\n\n[registry]\naddress = \"{address}\"\n",
+            testbed.endpoint("builder"),
+            testbed.endpoint("node2"),
+            testbed.endpoint("node3"),
+        ),
+    )
+    .unwrap();
+    project
+        .run(&["--config", config.to_str().unwrap(), "-q", "build", "wrap"])
+        .success();
+    let docker_config = tempfile::tempdir().unwrap();
+    let helpers = tempfile::tempdir().unwrap();
+    let mut outputs = Vec::new();
+    let mut distribute = |node: &str| {
+        let output = support::hallmark()
+            .args([
+                "--config",
+                config.to_str().unwrap(),
+                "--json",
+                "distribute",
+                "wrap",
+                "--to",
+                node,
+            ])
+            .current_dir(project.root())
+            .env("HALLMARK_CACHE", project.root().join(".test-cache"))
+            .env("DOCKER_CONFIG", docker_config.path())
+            .env(
+                "PATH",
+                format!(
+                    "{}:{}",
+                    helpers.path().display(),
+                    std::env::var("PATH").unwrap()
+                ),
+            )
+            .output()
+            .unwrap();
+        outputs.push(output.stdout.clone());
+        outputs.push(output.stderr.clone());
+        (
+            output.status.code().unwrap(),
+            String::from_utf8_lossy(&output.stdout).into_owned(),
+        )
+    };
+
+    // No credentials: the registry refuses the push.
+    let (code, report) = distribute("node2");
+    assert_eq!(code, 1, "{report}");
+    // `auths` in the docker config.
+    let auth = base64_of(&format!("operator:{secret}"));
+    std::fs::write(
+        docker_config.path().join("config.json"),
+        format!(r#"{{"auths": {{"{address}": {{"auth": "{auth}"}}}}}}"#),
+    )
+    .unwrap();
+    let (code, report) = distribute("node2");
+    assert_eq!(code, 0, "{report}");
+    let report: Value = serde_json::from_str(&report).unwrap();
+    assert_eq!(nodes_of(&report)[0]["action"], "pulled", "{report}");
+    // A credential helper (the docker CLI's protocol) wins over `auths`.
+    let helper = helpers.path().join("docker-credential-hmtest");
+    std::fs::write(
+        &helper,
+        format!("#!/bin/sh\nread server\n[ \"$server\" = \"{address}\" ] || exit 1\nprintf '{{\"ServerURL\":\"%s\",\"Username\":\"operator\",\"Secret\":\"{secret}\"}}' \"$server\"\n"),
+    )
+    .unwrap();
+    std::fs::set_permissions(&helper, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    std::fs::write(
+        docker_config.path().join("config.json"),
+        r#"{"credsStore": "hmtest", "auths": {}}"#,
+    )
+    .unwrap();
+    let (code, report) = distribute("node3");
+    assert_eq!(code, 0, "{report}");
+    let (code, report) = hallmark_json(&project, &config, &["verify", "wrap"]);
+    assert_eq!(code, 0, "{report}");
+
+    for output in &outputs {
+        assert!(
+            !String::from_utf8_lossy(output).contains(&secret),
+            "the secret reached hallmark's output"
+        );
+    }
+    for entry in walkdir::WalkDir::new(project.root()).into_iter().flatten() {
+        if entry.file_type().is_file() {
+            let bytes = std::fs::read(entry.path()).unwrap();
+            assert!(
+                !String::from_utf8_lossy(&bytes).contains(&secret),
+                "the secret is in {}",
+                entry.path().display()
+            );
+        }
+    }
+}
+
+fn base64_of(text: &str) -> String {
+    let output = Command::new("base64")
+        .arg("-w0")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .and_then(|mut child| {
+            std::io::Write::write_all(child.stdin.as_mut().unwrap(), text.as_bytes())?;
+            child.wait_with_output()
+        })
+        .unwrap();
+    String::from_utf8(output.stdout).unwrap()
+}

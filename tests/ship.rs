@@ -1,6 +1,6 @@
-//! Shipping on the testbed: a builder and four nodes (node1 on the containerd image store,
-//! node4 over ssh). The tests here change node state (they kill a daemon), so they run one at
-//! a time.
+//! Shipping on the testbed: a builder and four nodes (Docker 20.10, 26 and 28, both image
+//! stores, the last node over ssh; testbed.env says which is which). The tests here change
+//! node state (they kill a daemon), so they run one at a time.
 
 mod support;
 
@@ -66,8 +66,8 @@ fn thin_update_full_copy_skip_and_a_daemon_killed_mid_transfer() {
         );
         assert_eq!(node["verified"], true, "{node}");
     }
-    for node in ["node1", "node2", "node3", "node4"] {
-        testbed.run_container(node, &wrap, &["test", "-s", "/wrap.bin"]);
+    for node in testbed.nodes() {
+        testbed.run_container(&node, &wrap, &["test", "-s", "/wrap.bin"]);
     }
 
     // Again: nothing to do anywhere.
@@ -95,14 +95,17 @@ fn thin_update_full_copy_skip_and_a_daemon_killed_mid_transfer() {
             "{node}"
         );
     }
-    let v2 = testbed.image_id("node2", &wrap);
+    // A classic node, whose load can be seen under way (its unpack folder).
+    let victim = testbed.node_of("20", "classic");
+    let v2 = testbed.image_id(&victim, &wrap);
 
-    // v3, whole again, and node2's daemon killed while it loads: node2 fails alone and keeps v2.
+    // v3, whole again, and that node's daemon killed while it loads: it fails alone and keeps
+    // v2.
     project.write("images/wrap/image.toml", &spec.replace("\"v1\"", "\"v3\""));
     project
         .run(&["--config", config.to_str().unwrap(), "-q", "build", "wrap"])
         .success();
-    let tmp = testbed.dir.join("node2/data/tmp");
+    let tmp = testbed.dir.join(&victim).join("data/tmp");
     let child = support::hallmark()
         .args([
             "--config",
@@ -118,9 +121,9 @@ fn thin_update_full_copy_skip_and_a_daemon_killed_mid_transfer() {
         .stderr(std::process::Stdio::piped())
         .spawn()
         .unwrap();
-    let pid = testbed.env["HMTB_NODE2_PID"].clone();
+    let pid = testbed.env[&format!("HMTB_{}_PID", victim.to_uppercase())].clone();
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(120);
-    // Wait for node2's load to begin (the daemon unpacks into its tmp folder), then kill it.
+    // Wait for the load to begin (the daemon unpacks into its tmp folder), then kill it.
     loop {
         let loading = std::fs::read_dir(&tmp)
             .map(|d| {
@@ -136,7 +139,7 @@ fn thin_update_full_copy_skip_and_a_daemon_killed_mid_transfer() {
         }
         assert!(
             std::time::Instant::now() < deadline,
-            "node2 never started loading"
+            "{victim} never started loading"
         );
         std::thread::yield_now();
     }
@@ -155,16 +158,16 @@ fn thin_update_full_copy_skip_and_a_daemon_killed_mid_transfer() {
         String::from_utf8_lossy(&output.stderr)
     );
     let report: Value = serde_json::from_slice(&output.stdout).unwrap();
-    support::assert_fails_alone(&report, "node2", None, &[]);
-    testbed.script("restart-node", &["--node", "node2"]);
+    support::assert_fails_alone(&report, &victim, None, &[]);
+    testbed.script("restart-node", &["--node", &victim]);
     assert_eq!(
-        testbed.image_id("node2", &wrap),
+        testbed.image_id(&victim, &wrap),
         v2,
-        "node2 lost its previous image"
+        "{victim} lost its previous image"
     );
 
-    // The re-run finishes node2 only.
-    support::assert_rerun_finishes_only(&project, &config, "node2", "thin");
+    // The re-run finishes that node only.
+    support::assert_rerun_finishes_only(&project, &config, &victim, "thin");
 }
 
 #[test]
@@ -258,13 +261,17 @@ fn an_unreachable_node_fails_alone() {
     assert_eq!(node3["verified"], true, "{node3}");
 }
 
-#[test]
-fn thin_update_from_a_builder_on_the_containerd_store() {
-    let testbed = support::OwnTestbed::up(&["--nodes", "2", "--builder-store", "containerd"]);
+/// A builder of its own testbed (`builder_args`) builds the wrapper, ships the base, then
+/// the wrapper as a thin update to every node (Docker 26 and 28 on the containerd store,
+/// Docker 20.10 over ssh).
+fn thin_update_from_a_builder(builder_args: &[&str], base_mib: u64) {
+    let mut args = vec!["--nodes", "3"];
+    args.extend_from_slice(builder_args);
+    let testbed = support::OwnTestbed::up(&args);
     let config = testbed.config();
-    let project = project(64, "containerd");
+    let project = project(base_mib, "builder");
     let wrap = reference(&project, "wrap");
-    // The repo's pin (the base's config digest) serves this builder too: no `lock` first.
+    // The repo's pin (the base's config digest) serves every builder: no `lock` first.
     project
         .run(&["--config", config.to_str().unwrap(), "-q", "build", "wrap"])
         .success();
@@ -273,7 +280,7 @@ fn thin_update_from_a_builder_on_the_containerd_store() {
     let (code, report) = hallmark_json(&project, &config, &["distribute", "wrap"]);
     assert_eq!(code, 0, "{report}");
     let nodes = nodes_of(&report);
-    assert_eq!(nodes.len(), 2);
+    assert_eq!(nodes.len(), 3);
     for node in &nodes {
         assert_eq!(node["action"], "thin", "{node}");
         let layer = node["layer_bytes"].as_u64().unwrap();
@@ -282,9 +289,33 @@ fn thin_update_from_a_builder_on_the_containerd_store() {
         assert!(archive as f64 <= 1.1 * layer as f64, "{node}");
         assert_eq!(node["verified"], true, "{node}");
     }
-    for node in ["node1", "node2"] {
-        testbed.run_container(node, &wrap, &["test", "-s", "/wrap.bin"]);
+    let (code, report) = hallmark_json(&project, &config, &["verify", "wrap"]);
+    assert_eq!(code, 0, "{report}");
+    for node in testbed.nodes() {
+        testbed.run_container(&node, &wrap, &["test", "-s", "/wrap.bin"]);
+        testbed.assert_saves_whole(&node, &wrap);
     }
+}
+
+#[test]
+fn thin_update_from_a_builder_on_the_containerd_store() {
+    thin_update_from_a_builder(&["--builder-store", "containerd"], 64);
+}
+
+#[test]
+fn thin_update_from_a_docker_28_builder_on_the_containerd_store() {
+    thin_update_from_a_builder(
+        &["--builder-engine", "28", "--builder-store", "containerd"],
+        16,
+    );
+}
+
+#[test]
+fn thin_update_from_a_docker_28_builder_on_the_classic_store() {
+    thin_update_from_a_builder(
+        &["--builder-engine", "28", "--builder-store", "classic"],
+        16,
+    );
 }
 
 #[test]
@@ -300,9 +331,15 @@ fn nodes_status_and_prune_report_what_is_there() {
     assert_eq!(code, 0, "{nodes}");
     let rows = nodes.as_array().unwrap();
     assert_eq!(rows.len(), 5, "the builder and four nodes: {nodes}");
-    let store = |name: &str| support::row(&nodes, name)["image_store"].clone();
-    assert_eq!(store("node1"), "containerd");
-    assert_eq!(store("node2"), "classic");
+    for node in testbed.nodes() {
+        let row = support::row(&nodes, &node);
+        let (engine, store) = testbed.kind(&node);
+        assert_eq!(row["image_store"], store.as_str(), "{row}");
+        assert!(
+            row["version"].as_str().unwrap().starts_with(&engine),
+            "{engine}: {row}"
+        );
+    }
     assert!(
         rows.iter()
             .all(|r| r["reachable"] == true && r["version"].is_string()),

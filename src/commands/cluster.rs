@@ -11,6 +11,7 @@ use crate::registry;
 use crate::ship::{self, ShipSettings};
 use crate::store::LayerStore;
 use crate::verify::{self, Holding};
+use futures_util::StreamExt as _;
 use serde_json::json;
 
 impl Session {
@@ -180,31 +181,72 @@ pub(super) fn verify_command(session: &Session, images: &[String], nodes: &[Stri
     let rows = runtime()?.block_on(async {
         let builder = session.engine(&session.config.builder).await?;
         let connected = session.connect_all(&nodes).await;
-        let mut rows = Vec::new();
-        for name in &names {
-            let image = plan.get(name);
-            let shipment = session.shipment(&builder, &plan, image).await?;
-            for (node, engine) in nodes.iter().zip(&connected) {
-                let holding = match engine {
-                    Ok(engine) => verify::holding(
-                        engine,
-                        &shipment.reference,
-                        &session.config.checksum_label,
-                        &shipment.checksum,
-                        &shipment.fingerprint,
-                    )
-                    .await
-                    .unwrap_or_else(|e| unreachable_holding(node, e)),
-                    Err(e) => unreachable_holding(node, e.to_string()),
-                };
-                rows.push((name.to_string(), holding));
-            }
+        let shipments = futures_util::stream::iter(
+            names
+                .iter()
+                .map(|name| session.shipment(&builder, &plan, plan.get(name))),
+        )
+        .buffered(8)
+        .collect::<Vec<_>>()
+        .await;
+        let mut wanted = Vec::new();
+        for shipment in shipments {
+            let shipment = shipment?;
+            wanted.push(verify::Wanted {
+                reference: shipment.reference,
+                checksum: shipment.checksum,
+                fingerprint: shipment.fingerprint,
+            });
         }
-        Ok::<_, Error>(rows)
+        let columns = holdings_of_nodes(session, &nodes, &connected, &wanted).await;
+        Ok::<_, Error>(image_rows(&names, columns))
     })?;
     print_holdings(session, &rows);
     let all_current = rows.iter().all(|(_, h)| h.state == Holding::Current);
     Ok(if all_current { 0 } else { 1 })
+}
+
+/// What every node holds of `wanted`: the nodes asked at once, one column per node.
+async fn holdings_of_nodes(
+    session: &Session,
+    nodes: &[NodeConfig],
+    connected: &[std::result::Result<Engine, Error>],
+    wanted: &[verify::Wanted],
+) -> Vec<Vec<verify::NodeHolding>> {
+    let label = &session.config.checksum_label;
+    futures_util::future::join_all(
+        nodes
+            .iter()
+            .zip(connected)
+            .map(|(node, engine)| async move {
+                match engine {
+                    Ok(engine) => verify::holdings(engine, label, wanted)
+                        .await
+                        .into_iter()
+                        .map(|h| h.unwrap_or_else(|e| unreachable_holding(node, e)))
+                        .collect(),
+                    Err(e) => wanted
+                        .iter()
+                        .map(|_| unreachable_holding(node, e.to_string()))
+                        .collect(),
+                }
+            }),
+    )
+    .await
+}
+
+/// Rows image by image, each image's nodes in order, from one column per node.
+fn image_rows(
+    names: &[crate::values::Name],
+    columns: Vec<Vec<verify::NodeHolding>>,
+) -> Vec<(String, verify::NodeHolding)> {
+    let mut rows = Vec::new();
+    for (i, name) in names.iter().enumerate() {
+        for column in &columns {
+            rows.push((name.to_string(), column[i].clone()));
+        }
+    }
+    rows
 }
 
 fn unreachable_holding(node: &NodeConfig, error: impl ToString) -> verify::NodeHolding {
@@ -239,56 +281,47 @@ pub(super) fn status_command(session: &Session) -> Result<u8> {
     let names = session.project.image_names()?;
     let plan = Plan::new(&session.project, &names)?;
     let nodes = session.config.nodes.clone();
+    let label = &session.config.checksum_label;
     let rows = runtime()?.block_on(async {
         let connected = session.connect_all(&nodes).await;
         let builder = session.engine(&session.config.builder).await.ok();
-        let mut rows = Vec::new();
-        for name in &names {
+        // The builder's fingerprint is the reference; without it, the label alone is known.
+        let expected = futures_util::stream::iter(names.iter().map(|name| {
             let image = plan.get(name);
-            let reference = image.loaded.reference();
-            // The builder's fingerprint is the reference; without it, the label alone decides.
-            let expected = match &builder {
-                Some(b) => b
-                    .inspect(&reference)
-                    .await
-                    .ok()
-                    .flatten()
-                    .filter(|i| {
-                        verify::label(i, &session.config.checksum_label)
-                            == Some(image.checksum.as_str())
-                    })
-                    .map(|i| verify::fingerprint(&i)),
-                None => None,
-            };
-            for (node, engine) in nodes.iter().zip(&connected) {
-                let holding = match engine {
-                    Ok(engine) => {
-                        let fingerprint = expected.clone().unwrap_or_default();
-                        match verify::holding(
-                            engine,
-                            &reference,
-                            &session.config.checksum_label,
-                            image.checksum.as_str(),
-                            &fingerprint,
-                        )
-                        .await
-                        {
-                            Ok(mut h) if expected.is_none() && h.state == Holding::Mismatch => {
-                                h.state = Holding::Current;
-                                h.detail =
-                                    Some("label only: the builder does not hold the image".into());
-                                h
-                            }
-                            Ok(h) => h,
-                            Err(e) => unreachable_holding(node, e),
-                        }
-                    }
-                    Err(e) => unreachable_holding(node, e.to_string()),
-                };
-                rows.push((name.to_string(), holding));
+            let builder = builder.as_ref();
+            async move {
+                let held = builder?.inspect(&image.loaded.reference()).await.ok()??;
+                (verify::label(&held, label) == Some(image.checksum.as_str()))
+                    .then(|| verify::fingerprint(&held))
+            }
+        }))
+        .buffered(8)
+        .collect::<Vec<Option<String>>>()
+        .await;
+        let wanted: Vec<verify::Wanted> = names
+            .iter()
+            .zip(&expected)
+            .map(|(name, expected)| {
+                let image = plan.get(name);
+                verify::Wanted {
+                    reference: image.loaded.reference(),
+                    checksum: image.checksum.to_string(),
+                    fingerprint: expected.clone().unwrap_or_default(),
+                }
+            })
+            .collect();
+        let mut columns = holdings_of_nodes(session, &nodes, &connected, &wanted).await;
+        for column in &mut columns {
+            for (holding, expected) in column.iter_mut().zip(&expected) {
+                // Without the builder's image, a matching label is all there is: the
+                // content is not checked, so the node is not `current`.
+                if expected.is_none() && holding.state == Holding::Mismatch {
+                    holding.state = Holding::Unverified;
+                    holding.detail = Some("the label matches; the content is not checked: the builder does not hold the image".into());
+                }
             }
         }
-        Ok::<_, Error>(rows)
+        Ok::<_, Error>(image_rows(&names, columns))
     })?;
     print_holdings(session, &rows);
     Ok(0)

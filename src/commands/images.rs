@@ -3,8 +3,9 @@
 use super::{Session, runtime};
 use crate::build::{self, BuildSettings};
 use crate::check;
+use crate::engine::Engine;
 use crate::error::{Error, Result};
-use crate::plan::Plan;
+use crate::plan::{Plan, PlannedImage};
 use crate::project::cache_dir;
 use crate::values::Name;
 
@@ -36,26 +37,34 @@ pub(super) fn build_command(
         echo: !session.quiet && !session.json,
     };
     let mut differences = Vec::new();
-    let records = runtime()?.block_on(async {
+    let (records, outcome) = runtime()?.block_on(async {
         let engine = session.engine(&session.config.builder).await?;
-        if !check_repro {
-            return build::build_all(&engine, &plan, &settings).await;
-        }
-        let mut records = Vec::new();
-        for name in &names {
-            let (mut pair, found) = crate::repro::check(&engine, &plan, name, &settings).await?;
-            for record in &mut pair {
-                record.reproducible = Some(found.is_empty());
-                record.differences = found.clone();
+        let work = async {
+            if !check_repro {
+                return build::build_all(&engine, &plan, &settings).await;
             }
-            differences.extend(found.into_iter().map(|d| format!("{name}: {d}")));
-            records.extend(pair);
-        }
-        Ok(records)
+            let mut records = Vec::new();
+            for name in &names {
+                let (mut pair, found) =
+                    match crate::repro::check(&engine, &plan, name, &settings).await {
+                        Ok(done) => done,
+                        Err(error) => return (records, Err(error)),
+                    };
+                for record in &mut pair {
+                    record.reproducible = Some(found.is_empty());
+                    record.differences = found.clone();
+                }
+                differences.extend(found.into_iter().map(|d| format!("{name}: {d}")));
+                records.extend(pair);
+            }
+            (records, Ok(()))
+        };
+        Ok::<_, Error>(until_interrupted(&engine, "the build", work).await)
     })?;
     if session.json {
         println!("{}", serde_json::to_string_pretty(&records).expect("json"));
     }
+    outcome?;
     for record in &records {
         let smoke = match record.smoke.len() {
             0 => String::new(),
@@ -102,75 +111,164 @@ pub(super) fn smoke_command(
     let plan = Plan::new(&session.project, std::slice::from_ref(&name))?;
     let planned = plan.get(&name);
     let node = session.node(node)?;
+    let mut results = Vec::new();
     let outcome = runtime()?.block_on(async {
         let engine = session.engine(node).await?;
-        let ids = engine
-            .images_with_label(&session.config.checksum_label, planned.checksum.as_str())
-            .await?;
-        let Some(id) = ids.first() else {
-            return Err(engine.error(format!(
-                "holds no image with checksum {} for `{name}`",
-                planned.checksum
-            )));
-        };
-        build::smoke(&engine, planned, id).await
+        let id = tagged_image(&engine, planned, &session.config.checksum_label).await?;
+        let work = async { ((), build::smoke(&engine, planned, &id, &mut results).await) };
+        until_interrupted(&engine, "the smoke tests", work).await.1
     });
     // CI reads the report whatever happened: an unreachable node or a missing image is an
     // `<error>` case in it, not a missing file.
     if let Some(path) = junit {
-        let xml = junit_xml(&name, &node.name, &outcome);
+        let xml = junit_xml(&name, &node.name, &results, &outcome);
         fs_err::write(path, xml).map_err(|e| Error::io(path, e))?;
     }
-    let results = outcome?;
     if session.json {
         println!("{}", serde_json::to_string_pretty(&results).expect("json"));
     }
+    outcome?;
     for result in &results {
         session.note(format!("passed  {} ({:.1} s)", result.name, result.seconds));
     }
     Ok(0)
 }
 
+/// The image `smoke` tests: the one the tag names, if it carries the expected checksum. An
+/// image elsewhere on the node with the same label is not what a user of the tag runs.
+async fn tagged_image(engine: &Engine, planned: &PlannedImage, label: &str) -> Result<String> {
+    let reference = planned.loaded.reference();
+    let Some(tagged) = engine.inspect(&reference).await? else {
+        return Err(engine.error(format!(
+            "holds no image tagged {reference} for `{}`",
+            planned.name()
+        )));
+    };
+    let found = tagged.label(label);
+    if found != Some(planned.checksum.as_str()) {
+        return Err(engine.error(format!(
+            "{reference} is not the current build of `{}`: it carries {} as `{label}`, the spec's checksum is {}",
+            planned.name(),
+            found.map_or("no checksum".to_string(), |f| format!("`{f}`")),
+            planned.checksum
+        )));
+    }
+    tagged
+        .id()
+        .map(str::to_string)
+        .ok_or_else(|| engine.error(format!("{reference} has no image id")))
+}
+
+/// Runs `work`; on Ctrl-C, drops it, removes the containers it started on `engine` and gives
+/// `Error::Interrupted` (the work's own cleanup would never run once it is dropped).
+async fn until_interrupted<T>(
+    engine: &Engine,
+    what: &str,
+    work: impl std::future::Future<Output = (T, Result<()>)>,
+) -> (T, Result<()>)
+where
+    T: Default,
+{
+    tokio::select! {
+        done = work => done,
+        _ = tokio::signal::ctrl_c() => {
+            engine.remove_live_containers().await;
+            (T::default(), Err(Error::Interrupted { what: format!("{what} on node `{}`", engine.node) }))
+        }
+    }
+}
+
+/// Text as XML 1.0 character data or attribute value: markup escaped, and the characters
+/// XML 1.0 cannot carry at all (escape sequences, NUL, other controls) dropped.
 fn xml_escape(text: &str) -> String {
-    text.replace('&', "&amp;")
+    crate::error::plain_text(text)
+        .replace('&', "&amp;")
         .replace('<', "&lt;")
         .replace('>', "&gt;")
         .replace('"', "&quot;")
+        .replace('\'', "&apos;")
+        .chars()
+        .filter(|c| !matches!(c, '\u{FFFE}' | '\u{FFFF}'))
+        .collect()
 }
 
-/// JUnit XML for CI: one testcase per smoke test run.
-fn junit_xml(image: &Name, node: &Name, outcome: &Result<Vec<build::SmokeResult>>) -> String {
+/// JUnit XML for CI: one testcase per smoke test run, the failed one with its output; an
+/// error before or between tests (unreachable node, no such image) is an `<error>` case.
+fn junit_xml(
+    image: &Name,
+    node: &Name,
+    results: &[build::SmokeResult],
+    outcome: &Result<()>,
+) -> String {
+    let image = xml_escape(image.as_str());
     let mut cases = String::new();
-    let (tests, failures) = match outcome {
-        Ok(results) => {
-            for r in results {
-                cases.push_str(&format!(
-                    "    <testcase classname=\"{image}\" name=\"{}\" time=\"{:.3}\"/>\n",
-                    xml_escape(&r.name),
-                    r.seconds
-                ));
-            }
-            (results.len(), 0)
-        }
-        Err(Error::SmokeFailed {
-            smoke,
-            code,
-            output,
-            ..
-        }) => {
+    let mut failures = 0;
+    let mut errors = 0;
+    for r in results {
+        let name = xml_escape(&r.name);
+        if r.passed {
             cases.push_str(&format!(
-                "    <testcase classname=\"{image}\" name=\"{}\">\n      <failure message=\"exit {code}\">{}</failure>\n    </testcase>\n",
-                xml_escape(smoke),
-                xml_escape(output)
+                "    <testcase classname=\"{image}\" name=\"{name}\" time=\"{:.3}\"/>\n",
+                r.seconds
             ));
-            (1, 1)
+        } else {
+            failures += 1;
+            cases.push_str(&format!(
+                "    <testcase classname=\"{image}\" name=\"{name}\" time=\"{:.3}\">\n      <failure message=\"exit {}\">{}</failure>\n    </testcase>\n",
+                r.seconds,
+                r.exit_code,
+                xml_escape(&r.output)
+            ));
         }
-        Err(error) => {
-            cases.push_str(&format!("    <testcase classname=\"{image}\" name=\"smoke\">\n      <error message=\"{}\"/>\n    </testcase>\n", xml_escape(&error.to_string())));
-            (1, 1)
-        }
-    };
+    }
+    if let Err(error) = outcome
+        && !matches!(error, Error::SmokeFailed { .. })
+    {
+        errors += 1;
+        cases.push_str(&format!(
+            "    <testcase classname=\"{image}\" name=\"smoke\">\n      <error message=\"{}\"/>\n    </testcase>\n",
+            xml_escape(&error.to_string())
+        ));
+    }
+    let tests = results.len() + errors;
+    let node = xml_escape(node.as_str());
     format!(
-        "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<testsuites>\n  <testsuite name=\"hallmark smoke {image} on {node}\" tests=\"{tests}\" failures=\"{failures}\">\n{cases}  </testsuite>\n</testsuites>\n"
+        "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<testsuites>\n  <testsuite name=\"hallmark smoke {image} on {node}\" tests=\"{tests}\" failures=\"{failures}\" errors=\"{errors}\">\n{cases}  </testsuite>\n</testsuites>\n"
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn junit_reports_are_xml_whatever_the_smoke_test_printed() {
+        let result = build::SmokeResult {
+            name: "quotes \"'<&>".into(),
+            passed: false,
+            exit_code: 3,
+            seconds: 0.5,
+            output: "\u{1b}[31mred\u{1b}[0m\u{0}\u{7} a < b & c\r\n".into(),
+        };
+        let outcome = Err(Error::Interrupted {
+            what: "the \u{1b}[1msmoke\u{1b}[0m tests".into(),
+        });
+        let name = Name::try_from("img".to_string()).unwrap();
+        let xml = junit_xml(&name, &name, &[result], &outcome);
+        // XML 1.0 allows no control characters but tab, newline and carriage return.
+        assert!(
+            !xml.chars()
+                .any(|c| c.is_control() && c != '\n' && c != '\t'),
+            "{xml:?}"
+        );
+        assert!(xml.contains("red a &lt; b &amp; c"), "{xml}");
+        assert!(
+            xml.contains("name=\"quotes &quot;&apos;&lt;&amp;&gt;\""),
+            "{xml}"
+        );
+        assert!(
+            xml.contains("tests=\"2\" failures=\"1\" errors=\"1\""),
+            "{xml}"
+        );
+    }
 }

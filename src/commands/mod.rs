@@ -35,7 +35,7 @@ impl Session {
 
     fn selection(&self, selection: &Selection) -> Result<Vec<Name>> {
         if selection.all || selection.images.is_empty() {
-            return self.project.image_names();
+            return self.project.all_images();
         }
         self.names(&selection.images)
     }
@@ -53,8 +53,13 @@ impl Session {
 }
 
 pub fn run(cli: Cli) -> Result<u8> {
-    let cwd = std::env::current_dir().map_err(|e| Error::io(".", e))?;
-    let project = Project::discover(&cwd)?;
+    let project = match &cli.project {
+        Some(dir) => Project::at(dir)?,
+        None => {
+            let cwd = std::env::current_dir().map_err(|e| Error::io(".", e))?;
+            Project::discover(&cwd)?
+        }
+    };
     let config = Config::load(cli.config.as_deref(), Some(&project.root))?;
     let session = Session {
         project,

@@ -9,12 +9,23 @@ use crate::pins::{BasePin, DigestKind};
 use crate::plan::Plan;
 use crate::project::cache_dir;
 use crate::values::Digest;
+use crate::wheel::{self, Interpreter};
 use crate::{base, check, context, fetch, render};
 use serde_json::json;
 
 pub(super) fn checksum(session: &Session, selection: &Selection, explain: bool) -> Result<u8> {
     let names = session.selection(selection)?;
     let plan = Plan::new(&session.project, &names)?;
+    if session.verbose {
+        let stats = plan.hashing;
+        session.note(format!(
+            "files: {} hashed ({} bytes read), {} unchanged since last hashed ({})",
+            stats.hashed_files,
+            stats.hashed_bytes,
+            stats.remembered,
+            session.project.state_dir().join("file-hashes").display()
+        ));
+    }
     if session.json {
         let rows: Vec<_> = names
             .iter()
@@ -44,6 +55,7 @@ pub(super) fn render_command(
     let dockerfile = render::dockerfile(
         planned,
         &session.config.checksum_label,
+        planned.checksum.as_str(),
         session.parent_tag(&plan, &name).as_deref(),
     )?;
     print!("{dockerfile}");
@@ -138,11 +150,31 @@ impl BaseResolver for EngineResolver<'_> {
             }))
         })
     }
+
+    fn interpreter(&self, reference: &str) -> Result<Option<Interpreter>> {
+        self.runtime.block_on(async {
+            let Ok(engine) = self.session.engine(&self.session.config.builder).await else {
+                return Ok(None);
+            };
+            if engine.inspect(reference).await?.is_none() {
+                return Ok(None);
+            }
+            // Fails on an image for another machine or without python3: not an answer.
+            Ok(
+                match engine.run_once(reference, &wheel::probe_command()).await {
+                    Ok((0, output)) => wheel::parse_probe_answer(&output)
+                        .ok()
+                        .map(|target| target.interpreter),
+                    _ => None,
+                },
+            )
+        })
+    }
 }
 
 pub(super) fn lock_command(session: &Session, images: &[String], update: bool) -> Result<u8> {
     let names = if images.is_empty() {
-        session.project.image_names()?
+        session.project.all_images()?
     } else {
         session.names(images)?
     };

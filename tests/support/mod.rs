@@ -15,6 +15,8 @@ impl TestProject {
             .tempdir()
             .unwrap();
         std::fs::create_dir_all(dir.path().join("images")).unwrap();
+        // What makes the folder a project (an empty cluster file: the local engine).
+        std::fs::write(dir.path().join("hallmark.toml"), "").unwrap();
         TestProject { dir }
     }
 
@@ -49,6 +51,8 @@ pub fn run_in(dir: &Path, args: &[&str]) -> Run {
         .current_dir(dir)
         .env("HALLMARK_CACHE", dir.join(".test-cache"))
         .env_remove("DOCKER_HOST")
+        .env_remove("DOCKER_CONTEXT")
+        .env_remove("DOCKER_TLS_VERIFY")
         .output()
         .unwrap();
     Run(output)
@@ -198,6 +202,48 @@ impl Testbed {
 
     pub fn config(&self) -> PathBuf {
         self.dir.join("hallmark.toml")
+    }
+
+    /// The nodes, in order (`HMTB_NODES`).
+    pub fn nodes(&self) -> Vec<String> {
+        self.env["HMTB_NODES"]
+            .split(',')
+            .map(str::to_string)
+            .collect()
+    }
+
+    /// A daemon's engine (`20`, `26`, `28`) and image store (`classic`, `containerd`), as
+    /// testbed.env gives them (the layout is scripts/testbed's to choose, not the tests').
+    pub fn kind(&self, node: &str) -> (String, String) {
+        let key = |what: &str| {
+            let key = format!("HMTB_{}_{what}", node.to_uppercase());
+            self.env
+                .get(&key)
+                .unwrap_or_else(|| panic!("no {key} in testbed.env"))
+                .clone()
+        };
+        (key("ENGINE"), key("STORE"))
+    }
+
+    /// The first node running `engine` on `store`; there must be one.
+    pub fn node_of(&self, engine: &str, store: &str) -> String {
+        self.nodes()
+            .into_iter()
+            .find(|n| self.kind(n) == (engine.to_string(), store.to_string()))
+            .unwrap_or_else(|| {
+                panic!(
+                    "no Docker {engine} node on the {store} store: {:?}",
+                    self.env
+                )
+            })
+    }
+
+    /// The nodes on the containerd image store.
+    pub fn containerd_nodes(&self) -> Vec<String> {
+        self.nodes()
+            .into_iter()
+            .filter(|n| self.kind(n).1 == "containerd")
+            .collect()
     }
 
     pub fn endpoint(&self, node: &str) -> String {
@@ -488,5 +534,142 @@ pub fn wait_for(what: &str, mut ready: impl FnMut() -> bool) {
     while !ready() {
         assert!(std::time::Instant::now() < deadline, "never saw: {what}");
         std::thread::yield_now();
+    }
+}
+
+/// A free TCP port on 127.0.0.1 (for a registry).
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind(("127.0.0.1", 0))
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// The testbed's cluster file with every node on the registry transport: a registry hallmark
+/// starts on `port`, or the running one at `address`.
+pub fn registry_config(testbed: &Testbed, run: &str, registry: &str) -> PathBuf {
+    let path = testbed.dir.join(format!("hallmark-registry-{run}.toml"));
+    let base = std::fs::read_to_string(testbed.config()).unwrap();
+    let at = match registry.parse::<u16>() {
+        Ok(port) => format!("port = {port}"),
+        Err(_) => format!("address = \"{registry}\""),
+    };
+    std::fs::write(
+        &path,
+        format!("transport = \"registry\"\n{base}\n[registry]\n{at}\npulls = 4\n"),
+    )
+    .unwrap();
+    path
+}
+
+/// An operator's registry (Debian's docker-registry) on 127.0.0.1, running until dropped:
+/// unlike the one hallmark starts, it outlives a distribute, so a test can pull from it as
+/// an operator would.
+pub struct OperatorRegistry {
+    pub address: String,
+    child: std::process::Child,
+}
+
+impl OperatorRegistry {
+    pub fn start(dir: &Path) -> OperatorRegistry {
+        let port = free_port();
+        let storage = dir.join("operator-registry");
+        std::fs::create_dir_all(&storage).unwrap();
+        let config = dir.join("operator-registry.yml");
+        std::fs::write(
+            &config,
+            format!(
+                "version: 0.1\nlog:\n  level: warn\nstorage:\n  filesystem:\n    rootdirectory: {}\nhttp:\n  addr: 127.0.0.1:{port}\n",
+                storage.display()
+            ),
+        )
+        .unwrap();
+        let child = Command::new("docker-registry")
+            .arg("serve")
+            .arg(&config)
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .expect("docker-registry (scripts/testbed install puts it there)");
+        let mut registry = OperatorRegistry {
+            address: format!("127.0.0.1:{port}"),
+            child,
+        };
+        wait_for("the registry listening", || {
+            assert!(
+                registry.child.try_wait().unwrap().is_none(),
+                "docker-registry exited"
+            );
+            std::net::TcpStream::connect(("127.0.0.1", port)).is_ok()
+        });
+        registry
+    }
+}
+
+impl Drop for OperatorRegistry {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Testbed {
+    /// `docker save` of `image` on `node` gives an archive that holds the image: its config
+    /// and every layer its manifest names. (Docker 28 "saves" an image whose content it lacks
+    /// as a manifest alone, and succeeds.)
+    pub fn assert_saves_whole(&self, node: &str, image: &str) {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("saved.tar");
+        self.docker_ok(node, &["save", "-o", file.to_str().unwrap(), image]);
+        let tar = |mode: &str, members: &[&str]| {
+            let output = Command::new("tar")
+                .arg(mode)
+                .arg(&file)
+                .args(members)
+                .output()
+                .unwrap();
+            assert!(output.status.success(), "tar {mode} {members:?}");
+            String::from_utf8(output.stdout).unwrap()
+        };
+        let entries: std::collections::HashSet<String> =
+            tar("-tf", &[]).lines().map(str::to_string).collect();
+        let manifest: Value = serde_json::from_str(&tar("-xOf", &["manifest.json"])).unwrap();
+        let layers = self.docker_ok(
+            node,
+            &[
+                "image",
+                "inspect",
+                "--format",
+                "{{len .RootFS.Layers}}",
+                image,
+            ],
+        );
+        let saved = &manifest[0];
+        let config = saved["Config"].as_str().unwrap_or_default();
+        let paths: Vec<&str> = saved["Layers"]
+            .as_array()
+            .map(|a| a.iter().filter_map(Value::as_str).collect())
+            .unwrap_or_default();
+        assert!(
+            entries.contains(config),
+            "{node}: the saved {image} lacks its config {config:?}: {entries:?}"
+        );
+        assert_eq!(paths.len().to_string(), layers, "{node}: {manifest}");
+        for path in paths {
+            assert!(
+                entries.contains(path),
+                "{node}: the saved {image} lacks layer {path}: {entries:?}"
+            );
+        }
+    }
+
+    /// The nodes on the containerd store that this machine reaches by socket (a registry on
+    /// its loopback is theirs too).
+    pub fn local_containerd_nodes(&self) -> Vec<String> {
+        self.containerd_nodes()
+            .into_iter()
+            .filter(|n| self.env[&format!("HMTB_{}", n.to_uppercase())].starts_with("unix://"))
+            .collect()
     }
 }
