@@ -1,12 +1,25 @@
 //! Normalisation: after the engine's builder made an image, hallmark rewrites the layers that
-//! build added (never the parent's) so that every mtime is clamped to the spec's source date,
-//! user and group names are dropped and entries keep their order, and it fixes the config's
-//! volatile fields (`created` and history times clamped, the build container's id and
-//! hostname removed). The result replaces the raw image under the tag with the same checksum
-//! label. Layering is kept, so shipping still sends only the layers a node lacks.
+//! build added (never the parent's) into one canonical form, so that the same build gives the
+//! same layers on every engine and image store, and it fixes the config's volatile fields
+//! (`created` and history times clamped, the build container's id and hostname removed). The
+//! result replaces the raw image under the tag with the same checksum label. Layering is kept,
+//! so shipping still sends only the layers a node lacks.
 //!
-//! Cost: one export of the built image into the layer store (which shipping needs anyway)
-//! and one pass over the layers the build added.
+//! The canonical layer: entries in the order a directory walk visits them (component by
+//! component), paths without `./`; modes without the file-type bits Docker 20.10 writes
+//! (`0o100755` where the containerd store writes `0o755`); no user or group names; mtimes
+//! clamped to the spec's source date; file capabilities the only extended attribute (the
+//! containerd store writes all of them, the classic store only that one); device numbers on
+//! devices only; whiteouts as `dir/.wh.name` files with mode, owner and mtime 0; a directory
+//! Docker 20.10 marks opaque (`.wh..wh..opq`) written as the whiteouts the containerd store
+//! writes instead (one per name the layers below hold there); and a group of hard links led
+//! by its first member in that order.
+//!
+//! Cost: one export of the built image into the layer store (which shipping needs anyway),
+//! one pass over the layers the build added plus a read of each file's content where it lies
+//! (a gzip layer, as the containerd store exports what it built, is unpacked to a temporary
+//! file first), and a read of the headers of the layers below only when a layer has an opaque
+//! directory.
 
 use crate::engine::Engine;
 use crate::error::{Error, Result};
@@ -14,8 +27,8 @@ use crate::render::rfc3339;
 use crate::ship;
 use crate::store::{Blob, LAYER_TAR, LayerStore, StoredLayer};
 use serde_json::{Value, json};
-use std::collections::BTreeMap;
-use std::io::{Read, Write};
+use std::collections::{BTreeMap, HashMap};
+use std::io::{Read, Seek, SeekFrom, Write};
 use std::sync::Arc;
 
 /// Normalises the builder's image `raw_id`, whose first `parent_layers` layers are its
@@ -31,11 +44,12 @@ pub async fn normalize(
 ) -> Result<String> {
     let (_, raw) = ship::stored_image(builder, store, raw_id).await?;
     let mut layers: Vec<StoredLayer> = raw.layers[..parent_layers.min(raw.layers.len())].to_vec();
-    let mut rewritten = BTreeMap::new();
     for layer in &raw.layers[layers.len()..] {
-        let mut source = store.open_layer(layer)?;
+        let input = seekable(store, layer)?;
+        let below = layers.clone();
+        let lower = || LowerTree::of(store, &below);
         let (digest, size) = store
-            .add_blob(|out| rewrite_layer(&mut source, out, source_date))
+            .add_blob(|out| rewrite_layer(input, lower, out, source_date))
             .map_err(|e| match e {
                 Error::Io { path, source } => Error::Io {
                     path,
@@ -46,7 +60,6 @@ pub async fn normalize(
                 },
                 other => other,
             })?;
-        rewritten.insert(layer.diff_id.clone(), digest.clone());
         layers.push(StoredLayer {
             diff_id: digest.clone(),
             blob: Blob {
@@ -62,6 +75,22 @@ pub async fn normalize(
         finish_config(&mut config, key, checksum);
     }
     ship::load_made(builder, store, &config, layers, parent_layers).await
+}
+
+/// The layer's tar as a file that can be read at any offset: the blob itself, or for a
+/// compressed blob its content unpacked into a temporary file.
+fn seekable(store: &LayerStore, layer: &StoredLayer) -> Result<std::fs::File> {
+    let path = store.blob_path(&layer.blob.digest);
+    if !layer.blob.media_type.contains('+') {
+        return std::fs::File::open(&path).map_err(|e| Error::io(&path, e));
+    }
+    let tmp_dir = store.root.join("tmp");
+    fs_err::create_dir_all(&tmp_dir).map_err(|e| Error::io(&tmp_dir, e))?;
+    let mut spool = tempfile::tempfile_in(&tmp_dir).map_err(|e| Error::io(&tmp_dir, e))?;
+    std::io::copy(&mut store.open_layer(layer)?, &mut spool)
+        .and_then(|_| spool.seek(SeekFrom::Start(0)))
+        .map_err(|e| Error::io(&path, e))?;
+    Ok(spool)
 }
 
 /// The value of the checksum label while an image is unfinished (built, but not yet
@@ -104,6 +133,8 @@ pub fn normalize_config(config: &mut Value, layers: &[StoredLayer], source_date:
     if let Some(runtime) = object.get_mut("config").and_then(Value::as_object_mut) {
         runtime.remove("Hostname");
         runtime.remove("Image");
+        // Docker 20.10 writes every field, the containerd store leaves the empty ones out.
+        runtime.retain(|_, value| !is_empty(value));
     }
     if let Some(history) = object.get_mut("history").and_then(Value::as_array_mut) {
         for entry in history.iter_mut().filter_map(Value::as_object_mut) {
@@ -124,57 +155,436 @@ pub fn normalize_config(config: &mut Value, layers: &[StoredLayer], source_date:
     );
 }
 
-/// Copies a layer tar entry by entry: same order, paths, modes, owners, links and extended
-/// attributes; mtimes clamped to `source_date`; no user or group names; no other PAX records.
-pub fn rewrite_layer(
-    input: &mut dyn Read,
+/// `null`, `false`, `0`, `""`, `[]` or `{}`: what a runtime config field holds when unset.
+fn is_empty(value: &Value) -> bool {
+    match value {
+        Value::Null => true,
+        Value::Bool(b) => !b,
+        Value::Number(n) => n.as_f64() == Some(0.0),
+        Value::String(s) => s.is_empty(),
+        Value::Array(a) => a.is_empty(),
+        Value::Object(o) => o.is_empty(),
+    }
+}
+
+/// Rewrites one layer into its canonical form (see the module doc): what the layer changes,
+/// written the same way whatever engine wrote it. `input` is the layer's tar; `lower` gives
+/// what the layers below it hold, asked for only when the layer has an opaque directory.
+pub fn rewrite_layer<R: Read + Seek>(
+    input: R,
+    lower: impl FnOnce() -> std::io::Result<LowerTree>,
     out: &mut dyn Write,
     source_date: u64,
 ) -> std::io::Result<()> {
-    let mut archive = tar::Archive::new(input);
+    let (mut items, opaque, mut input) = read_items(input)?;
+    if !opaque.is_empty() {
+        let lower = lower()?;
+        items.extend(explicit_whiteouts(&items, &opaque, &lower));
+    }
+    items.sort_by(|a, b| components(&a.key()).cmp(&components(&b.key())));
+    let items = lead_hard_links(items);
     let mut tar = tar::Builder::new(out);
-    for entry in archive.entries()? {
-        let mut entry = entry?;
-        let xattrs: Vec<(String, Vec<u8>)> = match entry.pax_extensions()? {
-            Some(extensions) => extensions
-                .filter_map(|e| e.ok())
-                .filter_map(|e| Some((e.key().ok()?.to_string(), e.value_bytes().to_vec())))
-                .filter(|(key, _)| key.starts_with("SCHILY.xattr."))
-                .collect(),
-            None => Vec::new(),
-        };
-        let path = entry.path()?.into_owned();
-        let link = entry.link_name()?.map(|l| l.into_owned());
-        let old = entry.header();
+    for item in &items {
         let mut header = tar::Header::new_gnu();
-        header.set_entry_type(old.entry_type());
-        header.set_mode(old.mode()?);
-        header.set_uid(old.uid()?);
-        header.set_gid(old.gid()?);
-        header.set_mtime(old.mtime()?.min(source_date));
-        header.set_size(if old.entry_type().is_file() {
-            old.size()?
+        header.set_entry_type(item.kind.entry_type());
+        header.set_mode(item.mode & 0o7777);
+        header.set_uid(item.uid);
+        header.set_gid(item.gid);
+        header.set_mtime(item.mtime.min(source_date));
+        header.set_size(if item.kind == Kind::File {
+            item.size
         } else {
             0
         });
-        if let (Ok(Some(major)), Ok(Some(minor))) = (old.device_major(), old.device_minor()) {
+        if let Some((major, minor)) = item.device {
             header.set_device_major(major)?;
             header.set_device_minor(minor)?;
         }
-        if !xattrs.is_empty() {
-            tar.append_pax_extensions(xattrs.iter().map(|(k, v)| (k.as_str(), v.as_slice())))?;
+        if let Some(capability) = &item.capability {
+            tar.append_pax_extensions([(CAPABILITY, capability.as_slice())])?;
         }
-        match link {
-            Some(target) => tar.append_link(&mut header, &path, &target)?,
-            None => tar.append_data(&mut header, &path, &mut entry)?,
+        match (&item.kind, &item.link) {
+            (Kind::Symlink | Kind::HardLink, Some(target)) => {
+                tar.append_link(&mut header, &item.path, target)?;
+            }
+            (Kind::File, _) => {
+                input.seek(SeekFrom::Start(item.data))?;
+                tar.append_data(&mut header, &item.path, (&mut input).take(item.size))?;
+            }
+            (Kind::Dir, _) => {
+                tar.append_data(&mut header, format!("{}/", item.path), std::io::empty())?;
+            }
+            _ => tar.append_data(&mut header, &item.path, std::io::empty())?,
         }
     }
     tar.finish()
 }
 
+/// The one extended attribute kept: file capabilities (`setcap`), which both image stores
+/// carry. The containerd store writes every other attribute too, the classic store none.
+const CAPABILITY: &str = "SCHILY.xattr.security.capability";
+const WHITEOUT: &str = ".wh.";
+const OPAQUE: &str = ".wh..wh..opq";
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Kind {
+    File,
+    Dir,
+    Symlink,
+    HardLink,
+    Char,
+    Block,
+    Fifo,
+    /// `dir/.wh.name`: `dir/name` of the layers below is deleted.
+    Whiteout,
+}
+
+impl Kind {
+    fn entry_type(self) -> tar::EntryType {
+        match self {
+            Kind::File | Kind::Whiteout => tar::EntryType::Regular,
+            Kind::Dir => tar::EntryType::Directory,
+            Kind::Symlink => tar::EntryType::Symlink,
+            Kind::HardLink => tar::EntryType::Link,
+            Kind::Char => tar::EntryType::Char,
+            Kind::Block => tar::EntryType::Block,
+            Kind::Fifo => tar::EntryType::Fifo,
+        }
+    }
+}
+
+/// One entry of a layer, with where its content starts in the layer's tar.
+#[derive(Debug, Clone)]
+struct Item {
+    /// No leading `./` or `/`, no trailing `/`; a whiteout's is `dir/.wh.name`.
+    path: String,
+    kind: Kind,
+    mode: u32,
+    uid: u64,
+    gid: u64,
+    mtime: u64,
+    size: u64,
+    data: u64,
+    /// A symlink's target as written; a hard link's target path.
+    link: Option<String>,
+    device: Option<(u32, u32)>,
+    capability: Option<Vec<u8>>,
+}
+
+impl Item {
+    fn whiteout(path: String) -> Item {
+        Item {
+            path,
+            kind: Kind::Whiteout,
+            mode: 0,
+            uid: 0,
+            gid: 0,
+            mtime: 0,
+            size: 0,
+            data: 0,
+            link: None,
+            device: None,
+            capability: None,
+        }
+    }
+
+    /// The path the entry is about: a whiteout sorts where the name it deletes would.
+    fn key(&self) -> String {
+        match self.kind {
+            Kind::Whiteout => {
+                let (dir, name) = split(&self.path);
+                join(dir, &name[WHITEOUT.len()..])
+            }
+            _ => self.path.clone(),
+        }
+    }
+}
+
+/// `a/b/c` -> (`a/b`, `c`); `c` -> (``, `c`).
+fn split(path: &str) -> (&str, &str) {
+    path.rsplit_once('/').unwrap_or(("", path))
+}
+
+fn join(dir: &str, name: &str) -> String {
+    if dir.is_empty() {
+        name.to_string()
+    } else {
+        format!("{dir}/{name}")
+    }
+}
+
+/// Sorts as a directory walk visits: `a`, `a/x`, `a-b` (component by component).
+fn components(path: &str) -> Vec<&str> {
+    path.split('/').collect()
+}
+
+/// `./usr/bin/` -> `usr/bin`.
+fn canonical(path: &str) -> String {
+    let mut path = path;
+    loop {
+        let trimmed = path.trim_start_matches('/');
+        match trimmed.strip_prefix("./") {
+            Some(rest) => path = rest,
+            None => {
+                path = trimmed;
+                break;
+            }
+        }
+    }
+    let path = path.trim_end_matches('/');
+    if path == "." { "" } else { path }.to_string()
+}
+
+/// Every entry of the layer (opaque markers apart), the directories marked opaque, and the
+/// reader back for the content.
+fn read_items<R: Read + Seek>(input: R) -> std::io::Result<(Vec<Item>, Vec<String>, R)> {
+    let mut archive = tar::Archive::new(input);
+    let mut items = Vec::new();
+    let mut opaque = Vec::new();
+    for entry in archive.entries_with_seek()? {
+        let mut entry = entry?;
+        let path = canonical(&String::from_utf8_lossy(&entry.path_bytes()));
+        let (dir, name) = split(&path);
+        if name == OPAQUE {
+            opaque.push(dir.to_string());
+            continue;
+        }
+        let capability = match entry.pax_extensions()? {
+            Some(extensions) => extensions
+                .filter_map(|e| e.ok())
+                .find(|e| e.key() == Ok(CAPABILITY))
+                .map(|e| e.value_bytes().to_vec()),
+            None => None,
+        };
+        let header = entry.header();
+        let kind = if name.starts_with(WHITEOUT) {
+            Kind::Whiteout
+        } else {
+            match header.entry_type() {
+                tar::EntryType::Regular | tar::EntryType::Continuous => Kind::File,
+                tar::EntryType::Directory => Kind::Dir,
+                tar::EntryType::Symlink => Kind::Symlink,
+                tar::EntryType::Link => Kind::HardLink,
+                tar::EntryType::Char => Kind::Char,
+                tar::EntryType::Block => Kind::Block,
+                tar::EntryType::Fifo => Kind::Fifo,
+                other => {
+                    return Err(std::io::Error::new(
+                        std::io::ErrorKind::InvalidData,
+                        format!("{path}: a tar entry of type {other:?}"),
+                    ));
+                }
+            }
+        };
+        if kind == Kind::Whiteout {
+            items.push(Item::whiteout(path));
+            continue;
+        }
+        let link = match kind {
+            Kind::Symlink => entry
+                .link_name_bytes()
+                .map(|l| String::from_utf8_lossy(&l).into_owned()),
+            Kind::HardLink => entry
+                .link_name_bytes()
+                .map(|l| canonical(&String::from_utf8_lossy(&l))),
+            _ => None,
+        };
+        let device = match kind {
+            Kind::Char | Kind::Block => Some((
+                header.device_major()?.unwrap_or(0),
+                header.device_minor()?.unwrap_or(0),
+            )),
+            _ => None,
+        };
+        items.push(Item {
+            mode: header.mode()?,
+            uid: header.uid()?,
+            gid: header.gid()?,
+            mtime: header.mtime()?,
+            size: if kind == Kind::File { entry.size() } else { 0 },
+            data: entry.raw_file_position(),
+            path,
+            kind,
+            link,
+            device,
+            capability,
+        });
+    }
+    Ok((items, opaque, archive.into_inner()))
+}
+
+/// An opaque directory (`dir/.wh..wh..opq`, written by Docker 20.10's overlay2 driver) hides
+/// everything below it in the layers underneath; the containerd store writes a whiteout for
+/// each name it deletes instead. The canonical form is the latter: a whiteout for every name
+/// the layers below hold in an opaque directory that this layer does not write itself, and,
+/// in a directory both hold, for the names below it likewise.
+fn explicit_whiteouts(items: &[Item], opaque: &[String], lower: &LowerTree) -> Vec<Item> {
+    let written: HashMap<&str, Kind> = items.iter().map(|i| (i.path.as_str(), i.kind)).collect();
+    let mut whiteouts = Vec::new();
+    let mut pending: Vec<String> = opaque.to_vec();
+    while let Some(dir) = pending.pop() {
+        for (name, lower_is_dir) in lower.children(&dir) {
+            let path = join(&dir, &name);
+            match written.get(path.as_str()) {
+                None => {
+                    let whiteout = join(&dir, &format!("{WHITEOUT}{name}"));
+                    if !written.contains_key(whiteout.as_str()) {
+                        whiteouts.push(Item::whiteout(whiteout));
+                    }
+                }
+                Some(Kind::Dir) if lower_is_dir => pending.push(path),
+                Some(_) => {}
+            }
+        }
+    }
+    whiteouts
+}
+
+/// In canonical order, the first of a group of hard links holds the content and the others
+/// link to it, whichever one the engine wrote first. `items` are sorted.
+fn lead_hard_links(mut items: Vec<Item>) -> Vec<Item> {
+    let index: HashMap<&str, usize> = items
+        .iter()
+        .enumerate()
+        .filter(|(_, item)| item.kind != Kind::Whiteout)
+        .map(|(i, item)| (item.path.as_str(), i))
+        .collect();
+    // Each hard link under the file its chain of targets ends at.
+    let mut groups: BTreeMap<usize, Vec<usize>> = BTreeMap::new();
+    for i in (0..items.len()).filter(|&i| items[i].kind == Kind::HardLink) {
+        let mut root = i;
+        for _ in 0..items.len() {
+            match items[root].link.as_deref().and_then(|l| index.get(l)) {
+                Some(&target) if items[root].kind == Kind::HardLink => root = target,
+                _ => break,
+            }
+        }
+        if items[root].kind == Kind::File {
+            groups.entry(root).or_default().push(i);
+        }
+    }
+    for (root, mut members) in groups {
+        members.push(root);
+        members.sort_unstable();
+        let content = items[root].clone();
+        let first = items[members[0]].path.clone();
+        for (n, &m) in members.iter().enumerate() {
+            let path = std::mem::take(&mut items[m].path);
+            items[m] = if n == 0 {
+                Item {
+                    path,
+                    link: None,
+                    ..content.clone()
+                }
+            } else {
+                Item {
+                    path,
+                    kind: Kind::HardLink,
+                    link: Some(first.clone()),
+                    size: 0,
+                    ..content.clone()
+                }
+            };
+        }
+    }
+    items
+}
+
+/// What the layers below one hold: each path, and whether it is a directory.
+#[derive(Debug, Default)]
+pub struct LowerTree {
+    paths: BTreeMap<String, bool>,
+}
+
+impl LowerTree {
+    /// What `layers`, bottom first, hold together.
+    pub fn of(store: &LayerStore, layers: &[StoredLayer]) -> std::io::Result<LowerTree> {
+        let mut tree = LowerTree::default();
+        for layer in layers {
+            let reader = store
+                .open_layer(layer)
+                .map_err(|e| std::io::Error::other(e.to_string()))?;
+            tree.apply(reader)?;
+        }
+        Ok(tree)
+    }
+
+    /// Applies a layer on top: its whiteouts and opaque directories delete, its entries add.
+    pub fn apply(&mut self, layer: impl Read) -> std::io::Result<()> {
+        let mut archive = tar::Archive::new(layer);
+        for entry in archive.entries()? {
+            let entry = entry?;
+            let path = canonical(&String::from_utf8_lossy(&entry.path_bytes()));
+            let (dir, name) = split(&path);
+            if name == OPAQUE {
+                self.remove_below(dir);
+            } else if let Some(deleted) = name.strip_prefix(WHITEOUT) {
+                let deleted = join(dir, deleted);
+                self.remove_below(&deleted);
+                self.paths.remove(&deleted);
+            } else {
+                let is_dir = entry.header().entry_type() == tar::EntryType::Directory;
+                if !is_dir {
+                    self.remove_below(&path);
+                }
+                self.paths.insert(path, is_dir);
+            }
+        }
+        Ok(())
+    }
+
+    fn prefix(dir: &str) -> String {
+        if dir.is_empty() {
+            String::new()
+        } else {
+            format!("{dir}/")
+        }
+    }
+
+    fn remove_below(&mut self, dir: &str) {
+        let prefix = LowerTree::prefix(dir);
+        let below: Vec<String> = self
+            .paths
+            .range(prefix.clone()..)
+            .take_while(|(p, _)| p.starts_with(&prefix))
+            .map(|(p, _)| p.clone())
+            .filter(|p| !p.is_empty())
+            .collect();
+        for path in below {
+            self.paths.remove(&path);
+        }
+    }
+
+    /// The names directly in `dir`, each with whether it is a directory.
+    fn children(&self, dir: &str) -> Vec<(String, bool)> {
+        let prefix = LowerTree::prefix(dir);
+        let mut children: BTreeMap<String, bool> = BTreeMap::new();
+        for (path, is_dir) in self
+            .paths
+            .range(prefix.clone()..)
+            .take_while(|(p, _)| p.starts_with(&prefix))
+        {
+            let rest = &path[prefix.len()..];
+            if rest.is_empty() {
+                continue;
+            }
+            match rest.split_once('/') {
+                Some((name, _)) => {
+                    children.insert(name.to_string(), true);
+                }
+                None => {
+                    children.entry(rest.to_string()).or_insert(*is_dir);
+                }
+            }
+        }
+        children.into_iter().collect()
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::io::Cursor;
 
     fn layer(mtime: u64) -> Vec<u8> {
         let mut tar = tar::Builder::new(Vec::new());
@@ -206,18 +616,24 @@ mod tests {
         tar.into_inner().unwrap()
     }
 
-    #[test]
-    fn two_builds_an_hour_apart_normalise_to_the_same_bytes() {
-        let normalised = |mtime| {
-            let mut out = Vec::new();
-            rewrite_layer(&mut layer(mtime).as_slice(), &mut out, 1_000).unwrap();
-            out
+    /// `layer` normalised at source date 1000, on top of `lower`.
+    fn normalised(layer: &[u8], lower: &[&[u8]]) -> Vec<u8> {
+        let mut out = Vec::new();
+        let lower = || {
+            let mut tree = LowerTree::default();
+            for below in lower {
+                tree.apply(*below)?;
+            }
+            Ok(tree)
         };
-        assert_ne!(layer(1_700_000_000), layer(1_700_003_600));
-        assert_eq!(normalised(1_700_000_000), normalised(1_700_003_600));
-        let bytes = normalised(1_700_000_000);
-        let mut archive = tar::Archive::new(bytes.as_slice());
-        let entries: Vec<(String, u32, u64, u64)> = archive
+        rewrite_layer(Cursor::new(layer), lower, &mut out, 1_000).unwrap();
+        out
+    }
+
+    /// Path, mode, uid and mtime of each entry, and a link's target.
+    fn listing(tar: &[u8]) -> Vec<(String, u32, u64, u64, String)> {
+        let mut archive = tar::Archive::new(tar);
+        archive
             .entries()
             .unwrap()
             .map(|e| {
@@ -228,29 +644,174 @@ mod tests {
                     h.mode().unwrap(),
                     h.uid().unwrap(),
                     h.mtime().unwrap(),
+                    e.link_name()
+                        .unwrap()
+                        .map(|l| l.display().to_string())
+                        .unwrap_or_default(),
                 )
             })
-            .collect();
+            .collect()
+    }
+
+    fn fixture(name: &str) -> Vec<u8> {
+        let path = format!(
+            "{}/tests/fixtures/layers/{name}",
+            env!("CARGO_MANIFEST_DIR")
+        );
+        std::fs::read(&path).unwrap_or_else(|e| panic!("{path}: {e}"))
+    }
+
+    #[test]
+    fn two_builds_an_hour_apart_normalise_to_the_same_bytes() {
+        assert_ne!(layer(1_700_000_000), layer(1_700_003_600));
+        let bytes = normalised(&layer(1_700_000_000), &[]);
+        assert_eq!(bytes, normalised(&layer(1_700_003_600), &[]));
         assert_eq!(
-            entries,
+            listing(&bytes),
             vec![
-                ("etc/".into(), 0o755, 0, 1_000),
-                ("etc/stamp".into(), 0o600, 1000, 1_000),
-                ("etc/link".into(), 0o777, 0, 1_000)
+                ("etc/".into(), 0o755, 0, 1_000, String::new()),
+                ("etc/link".into(), 0o777, 0, 1_000, "stamp".into()),
+                ("etc/stamp".into(), 0o600, 1000, 1_000, String::new()),
             ]
         );
     }
 
     #[test]
     fn an_older_mtime_is_kept() {
-        let mut out = Vec::new();
-        rewrite_layer(&mut layer(500).as_slice(), &mut out, 1_000).unwrap();
-        let mut archive = tar::Archive::new(out.as_slice());
-        assert!(
-            archive
-                .entries()
-                .unwrap()
-                .all(|e| e.unwrap().header().mtime().unwrap() == 500)
+        let bytes = normalised(&layer(500), &[]);
+        assert!(listing(&bytes).iter().all(|e| e.3 == 500));
+    }
+
+    /// Issue 15: the same two RUN steps built on Docker 20.10 (classic store) and Docker 26
+    /// (containerd store) give layers that differ in modes, names, whiteouts and the form of a
+    /// replaced directory; normalised, they are the same bytes.
+    #[test]
+    fn docker_20_10_and_the_containerd_store_normalise_to_the_same_layers() {
+        let (classic, containerd) = (
+            [fixture("docker-20.10-1.tar"), fixture("docker-20.10-2.tar")],
+            [
+                fixture("docker-26-containerd-1.tar"),
+                fixture("docker-26-containerd-2.tar"),
+            ],
         );
+        assert_ne!(classic[0], containerd[0]);
+        assert_ne!(classic[1], containerd[1]);
+        let same = |a: Vec<u8>, b: Vec<u8>| {
+            assert_eq!(listing(&a), listing(&b));
+            assert!(a == b, "the same entries, other bytes");
+            a
+        };
+        same(
+            normalised(&classic[0], &[]),
+            normalised(&containerd[0], &[]),
+        );
+        let second = same(
+            normalised(&classic[1], &[&classic[0]]),
+            normalised(&containerd[1], &[&containerd[0]]),
+        );
+
+        let entries = listing(&second);
+        let paths: Vec<&str> = entries.iter().map(|e| e.0.as_str()).collect();
+        assert_eq!(
+            paths,
+            [
+                "opt/",
+                "opt/a-first",
+                "opt/d/",
+                "opt/d/.wh.one",
+                "opt/d/sub/",
+                "opt/d/sub/.wh.s",
+                "opt/d/two",
+                "opt/fifo",
+                "opt/x",
+                "tmp/",
+                "tmp/t/"
+            ]
+        );
+        let mode = |path: &str| entries.iter().find(|e| e.0 == path).unwrap().1;
+        assert_eq!(mode("opt/a-first"), 0o4755);
+        assert_eq!(mode("opt/d/"), 0o755);
+        assert_eq!(mode("tmp/t/"), 0o1777);
+        assert_eq!(mode("opt/d/.wh.one"), 0);
+    }
+
+    /// A header with every numeric field set, as engines write them.
+    fn header(kind: tar::EntryType, mode: u32, size: u64) -> tar::Header {
+        let mut header = tar::Header::new_gnu();
+        header.set_entry_type(kind);
+        header.set_mode(mode);
+        header.set_size(size);
+        header.set_uid(0);
+        header.set_gid(0);
+        header.set_mtime(0);
+        header
+    }
+
+    /// Issue 15: Docker 20.10 writes every runtime config field, the containerd store only
+    /// those that are set.
+    #[test]
+    fn empty_runtime_config_fields_are_left_out() {
+        let config = |runtime: Value| {
+            let mut config = json!({"config": runtime, "history": []});
+            normalize_config(&mut config, &[], 0);
+            config
+        };
+        let classic = config(json!({
+            "AttachStderr": false, "Cmd": ["hello"], "Domainname": "", "Entrypoint": null,
+            "Env": ["PATH=/bin"], "Hostname": "abc", "Image": "sha256:1", "Labels": {"k": "v"},
+            "OnBuild": null, "Volumes": null, "WorkingDir": "", "User": "", "Tty": false,
+        }));
+        let containerd =
+            config(json!({"Cmd": ["hello"], "Env": ["PATH=/bin"], "Labels": {"k": "v"}}));
+        assert_eq!(classic, containerd);
+        assert_eq!(
+            config(json!({"User": "1000", "Tty": true, "ExposedPorts": {"80/tcp": {}}}))["config"],
+            json!({"User": "1000", "Tty": true, "ExposedPorts": {"80/tcp": {}}})
+        );
+    }
+
+    #[test]
+    fn hard_links_are_led_by_the_first_in_walk_order() {
+        let linked = |file: &str, link: &str| {
+            let mut tar = tar::Builder::new(Vec::new());
+            let mut regular = header(tar::EntryType::Regular, 0o644, 3);
+            tar.append_data(&mut regular, file, &b"abc"[..]).unwrap();
+            let mut hard = header(tar::EntryType::Link, 0o644, 0);
+            tar.append_link(&mut hard, link, file).unwrap();
+            tar.into_inner().unwrap()
+        };
+        let bytes = normalised(&linked("z", "a"), &[]);
+        assert_eq!(bytes, normalised(&linked("a", "z"), &[]));
+        let entries = listing(&bytes);
+        assert_eq!((entries[0].0.as_str(), entries[0].4.as_str()), ("a", ""));
+        assert_eq!((entries[1].0.as_str(), entries[1].4.as_str()), ("z", "a"));
+        let mut archive = tar::Archive::new(bytes.as_slice());
+        let mut first = archive.entries().unwrap().next().unwrap().unwrap();
+        let mut content = String::new();
+        first.read_to_string(&mut content).unwrap();
+        assert_eq!(content, "abc");
+    }
+
+    #[test]
+    fn file_capabilities_are_the_only_extended_attribute_kept() {
+        let mut tar = tar::Builder::new(Vec::new());
+        tar.append_pax_extensions([
+            ("SCHILY.xattr.user.origin", &b"builder"[..]),
+            (CAPABILITY, &b"\x01\x00\x00\x02"[..]),
+        ])
+        .unwrap();
+        let mut ping = header(tar::EntryType::Regular, 0o755, 0);
+        tar.append_data(&mut ping, "bin/ping", std::io::empty())
+            .unwrap();
+        let bytes = normalised(&tar.into_inner().unwrap(), &[]);
+        let mut archive = tar::Archive::new(bytes.as_slice());
+        let mut entry = archive.entries().unwrap().next().unwrap().unwrap();
+        let keys: Vec<String> = entry
+            .pax_extensions()
+            .unwrap()
+            .unwrap()
+            .map(|e| e.unwrap().key().unwrap().to_string())
+            .collect();
+        assert_eq!(keys, [CAPABILITY]);
     }
 }

@@ -11,8 +11,23 @@ fuzz_target!(|data: &[u8]| {
     if let Ok(image) = store.ingest(data) {
         let _ = store.read_config(&image);
         for layer in &image.layers {
-            if let Ok(mut tar) = store.open_layer(layer) {
-                let _ = hallmark::normalize::rewrite_layer(&mut tar, &mut std::io::sink(), 0);
+            let mut tar = Vec::new();
+            if let Ok(mut reader) = store.open_layer(layer)
+                && std::io::Read::read_to_end(&mut reader, &mut tar).is_ok()
+            {
+                // The layer itself stands in for the layers below it, so that an opaque
+                // directory has something to hide.
+                let lower = || {
+                    let mut tree = hallmark::normalize::LowerTree::default();
+                    tree.apply(tar.as_slice())?;
+                    Ok(tree)
+                };
+                let _ = hallmark::normalize::rewrite_layer(
+                    std::io::Cursor::new(&tar),
+                    lower,
+                    &mut std::io::sink(),
+                    0,
+                );
             }
         }
     }
