@@ -5,6 +5,7 @@
 //! checksum) -> `fetch` (sources, patches, wheels) -> `context` (deterministic tar) ->
 //! `render` (Dockerfile).
 
+pub mod anchor;
 pub mod assemble;
 pub mod build;
 pub mod check;

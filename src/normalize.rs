@@ -103,14 +103,24 @@ pub fn rewrite_layer(
     let mut tar = tar::Builder::new(out);
     for entry in archive.entries()? {
         let mut entry = entry?;
-        let xattrs: Vec<(String, Vec<u8>)> = match entry.pax_extensions()? {
+        let records: Vec<(String, Vec<u8>)> = match entry.pax_extensions()? {
             Some(extensions) => extensions
                 .filter_map(|e| e.ok())
                 .filter_map(|e| Some((e.key().ok()?.to_string(), e.value_bytes().to_vec())))
-                .filter(|(key, _)| key.starts_with("SCHILY.xattr."))
                 .collect(),
             None => Vec::new(),
         };
+        // Past 8^11 seconds (2242) an engine writes the time as a PAX record and 0 in the
+        // header; whole seconds are kept.
+        let pax_mtime = records
+            .iter()
+            .find(|(key, _)| key == "mtime")
+            .and_then(|(_, value)| std::str::from_utf8(value).ok())
+            .and_then(|value| value.split('.').next()?.parse::<u64>().ok());
+        let xattrs: Vec<&(String, Vec<u8>)> = records
+            .iter()
+            .filter(|(key, _)| key.starts_with("SCHILY.xattr."))
+            .collect();
         let path = entry.path()?.into_owned();
         let link = entry.link_name()?.map(|l| l.into_owned());
         let old = entry.header();
@@ -119,9 +129,10 @@ pub fn rewrite_layer(
         header.set_mode(old.mode()?);
         header.set_uid(old.uid()?);
         header.set_gid(old.gid()?);
-        header.set_mtime(old.mtime()?.min(source_date));
+        header.set_mtime(pax_mtime.unwrap_or(old.mtime()?).min(source_date));
+        // The size as read (a PAX record past 8 GiB), not the header's field.
         header.set_size(if old.entry_type().is_file() {
-            old.size()?
+            entry.size()
         } else {
             0
         });
@@ -132,9 +143,14 @@ pub fn rewrite_layer(
         if !xattrs.is_empty() {
             tar.append_pax_extensions(xattrs.iter().map(|(k, v)| (k.as_str(), v.as_slice())))?;
         }
+        // `./` first: a layer whose first name starts with `BZh` fails to load (context::append).
+        let name = format!("./{}", path.display());
         match link {
-            Some(target) => tar.append_link(&mut header, &path, &target)?,
-            None => tar.append_data(&mut header, &path, &mut entry)?,
+            Some(target) if header.set_link_name(&target).is_err() => {
+                tar.append_link(&mut header, &name, &target)?
+            }
+            Some(_) => crate::context::append(&mut tar, header, &name, std::io::empty())?,
+            None => crate::context::append(&mut tar, header, &name, &mut entry)?,
         }
     }
     tar.finish()
@@ -202,11 +218,39 @@ mod tests {
         assert_eq!(
             entries,
             vec![
-                ("etc/".into(), 0o755, 0, 1_000),
-                ("etc/stamp".into(), 0o600, 1000, 1_000),
-                ("etc/link".into(), 0o777, 0, 1_000)
+                ("./etc/".into(), 0o755, 0, 1_000),
+                ("./etc/stamp".into(), 0o600, 1000, 1_000),
+                ("./etc/link".into(), 0o777, 0, 1_000)
             ]
         );
+    }
+
+    /// Times past 2242 and sizes past 8 GiB come as PAX records, with 0 in the header.
+    #[test]
+    fn pax_times_and_sizes_are_kept() {
+        let mut tar = tar::Builder::new(Vec::new());
+        tar.append_pax_extensions([("mtime", &b"9223372036.5"[..]), ("size", b"5")])
+            .unwrap();
+        let mut file = tar::Header::new_ustar();
+        file.set_mode(0o644);
+        file.set_uid(0);
+        file.set_gid(0);
+        file.set_mtime(0);
+        file.set_size(0);
+        file.set_path("big").unwrap();
+        file.set_cksum();
+        tar.append(&file, &b"hello"[..]).unwrap();
+        let layer = tar.into_inner().unwrap();
+        let mut out = Vec::new();
+        rewrite_layer(&mut layer.as_slice(), &mut out, 9_223_372_036).unwrap();
+        let mut archive = tar::Archive::new(out.as_slice());
+        let mut entries = archive.entries().unwrap();
+        let mut entry = entries.next().unwrap().unwrap();
+        assert_eq!(entry.header().mtime().unwrap(), 9_223_372_036);
+        let mut content = String::new();
+        entry.read_to_string(&mut content).unwrap();
+        assert_eq!(content, "hello");
+        assert!(entries.next().is_none());
     }
 
     #[test]

@@ -36,11 +36,6 @@ impl ContextFile {
     pub fn mode(&self) -> u32 {
         if self.executable { 0o755 } else { 0o644 }
     }
-
-    /// Where the file sits in the build context.
-    pub fn context_path(&self) -> String {
-        format!("files{}", self.dest)
-    }
 }
 
 #[derive(Debug, Clone)]
