@@ -50,8 +50,9 @@ impl Tree {
                 let mut archive = tar::Archive::new(store.open_layer(layer)?);
                 archive.entries().and_then(|entries| tree.apply(entries))
             } else {
+                // Unbuffered: a header is one read, and each seek past data would drop a buffer.
                 let file = fs_err::File::open(&path).map_err(|e| Error::io(&path, e))?;
-                let mut archive = tar::Archive::new(std::io::BufReader::new(file));
+                let mut archive = tar::Archive::new(file);
                 archive
                     .entries_with_seek()
                     .and_then(|entries| tree.apply(entries))
