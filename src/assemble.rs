@@ -11,6 +11,8 @@
 //! Specs with sources, RUN steps, apt packages or expected files go through the engine's
 //! builder.
 
+use crate::anchor::{Anchor, Tree};
+use crate::context::FilesArchive;
 use crate::engine::Engine;
 use crate::error::{Error, Result};
 use crate::fetch;
@@ -21,7 +23,6 @@ use crate::spec::ImageSpec;
 use crate::store::{Blob, LAYER_TAR, LayerStore, StoredLayer};
 use crate::wheel::{self, PythonTarget};
 use serde_json::{Value, json};
-use std::io::Write;
 use std::sync::Arc;
 
 /// True when nothing in the spec needs a container to run.
@@ -48,16 +49,41 @@ pub async fn assemble(
     let mut config = store.read_config(&parent_image)?;
 
     let spec = &image.loaded.spec;
-    let created = rfc3339(spec.image.source_date_epoch);
+    let mtime = spec.image.source_date_epoch;
+    let created = rfc3339(mtime);
     let mut layers = parent_image.layers.clone();
     let mut history = Vec::new();
-    if !image.files.is_empty() {
-        let (digest, size) = store.add_blob(|out| write_files_layer(image, out))?;
+    // New layers are placed in the parent's tree as the engine's ADD would place them.
+    let mut anchor = if image.files.is_empty() && image.pins.wheels.is_empty() {
+        None
+    } else {
+        Some(Anchor::new(Tree::of(store, &parent_image)?, mtime))
+    };
+    if let (false, Some(anchor)) = (image.files.is_empty(), anchor.as_mut()) {
+        let archive = FilesArchive::new(&image.files, mtime)?;
+        let mut misplaced = None;
+        let written = store.add_blob(|out| {
+            archive.write_placed(out, |file, tar| {
+                anchor.place(&file.dest, tar).inspect_err(|e| {
+                    misplaced = Some(format!("`{}`: {e}", file.dest));
+                })
+            })
+        });
+        if let Some(message) = misplaced {
+            return Err(Error::Invalid {
+                path: image.loaded.path.clone(),
+                location: None,
+                key: Some("file.dest".into()),
+                message: format!("{message} (parent {parent})"),
+                hint: None,
+            });
+        }
+        let (digest, size) = written?;
         layers.push(uncompressed_layer(digest, size));
-        let dests: Vec<&str> = image.files.iter().map(|f| f.dest.as_str()).collect();
-        history.push(json!({"created": created, "created_by": format!("hallmark: COPY {}", dests.join(" ")), "comment": "assembled by hallmark"}));
+        let created_by = format!("hallmark: ADD files.tar / ({} files)", image.files.len());
+        history.push(json!({"created": created, "created_by": created_by, "comment": "assembled by hallmark"}));
     }
-    if !image.pins.wheels.is_empty() {
+    if let (false, Some(anchor)) = (image.pins.wheels.is_empty(), anchor.as_mut()) {
         let target = python_target(builder, store, &parent_id, parent).await?;
         let mut wheels = Vec::new();
         for pin in &image.pins.wheels {
@@ -74,13 +100,25 @@ pub async fn assemble(
             wheel::check_compatible(&name, &target).map_err(wheel_error)?;
             wheels.push(fetch::ensure_wheel(cache, image.name().as_str(), pin)?);
         }
-        let mtime = spec.image.source_date_epoch;
+        anchor.next_layer();
         let (digest, size) = store.add_blob(|out| {
-            let mut tar = tar::Builder::new(out);
-            for wheel in &wheels {
-                wheel::install(wheel, &target, mtime, &mut tar)?;
-            }
-            tar.finish()
+            let (reader, writer) = std::io::pipe()?;
+            std::thread::scope(|scope| {
+                let installer = scope.spawn(|| {
+                    let mut tar = tar::Builder::new(writer);
+                    for wheel in &wheels {
+                        wheel::install(wheel, &target, mtime, &mut tar)?;
+                    }
+                    tar.into_inner().map(drop)
+                });
+                let mut tar = tar::Builder::new(out);
+                let anchored = anchor.rewrite(reader, &mut tar).and_then(|()| tar.finish());
+                drop(tar);
+                let installed = installer
+                    .join()
+                    .expect("the wheel installer does not panic");
+                installed.and(anchored)
+            })
         })?;
         layers.push(uncompressed_layer(digest, size));
         let installed: Vec<String> = image
@@ -201,7 +239,10 @@ fn apply(
         runtime.insert("Cmd".into(), json!(cmd));
     }
     if let Some(workdir) = &container.workdir {
-        runtime.insert("WorkingDir".into(), json!(workdir.as_str()));
+        runtime.insert(
+            "WorkingDir".into(),
+            json!(render::workdir(workdir.as_str())),
+        );
     }
     if let Some(user) = &container.user {
         runtime.insert("User".into(), json!(user));
@@ -227,22 +268,4 @@ fn apply(
         .unwrap_or_default();
     all_history.extend(history);
     object.insert("history".into(), json!(all_history));
-}
-
-/// The files of the spec at their destinations: sorted, one mtime, uid/gid 0, 0644/0755.
-/// No folder entries: folders the parent has keep their owner and mode.
-fn write_files_layer(image: &PlannedImage, out: &mut dyn Write) -> std::io::Result<()> {
-    let mut tar = tar::Builder::new(out);
-    for file in &image.files {
-        let mut data = fs_err::File::open(&file.src)?;
-        let mut header = tar::Header::new_gnu();
-        header.set_entry_type(tar::EntryType::Regular);
-        header.set_mode(file.mode());
-        header.set_size(data.metadata()?.len());
-        header.set_mtime(image.loaded.spec.image.source_date_epoch);
-        header.set_uid(0);
-        header.set_gid(0);
-        tar.append_data(&mut header, file.dest.trim_start_matches('/'), &mut data)?;
-    }
-    tar.finish()
 }

@@ -222,8 +222,8 @@ impl Config {
                 registry: RegistryConfig::default(),
             });
         };
-        let text = match fs_err::read_to_string(&path) {
-            Ok(text) => text,
+        let text = match fs_err::read(&path) {
+            Ok(bytes) => crate::spec::text_of(&path, bytes)?,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
                 return Err(Error::Usage {
                     message: format!("the cluster file {} does not exist", path.display()),
@@ -277,7 +277,7 @@ impl Config {
         if label.is_empty()
             || label
                 .chars()
-                .any(|c| c.is_whitespace() || c == '=' || c == '"')
+                .any(|c| c.is_whitespace() || c.is_control() || c == '=' || c == '"')
         {
             return Err(invalid(
                 "checksum-label",

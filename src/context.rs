@@ -7,8 +7,9 @@
 
 use crate::error::{Error, Result};
 use crate::fetch::{self, Fetched};
-use crate::plan::PlannedImage;
+use crate::plan::{ContextFile, PlannedImage};
 use crate::render;
+use sha2::{Digest, Sha256};
 use std::collections::BTreeSet;
 use std::io::{Read, Write};
 use std::path::Path;
@@ -107,6 +108,185 @@ impl<W: Write> ContextTar<W> {
     }
 }
 
+/// The context's one archive of every `[[file]]`, which the Dockerfile ADDs at `/`: the
+/// engine unpacks it as it unpacks a layer, so file names reach the image byte for byte (no
+/// Dockerfile line names them: no globbing, no `$`, no quoting), every file arrives in one
+/// layer, and folders the parent has keep their mode and owner (the archive has no folder
+/// entries; a missing folder is made 0755, root's).
+pub const FILES_ARCHIVE: &str = "files.tar";
+
+/// The files of a spec as a tar: sorted by destination, regular files only, one mtime,
+/// uid/gid 0, mode 0644 or 0755. Sizes are taken once, so the archive's length is known
+/// before it is written (it is an entry of the context tar).
+pub struct FilesArchive<'a> {
+    files: &'a [ContextFile],
+    sizes: Vec<u64>,
+    mtime: u64,
+}
+
+impl<'a> FilesArchive<'a> {
+    pub fn new(files: &'a [ContextFile], mtime: u64) -> Result<FilesArchive<'a>> {
+        let sizes = files
+            .iter()
+            .map(|f| {
+                fs_err::metadata(&f.src)
+                    .map(|m| m.len())
+                    .map_err(|e| Error::io(&f.src, e))
+            })
+            .collect::<Result<_>>()?;
+        Ok(FilesArchive {
+            files,
+            sizes,
+            mtime,
+        })
+    }
+
+    /// `./` before every name (see [`append`]).
+    fn name(file: &ContextFile) -> String {
+        format!(".{}", file.dest)
+    }
+
+    pub fn header(&self, file: &ContextFile, size: u64) -> Header {
+        let mut header = Header::new_gnu();
+        header.set_entry_type(EntryType::Regular);
+        header.set_mode(file.mode());
+        header.set_size(size);
+        header.set_mtime(self.mtime);
+        header.set_uid(0);
+        header.set_gid(0);
+        header
+    }
+
+    /// The archive's length in bytes: each entry's header blocks (a long name takes more),
+    /// its data padded to 512, and the two closing blocks.
+    pub fn size(&self) -> std::io::Result<u64> {
+        let mut headers = tar::Builder::new(Counter(0));
+        for file in self.files {
+            append(
+                &mut headers,
+                self.header(file, 0),
+                &Self::name(file),
+                std::io::empty(),
+            )?;
+        }
+        let data: u64 = self.sizes.iter().map(|size| size.div_ceil(512) * 512).sum();
+        Ok(headers.into_inner()?.0 + data)
+    }
+
+    pub fn write(&self, out: impl Write) -> std::io::Result<()> {
+        self.write_placed(out, |file, _| Ok(Self::name(file)))
+    }
+
+    /// Writes the files, each at the name `place` gives it (which may write entries first).
+    pub fn write_placed<W: Write>(
+        &self,
+        out: W,
+        mut place: impl FnMut(&ContextFile, &mut tar::Builder<W>) -> std::io::Result<String>,
+    ) -> std::io::Result<()> {
+        let mut tar = tar::Builder::new(out);
+        for (file, size) in self.files.iter().zip(&self.sizes) {
+            let name = place(file, &mut tar)?;
+            let data = open_checked(file, *size)?;
+            append(&mut tar, self.header(file, *size), &name, data)?;
+        }
+        tar.into_inner()?.flush()
+    }
+}
+
+/// Appends an entry named exactly `name`: the tar crate drops a leading `./` from names it
+/// sets, and hallmark's archives keep it. Engines sniff an archive (a layer on load, ADD's
+/// source) for compression by its first bytes, and a first name starting with `BZh` reads as
+/// bzip2: the load fails, or ADD copies the archive instead of unpacking it.
+pub fn append<W: Write>(
+    tar: &mut tar::Builder<W>,
+    mut header: Header,
+    name: &str,
+    data: impl Read,
+) -> std::io::Result<()> {
+    let raw = name.as_bytes();
+    let field = &mut header.as_old_mut().name;
+    if raw.len() > field.len() {
+        // A long name goes first as a `././@LongLink` entry, which is safe to sniff too.
+        return tar.append_data(&mut header, name, data);
+    }
+    field.fill(0);
+    field[..raw.len()].copy_from_slice(raw);
+    header.set_cksum();
+    tar.append(&header, data)
+}
+
+/// Opens a planned file for copying: its bytes must be the `size` and sha256 they had when
+/// the checksum was computed, or the copy fails (an image never holds other bytes than its
+/// checksum says).
+pub fn open_checked(file: &ContextFile, size: u64) -> std::io::Result<impl Read> {
+    Ok(CheckedFile {
+        inner: std::fs::File::open(&file.src)
+            .map_err(|e| std::io::Error::new(e.kind(), format!("{}: {e}", file.src.display())))?
+            .take(size + 1),
+        file,
+        size,
+        read: 0,
+        hasher: Sha256::new(),
+    })
+}
+
+struct CheckedFile<'a, R> {
+    inner: R,
+    file: &'a ContextFile,
+    size: u64,
+    read: u64,
+    hasher: Sha256,
+}
+
+impl<R: Read> Read for CheckedFile<'_, R> {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        let n = self.inner.read(buf)?;
+        self.read += n as u64;
+        self.hasher.update(&buf[..n]);
+        let changed = self.read > self.size
+            || (n == 0 && hex::encode(self.hasher.clone().finalize()) != self.file.sha256);
+        if changed {
+            return Err(std::io::Error::other(format!(
+                "{} changed since its checksum was computed; run the command again",
+                self.file.src.display()
+            )));
+        }
+        Ok(n)
+    }
+}
+
+/// Reads exactly `left` bytes, or fails: a short archive must not pass as a whole one.
+struct ExactReader<R> {
+    inner: R,
+    left: u64,
+}
+
+impl<R: Read> Read for ExactReader<R> {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        let limit = buf
+            .len()
+            .min(usize::try_from(self.left).unwrap_or(usize::MAX));
+        let n = self.inner.read(&mut buf[..limit])?;
+        if n == 0 && self.left > 0 {
+            return Err(std::io::Error::other("the files archive ended early"));
+        }
+        self.left -= n as u64;
+        Ok(n)
+    }
+}
+
+struct Counter(u64);
+
+impl Write for Counter {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0 += buf.len() as u64;
+        Ok(buf.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
 /// Writes the whole context of `image` to `out`: Dockerfile, files, sources, wheels.
 pub fn write<W: Write>(
     image: &PlannedImage,
@@ -130,14 +310,24 @@ pub fn write<W: Write>(
         dockerfile.as_bytes(),
     )
     .map_err(io)?;
-    for file in &image.files {
-        let handle = fs_err::File::open(&file.src).map_err(|e| Error::io(&file.src, e))?;
-        let size = handle
-            .metadata()
-            .map_err(|e| Error::io(&file.src, e))?
-            .len();
-        tar.file(&file.context_path(), file.mode(), size, handle)
-            .map_err(io)?;
+    if !image.files.is_empty() {
+        let archive = FilesArchive::new(&image.files, tar.mtime)?;
+        let size = archive.size().map_err(io)?;
+        let (reader, writer) = std::io::pipe().map_err(io)?;
+        std::thread::scope(|scope| {
+            let archive = &archive;
+            let producer = scope.spawn(move || archive.write(writer));
+            let mut exact = ExactReader {
+                inner: reader,
+                left: size,
+            };
+            let copied = tar.file(FILES_ARCHIVE, 0o644, size, &mut exact);
+            drop(exact);
+            let produced = producer
+                .join()
+                .expect("the files archive writer does not panic");
+            produced.and(copied).map_err(io)
+        })?;
     }
     for source in &fetched.sources {
         let mut child = fetch::archive(&source.repo, &source.tree)?;
@@ -193,4 +383,54 @@ pub fn unpack_into(
         producer.join().expect("context writer does not panic")?;
         unpacked
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_files_archive_is_as_long_as_announced_and_starts_with_dot_slash() {
+        let dir = tempfile::tempdir().unwrap();
+        let long = format!("/opt/{}/f", "d".repeat(120));
+        let files: Vec<ContextFile> = [
+            ("/BZh-first", &b"x"[..]),
+            ("/usr/bin/[ab]*?$x 'q\" \\ é", &[7u8; 600][..]),
+            (long.as_str(), &b""[..]),
+        ]
+        .iter()
+        .enumerate()
+        .map(|(i, (dest, bytes))| {
+            let src = dir.path().join(i.to_string());
+            std::fs::write(&src, bytes).unwrap();
+            ContextFile {
+                src,
+                dest: dest.to_string(),
+                executable: i == 1,
+                sha256: crate::checksum::sha256_hex(bytes),
+            }
+        })
+        .collect();
+        let archive = FilesArchive::new(&files, 7).unwrap();
+        let mut bytes = Vec::new();
+        archive.write(&mut bytes).unwrap();
+        assert_eq!(bytes.len() as u64, archive.size().unwrap());
+        assert!(bytes.starts_with(b"./BZh-first\0"));
+        let names: Vec<(Vec<u8>, u32)> = tar::Archive::new(bytes.as_slice())
+            .entries()
+            .unwrap()
+            .map(|e| {
+                let e = e.unwrap();
+                (e.path_bytes().into_owned(), e.header().mode().unwrap())
+            })
+            .collect();
+        assert_eq!(names[0], (b"./BZh-first".to_vec(), 0o644));
+        assert_eq!(names[1].0, ".{}".replace("{}", &files[1].dest).into_bytes());
+        assert_eq!(names[1].1, 0o755);
+        assert!(names[2].0.ends_with(b"/f"));
+
+        std::fs::write(&files[0].src, b"y").unwrap();
+        let err = archive.write(std::io::sink()).unwrap_err();
+        assert!(err.to_string().contains("changed since"), "{err}");
+    }
 }

@@ -5,6 +5,7 @@
 //! checksum) -> `fetch` (sources, patches, wheels) -> `context` (deterministic tar) ->
 //! `render` (Dockerfile).
 
+pub mod anchor;
 pub mod answers;
 pub mod assemble;
 pub mod base;

@@ -203,18 +203,24 @@ pub fn rewrite_layer<R: Read + Seek>(
         if let Some(capability) = &item.capability {
             tar.append_pax_extensions([(CAPABILITY, capability.as_slice())])?;
         }
+        // `./` first: a layer whose first name starts with `BZh` fails to load
+        // (`context::append`).
+        let name = match item.kind {
+            Kind::Dir => format!("./{}/", item.path),
+            _ => format!("./{}", item.path),
+        };
         match (&item.kind, &item.link) {
-            (Kind::Symlink | Kind::HardLink, Some(target)) => {
-                tar.append_link(&mut header, &item.path, target)?;
+            (Kind::Symlink | Kind::HardLink, Some(target))
+                if header.set_link_name(target).is_err() =>
+            {
+                tar.append_link(&mut header, &name, target)?;
             }
             (Kind::File, _) => {
                 input.seek(SeekFrom::Start(item.data))?;
-                tar.append_data(&mut header, &item.path, (&mut input).take(item.size))?;
+                let data = (&mut input).take(item.size);
+                crate::context::append(&mut tar, header, &name, data)?;
             }
-            (Kind::Dir, _) => {
-                tar.append_data(&mut header, format!("{}/", item.path), std::io::empty())?;
-            }
-            _ => tar.append_data(&mut header, &item.path, std::io::empty())?,
+            _ => crate::context::append(&mut tar, header, &name, std::io::empty())?,
         }
     }
     tar.finish()
@@ -349,13 +355,24 @@ fn read_items<R: Read + Seek>(input: R) -> std::io::Result<(Vec<Item>, Vec<Strin
             opaque.push(dir.to_string());
             continue;
         }
-        let capability = match entry.pax_extensions()? {
+        let records: Vec<(String, Vec<u8>)> = match entry.pax_extensions()? {
             Some(extensions) => extensions
                 .filter_map(|e| e.ok())
-                .find(|e| e.key() == Ok(CAPABILITY))
-                .map(|e| e.value_bytes().to_vec()),
-            None => None,
+                .filter_map(|e| Some((e.key().ok()?.to_string(), e.value_bytes().to_vec())))
+                .collect(),
+            None => Vec::new(),
         };
+        let capability = records
+            .iter()
+            .find(|(key, _)| key == CAPABILITY)
+            .map(|(_, value)| value.clone());
+        // Past 8^11 seconds (2242) an engine writes the time as a PAX record and 0 in the
+        // header; whole seconds are kept.
+        let pax_mtime = records
+            .iter()
+            .find(|(key, _)| key == "mtime")
+            .and_then(|(_, value)| std::str::from_utf8(value).ok())
+            .and_then(|value| value.split('.').next()?.parse::<u64>().ok());
         let header = entry.header();
         let kind = if name.starts_with(WHITEOUT) {
             Kind::Whiteout
@@ -400,7 +417,10 @@ fn read_items<R: Read + Seek>(input: R) -> std::io::Result<(Vec<Item>, Vec<Strin
             mode: header.mode()?,
             uid: header.uid()?,
             gid: header.gid()?,
-            mtime: header.mtime()?,
+            mtime: match pax_mtime {
+                Some(mtime) => mtime,
+                None => header.mtime()?,
+            },
             size: if kind == Kind::File { entry.size() } else { 0 },
             data: entry.raw_file_position(),
             path,
@@ -640,7 +660,13 @@ mod tests {
                 let e = e.unwrap();
                 let h = e.header();
                 (
-                    e.path().unwrap().display().to_string(),
+                    // Written as `./path` (context::append): listed as the path.
+                    e.path()
+                        .unwrap()
+                        .display()
+                        .to_string()
+                        .trim_start_matches("./")
+                        .to_string(),
                     h.mode().unwrap(),
                     h.uid().unwrap(),
                     h.mtime().unwrap(),
@@ -674,6 +700,45 @@ mod tests {
                 ("etc/stamp".into(), 0o600, 1000, 1_000, String::new()),
             ]
         );
+    }
+
+    /// Times past 2242 and sizes past 8 GiB come as PAX records, with 0 in the header.
+    #[test]
+    fn pax_times_and_sizes_are_kept() {
+        let mut tar = tar::Builder::new(Vec::new());
+        tar.append_pax_extensions([("mtime", &b"9223372036.5"[..]), ("size", b"5")])
+            .unwrap();
+        let mut file = tar::Header::new_ustar();
+        file.set_mode(0o644);
+        file.set_uid(0);
+        file.set_gid(0);
+        file.set_mtime(0);
+        file.set_size(0);
+        file.set_path("big").unwrap();
+        file.set_cksum();
+        tar.append(&file, &b"hello"[..]).unwrap();
+        let layer = tar.into_inner().unwrap();
+        let mut out = Vec::new();
+        let lower = || Ok(LowerTree::default());
+        rewrite_layer(Cursor::new(layer), lower, &mut out, 9_223_372_036).unwrap();
+        let mut archive = tar::Archive::new(out.as_slice());
+        let mut entries = archive.entries().unwrap();
+        let mut entry = entries.next().unwrap().unwrap();
+        assert_eq!(entry.header().mtime().unwrap(), 9_223_372_036);
+        let mut content = String::new();
+        entry.read_to_string(&mut content).unwrap();
+        assert_eq!(content, "hello");
+        assert!(entries.next().is_none());
+    }
+
+    /// A layer's first name must not start with `BZh`, which engines take for bzip2.
+    #[test]
+    fn names_start_with_dot_slash() {
+        let mut tar = tar::Builder::new(Vec::new());
+        let mut file = header(tar::EntryType::Regular, 0o644, 1);
+        tar.append_data(&mut file, "BZh91AY", &b"x"[..]).unwrap();
+        let out = normalised(&tar.into_inner().unwrap(), &[]);
+        assert_eq!(&out[..9], b"./BZh91AY");
     }
 
     #[test]

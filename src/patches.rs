@@ -25,7 +25,7 @@ pub struct Patch {
 pub fn read_set(patches_dir: &Path, name: &Name) -> Result<PatchSet> {
     let dir = patches_dir.join(name.as_str());
     let series_path = dir.join("series");
-    let text = fs_err::read_to_string(&series_path).map_err(|e| Error::io(&series_path, e))?;
+    let text = crate::spec::read_text(&series_path)?;
     let mut patches = Vec::new();
     for entry in parse_series(&series_path, &text)? {
         let path = dir.join(entry.file.as_str());

@@ -78,8 +78,11 @@ pub fn path_for(root: &Path, image: &Name) -> PathBuf {
 /// Reads the pins of an image; an absent file is an empty set of pins.
 pub fn read(root: &Path, image: &Name) -> Result<Pins> {
     let path = path_for(root, image);
-    match fs_err::read_to_string(&path) {
-        Ok(text) => parse(path, &text),
+    match fs_err::read(&path) {
+        Ok(bytes) => {
+            let text = crate::spec::text_of(&path, bytes)?;
+            parse(path, &text)
+        }
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(Pins::default()),
         Err(e) => Err(Error::io(&path, e)),
     }

@@ -36,11 +36,6 @@ impl ContextFile {
     pub fn mode(&self) -> u32 {
         if self.executable { 0o755 } else { 0o644 }
     }
-
-    /// Where the file sits in the build context.
-    pub fn context_path(&self) -> String {
-        format!("files{}", self.dest)
-    }
 }
 
 #[derive(Debug, Clone)]
@@ -326,11 +321,27 @@ fn collect_files(loaded: &LoadedSpec, hashes: &mut FileHashes) -> Result<Vec<Con
                     format!("{} does not exist", src.display()),
                 );
             }
-            Err(e) => return Err(Error::io(&src, e)),
+            // A symlink loop or a file on the way: the spec names a path that cannot be.
+            Err(e) => {
+                return loaded.invalid(
+                    copy.src.span(),
+                    "file.src",
+                    format!("{} cannot be resolved: {e}", src.display()),
+                );
+            }
         };
         // `src` has no `..` (checked when parsed), but a symlink on the way could still lead
         // out of the spec folder: resolve it and compare.
-        let real = fs_err::canonicalize(&src).map_err(|e| Error::io(&src, e))?;
+        let real = match std::fs::canonicalize(&src) {
+            Ok(real) => real,
+            Err(e) => {
+                return loaded.invalid(
+                    copy.src.span(),
+                    "file.src",
+                    format!("{} leads nowhere through a symlink: {e}", src.display()),
+                );
+            }
+        };
         let home = fs_err::canonicalize(&loaded.dir).map_err(|e| Error::io(&loaded.dir, e))?;
         if metadata.is_symlink() || !real.starts_with(&home) {
             return loaded.invalid(
@@ -374,15 +385,14 @@ fn collect_files(loaded: &LoadedSpec, hashes: &mut FileHashes) -> Result<Vec<Con
                 message: "file names must be UTF-8".into(),
                 hint: None,
             })?;
-            if relative
-                .chars()
-                .any(|c| c.is_whitespace() || c.is_control() || c == '"')
-            {
+            // Any name reaches the image as it is (the files travel as a tar, never through a
+            // Dockerfile line); a control character would break the checksum document's lines.
+            if relative.chars().any(char::is_control) {
                 return loaded.invalid(
                     copy.src.span(),
                     "file.src",
                     format!(
-                        "{} has whitespace or quotes in its name",
+                        "{:?} has a control character in its name",
                         entry.path().display()
                     ),
                 );
@@ -408,24 +418,61 @@ fn collect_files(loaded: &LoadedSpec, hashes: &mut FileHashes) -> Result<Vec<Con
         }
     }
     files.sort_by(|a, b| a.dest.cmp(&b.dest));
-    if let Some(pair) = files.windows(2).find(|w| w[0].dest == w[1].dest) {
-        return Err(Error::Invalid {
-            path: loaded.path.clone(),
-            location: None,
-            key: Some("file.dest".into()),
-            message: format!("two files land at `{}`", pair[0].dest),
-            hint: None,
-        });
-    }
+    check_dests(loaded, &files)?;
     Ok(files)
+}
+
+/// Refuses two files at one path, and a file below another file (no build can make both).
+/// The error points at the `[[file]]` entry the later file comes from.
+fn check_dests(loaded: &LoadedSpec, files: &[ContextFile]) -> Result<()> {
+    let dests: std::collections::BTreeSet<&str> = files.iter().map(|f| f.dest.as_str()).collect();
+    let conflict = files.windows(2).find(|w| w[0].dest == w[1].dest).map(|w| {
+        (
+            w[1].dest.as_str(),
+            format!("two files land at `{}`", w[1].dest),
+        )
+    });
+    let conflict = conflict.or_else(|| {
+        files.iter().find_map(|f| {
+            let mut above = f.dest.as_str();
+            while let Some((parent, _)) = above.rsplit_once('/') {
+                above = parent;
+                if dests.contains(parent) {
+                    return Some((
+                        f.dest.as_str(),
+                        format!("`{}` would lie inside `{parent}`, which is a file", f.dest),
+                    ));
+                }
+            }
+            None
+        })
+    });
+    let Some((dest, message)) = conflict else {
+        return Ok(());
+    };
+    // The entry that copies `dest`: the one whose dest is it or the folder above it.
+    let entry = loaded
+        .spec
+        .files
+        .iter()
+        .map(|f| f.dest.get_ref().as_str())
+        .filter(|d| dest == *d || dest.starts_with(&format!("{d}/")))
+        .max_by_key(|d| d.len());
+    Err(Error::Invalid {
+        path: loaded.path.clone(),
+        location: entry.and_then(|d| crate::spec::locate(&loaded.text, &["file", d, "dest"])),
+        key: Some("file.dest".into()),
+        message,
+        hint: None,
+    })
 }
 
 fn template_for(loaded: &LoadedSpec) -> Result<Template> {
     let path = loaded.dir.join("Dockerfile.hbs");
-    match fs_err::read_to_string(&path) {
-        Ok(text) => Ok(Template {
+    match fs_err::read(&path) {
+        Ok(bytes) => Ok(Template {
+            text: crate::spec::text_of(&path, bytes)?,
             origin: path.display().to_string(),
-            text,
         }),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(Template {
             origin: "embedded".into(),

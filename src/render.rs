@@ -24,7 +24,7 @@ struct TemplateContext {
     env: Vec<Pair>,
     apt: Vec<String>,
     sources: Vec<Copy>,
-    files: Vec<Copy>,
+    files: bool,
     wheels: bool,
     run: Vec<String>,
     expect_files: Vec<String>,
@@ -47,11 +47,43 @@ struct Copy {
     dest: String,
 }
 
-/// A Dockerfile string literal: JSON quoting plus `$` escaped, so values are taken literally.
+/// A Dockerfile double-quoted word, for the instructions that expand variables and remove
+/// quotes (ENV, ARG, LABEL, WORKDIR, COPY): `\`, `"` and `$` escaped, everything else as it
+/// is, so the engine reads back the value byte for byte. A line break cannot be written at
+/// all: the spec's checks refuse control characters other than tab in these values. (COPY
+/// splits its arguments at whitespace first: an image path has none.)
 fn quote(value: &str) -> String {
-    serde_json::to_string(value)
-        .expect("string serializes")
-        .replace('$', "\\$")
+    let mut quoted = String::with_capacity(value.len() + 2);
+    quoted.push('"');
+    for c in value.chars() {
+        if matches!(c, '\\' | '"' | '$') {
+            quoted.push('\\');
+        }
+        quoted.push(c);
+    }
+    quoted.push('"');
+    quoted
+}
+
+/// A POSIX shell word in single quotes, for arguments of a shell-form RUN.
+fn shell_quote(value: &str) -> String {
+    format!("'{}'", value.replace('\'', r"'\''"))
+}
+
+/// A `run` step as an exec-form RUN: the step is the script `/bin/sh -c` runs, exactly as
+/// written (line breaks, a trailing `\`, `#` lines and all). The Dockerfile's shell form
+/// would join lines, drop comment lines and let a trailing `\` swallow the next instruction.
+pub fn run_instruction(step: &str) -> String {
+    serde_json::to_string(&["/bin/sh", "-c", step]).expect("strings serialize")
+}
+
+/// The working directory as the engines record it: without a trailing `/` (Docker 26 drops
+/// it, 20.10 keeps it), so both build paths and every engine agree.
+pub fn workdir(path: &str) -> &str {
+    match path.trim_end_matches('/') {
+        "" => "/",
+        trimmed => trimmed,
+    }
 }
 
 fn pairs<'a>(
@@ -207,31 +239,23 @@ pub fn dockerfile(
             .iter()
             .map(|s| Copy {
                 context_path: format!("sources/{}", s.name.get_ref()),
-                dest: s.dest.get_ref().to_string(),
+                dest: quote(s.dest.get_ref().as_str()),
             })
             .collect(),
-        files: image
-            .files
-            .iter()
-            .map(|f| Copy {
-                context_path: f.context_path(),
-                dest: f.dest.clone(),
-            })
-            .collect(),
+        files: !image.files.is_empty(),
         wheels: !spec.wheels.is_empty(),
-        run: spec
-            .build
-            .run
-            .iter()
-            .map(|step| step.trim().replace('\n', " \\\n    "))
-            .collect(),
+        run: spec.build.run.iter().map(|s| run_instruction(s)).collect(),
         expect_files: spec
             .build
             .expect_files
             .iter()
-            .map(|f| f.to_string())
+            .map(|f| shell_quote(f.as_str()))
             .collect(),
-        workdir: spec.container.workdir.as_ref().map(|w| w.to_string()),
+        workdir: spec
+            .container
+            .workdir
+            .as_ref()
+            .map(|w| quote(workdir(w.as_str()))),
         user: spec.container.user.clone(),
         entrypoint: spec.container.entrypoint.as_ref().map(json),
         cmd: spec.container.cmd.as_ref().map(json),
@@ -292,6 +316,18 @@ mod tests {
             "https://github.com/a/b.git"
         );
         assert_eq!(redact_url("/srv/git/repo"), "/srv/git/repo");
+    }
+
+    #[test]
+    fn values_are_quoted_for_the_dockerfile_lexer() {
+        assert_eq!(quote(r#"a\b"c$d 'é'	"#), r#""a\\b\"c\$d 'é'	""#);
+        assert_eq!(shell_quote("/a'b$c"), r"'/a'\''b$c'");
+        assert_eq!(
+            run_instruction("a \\\n# c\n"),
+            r#"["/bin/sh","-c","a \\\n# c\n"]"#
+        );
+        assert_eq!(workdir("/app/"), "/app");
+        assert_eq!(workdir("/"), "/");
     }
 
     #[test]

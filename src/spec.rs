@@ -6,7 +6,7 @@
 //! with the line of the offending key.
 
 use crate::error::{Error, Location, Result};
-use crate::values::{ImagePath, Name, RelativePath};
+use crate::values::{ImagePath, Name, RelativePath, reference};
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
@@ -220,6 +220,20 @@ impl LoadedSpec {
     }
 }
 
+/// The last `source-date-epoch` engines keep as a file time: they set times in nanoseconds
+/// in an i64, and a later time comes out as 1970.
+pub const MAX_SOURCE_DATE: u64 = 9_223_372_036;
+
+/// Why `value` cannot be written in a Dockerfile `ENV`, `ARG` or `LABEL` (a line break ends
+/// the instruction; other control characters do not survive the engines' parsers alike).
+/// A tab is kept as it is, inside the quotes.
+fn unwritable(value: &str) -> Option<String> {
+    value
+        .chars()
+        .find(|&c| c.is_control() && c != '\t')
+        .map(|c| format!("{c:?} is a control character, which a Dockerfile cannot hold in a value"))
+}
+
 /// Where the value at `path` stands in a TOML text: each step of `path` a table key, or for
 /// an array the item with that text (a string, or a table holding it as a value).
 pub(crate) fn locate(text: &str, path: &[&str]) -> Option<Location> {
@@ -272,8 +286,30 @@ fn key_on_line(line: &str) -> Option<String> {
 
 pub fn load(name: &Name, dir: &Path) -> Result<LoadedSpec> {
     let path = dir.join("image.toml");
-    let text = fs_err::read_to_string(&path).map_err(|e| Error::io(&path, e))?;
+    let text = read_text(&path)?;
     parse(name, dir, path, text)
+}
+
+/// Reads a text file hallmark parses (spec, pins, series, cluster file, template).
+pub fn read_text(path: &Path) -> Result<String> {
+    let bytes = fs_err::read(path).map_err(|e| Error::io(path, e))?;
+    text_of(path, bytes)
+}
+
+/// The text of `bytes` read from `path`; bytes that are not UTF-8 are bad input (exit 2)
+/// named by line and column, not an I/O error.
+pub fn text_of(path: &Path, bytes: Vec<u8>) -> Result<String> {
+    String::from_utf8(bytes).map_err(|e| {
+        let valid = e.utf8_error().valid_up_to();
+        let lossy = String::from_utf8_lossy(e.as_bytes());
+        Error::Invalid {
+            path: path.to_path_buf(),
+            location: Some(Location::of_offset(&lossy, valid)),
+            key: None,
+            message: "not UTF-8 text".into(),
+            hint: None,
+        }
+    })
 }
 
 /// Parses and validates the text of `dir/image.toml` (read by [`load`]; fuzzed on its own).
@@ -317,27 +353,23 @@ fn validate(loaded: &LoadedSpec) -> Result<()> {
                     format!("`{reference}` carries a digest; write the tag here, the digest belongs in pins/ (`hallmark lock`)"),
                 );
             }
-            if reference.trim().is_empty() || reference.chars().any(char::is_whitespace) {
-                return loaded.invalid(
-                    spec.from.span(),
-                    "from.ref",
-                    format!("`{reference}` is not an image reference"),
-                );
+            if let Some(why) = reference::reference_error(reference) {
+                return loaded.invalid(spec.from.span(), "from.ref", why);
             }
         }
         _ => {}
     }
-    if spec.image.tag.is_empty()
-        || !spec
-            .image
-            .tag
-            .bytes()
-            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-'))
-    {
+    if let Some(why) = reference::tag_error(&spec.image.tag) {
+        return loaded.invalid_at(&["image", "tag"], "image.tag", why);
+    }
+    if spec.image.source_date_epoch > MAX_SOURCE_DATE {
         return loaded.invalid_at(
-            &["image", "tag"],
-            "image.tag",
-            format!("`{}` is not a valid tag", spec.image.tag),
+            &["image", "source-date-epoch"],
+            "image.source-date-epoch",
+            format!(
+                "{} is past {MAX_SOURCE_DATE} (2262-04-11T23:47:16Z), the last second engines can give a file as its time",
+                spec.image.source_date_epoch
+            ),
         );
     }
 
@@ -352,6 +384,14 @@ fn validate(loaded: &LoadedSpec) -> Result<()> {
         }
         if source.git.trim().is_empty() {
             return loaded.invalid(source.name.span(), "source.git", "is empty".into());
+        }
+        if source.git.chars().any(char::is_control) {
+            // The URL is stamped as a label, and a Dockerfile line cannot hold these.
+            return loaded.invalid(
+                source.name.span(),
+                "source.git",
+                "has control characters".into(),
+            );
         }
         if source.rev.trim().is_empty() || source.rev.starts_with('-') {
             return loaded.invalid(
@@ -476,13 +516,13 @@ fn validate(loaded: &LoadedSpec) -> Result<()> {
         }
     }
     let repository = loaded.repository();
-    if repository.bytes().any(|b| b.is_ascii_uppercase()) {
+    if let Some(message) = reference::repository_error(repository) {
         // Where `name` is set; a folder name has no place in the text.
         return Err(Error::Invalid {
             path: loaded.path.clone(),
             location: locate(&loaded.text, &["image", "name"]),
             key: Some("image.name".into()),
-            message: format!("`{repository}` has capitals; image repositories are lowercase"),
+            message,
             hint: Some("rename the folder or set `name` in [image]".into()),
         });
     }
@@ -499,10 +539,21 @@ fn validate(loaded: &LoadedSpec) -> Result<()> {
             );
         }
     }
+    for (key, value) in &spec.labels {
+        if let Some(why) = unwritable(value) {
+            return loaded.invalid_at(&["labels", key], &format!("labels.{key}"), why);
+        }
+    }
     for (key, path, table) in [
         ("env", &["env"][..], &spec.env),
         ("build.args", &["build", "args"], &spec.build.args),
     ] {
+        for (name, value) in table {
+            let at = [path, &[name.as_str()]].concat();
+            if let Some(why) = unwritable(value) {
+                return loaded.invalid_at(&at, &format!("{key}.{name}"), why);
+            }
+        }
         for name in table.keys() {
             let ok = !name.is_empty()
                 && !name.starts_with(|c: char| c.is_ascii_digit())
@@ -523,8 +574,25 @@ fn validate(loaded: &LoadedSpec) -> Result<()> {
             "apt needs the network; set `network = true` in [build]".into(),
         );
     }
+    for step in &spec.build.run {
+        if step.trim().is_empty() {
+            return loaded.invalid_at(
+                &["build", "run", step],
+                "build.run",
+                "a step is blank: give it a command or remove it".into(),
+            );
+        }
+        if step.contains('\0') {
+            return loaded.invalid_at(
+                &["build", "run", step],
+                "build.run",
+                "a step holds a NUL character, which no command line can carry".into(),
+            );
+        }
+    }
     for package in &spec.build.apt {
-        if package.is_empty()
+        // Written unquoted into a shell command: a safe alphabet, no leading `-` or `~`.
+        if !package.starts_with(|c: char| c.is_ascii_alphanumeric())
             || !package.bytes().all(|b| {
                 b.is_ascii_alphanumeric() || matches!(b, b'.' | b'+' | b'-' | b':' | b'=' | b'~')
             })

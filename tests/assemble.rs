@@ -648,3 +648,273 @@ fn prune_in_one_project_keeps_the_layers_of_another() {
     assert_eq!(complete(&a_old), None, "a's unused image stayed");
     assert!(cache.path().join("CACHEDIR.TAG").is_file());
 }
+
+fn build_named(project: &TestProject, config: &std::path::Path, image: &str) -> serde_json::Value {
+    let run = project.run(&[
+        "--config",
+        config.to_str().unwrap(),
+        "--json",
+        "build",
+        image,
+    ]);
+    run.success();
+    let records: serde_json::Value = serde_json::from_str(&run.stdout()).unwrap();
+    records[0].clone()
+}
+
+/// What `image` on `node` holds below `roots` (relative paths, as `docker export` names them):
+/// path -> kind, mode, owner, and for a file its mtime and sha256, for a link its target.
+fn exported_tree(
+    testbed: &Testbed,
+    node: &str,
+    image: &str,
+    roots: &[&str],
+) -> std::collections::BTreeMap<String, String> {
+    use sha2::Digest;
+    use std::io::Read;
+    let container = testbed.docker_ok(node, &["create", image]);
+    let mut export = std::process::Command::new("docker")
+        .args(["-H", &testbed.endpoint(node), "export", &container])
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut tree = std::collections::BTreeMap::new();
+    let mut archive = tar::Archive::new(export.stdout.take().unwrap());
+    for entry in archive.entries().unwrap() {
+        let mut entry = entry.unwrap();
+        let path = String::from_utf8(entry.path_bytes().into_owned()).unwrap();
+        let path = path.trim_end_matches('/').to_string();
+        if !roots
+            .iter()
+            .any(|r| path == *r || path.starts_with(&format!("{r}/")))
+        {
+            continue;
+        }
+        // A time past 8^11 seconds comes as a PAX record.
+        let pax_mtime = entry
+            .pax_extensions()
+            .unwrap()
+            .into_iter()
+            .flatten()
+            .map(|e| e.unwrap())
+            .find(|e| e.key() == Ok("mtime"))
+            .map(|e| e.value().unwrap().split('.').next().unwrap().to_string());
+        let header = entry.header().clone();
+        let owner = format!(
+            "{:o} {}:{}",
+            header.mode().unwrap() & 0o7777,
+            header.uid().unwrap(),
+            header.gid().unwrap()
+        );
+        let described = match header.entry_type() {
+            tar::EntryType::Directory => format!("dir {owner}"),
+            tar::EntryType::Symlink => {
+                format!("link -> {}", entry.link_name().unwrap().unwrap().display())
+            }
+            _ => {
+                let mut bytes = Vec::new();
+                entry.read_to_end(&mut bytes).unwrap();
+                let mtime = pax_mtime.unwrap_or_else(|| header.mtime().unwrap().to_string());
+                format!(
+                    "file {owner} {mtime} {}",
+                    hex::encode(sha2::Sha256::digest(&bytes))
+                )
+            }
+        };
+        tree.insert(path, described);
+    }
+    assert!(export.wait().unwrap().success());
+    testbed.docker_ok(node, &["rm", &container]);
+    tree
+}
+
+/// Issue 14, item 3: file names a Dockerfile COPY would read as globs, variables or quotes,
+/// and ENV/LABEL values with `$`, `\`, quotes and tabs reach the image exactly, the same on
+/// every path: assembled by hallmark, a plain `docker build` of `render --out`, hallmark's
+/// own engine build, and the assembled image loaded on the containerd store. Folders of the
+/// parent keep their modes (`/tmp` 1777, `/root` 0700), and `/bin`, a symlink to `usr/bin` in
+/// the Debian base, stays one (the file lands in `/usr/bin`).
+#[test]
+fn names_and_values_reach_the_image_exactly_on_every_path() {
+    let testbed = Testbed::get();
+    testbed.script("load-bases", &["--node", "node1"]);
+    let project = TestProject::new();
+    let run = unique();
+    let spec = format!(
+        r#"
+[image]
+name = "exact-{run}"
+source-date-epoch = 9223372036
+
+[from]
+ref = "hallmark-testbed/python:bookworm"
+
+[[file]]
+src = "tree"
+dest = "/opt/w$x"
+
+[[file]]
+src = "tool"
+dest = "/bin/hm-tool-{run}"
+
+[[file]]
+src = "first"
+dest = "/BZh-{run}"
+
+[[file]]
+src = "first"
+dest = "/tmp/hm-note"
+
+[[file]]
+src = "first"
+dest = "/root/.hm-note"
+
+[env]
+WEIRD = "a\\b \"q\" $HOME ${{X}} 'x'	tab é"
+
+[labels]
+"test.run" = "{run}"
+"weird.$x" = "\\ \" $PATH ${{X}}	é"
+
+[container]
+workdir = "/opt/w$x/"
+user = "0:0"
+entrypoint = ["/bin/sh", "-c", "echo \"$0\"\n", "a b"]
+cmd = ["x\ny", "$HOME"]
+"#
+    );
+    let names = [
+        "[ab]",
+        "a",
+        "b",
+        "*",
+        "?",
+        "$x",
+        "$HOME",
+        "${X}",
+        "sp ace",
+        "q'uo\"te",
+        "back\\slash",
+        "é-ü-日本",
+        "BZh",
+        "sub/deep/f",
+    ];
+    for name in names {
+        project.write(
+            &format!("images/exact/tree/{name}"),
+            &format!("content of {name}\n"),
+        );
+    }
+    project
+        .write("images/exact/image.toml", &spec)
+        .write("images/exact/tool", "#!/bin/sh\necho tool\n")
+        .write("images/exact/first", "first\n");
+    let exec = std::os::unix::fs::PermissionsExt::from_mode(0o755);
+    std::fs::set_permissions(project.root().join("images/exact/tool"), exec).unwrap();
+    let config = testbed.config();
+    project
+        .run(&["--config", config.to_str().unwrap(), "lock", "exact"])
+        .success();
+
+    let assembled = build_named(&project, &config, "exact");
+    assert_eq!(assembled["outcome"], "assembled", "{assembled}");
+    let assembled = assembled["image_id"].as_str().unwrap().to_string();
+    project
+        .run(&[
+            "--config",
+            config.to_str().unwrap(),
+            "distribute",
+            "exact",
+            "--to",
+            "node1",
+        ])
+        .success();
+
+    let context = project.root().join("ctx");
+    project
+        .run(&["render", "exact", "--out", context.to_str().unwrap()])
+        .success();
+    let built = testbed.docker_ok("builder", &["build", "-q", context.to_str().unwrap()]);
+    let built = built.lines().last().unwrap().to_string();
+
+    // The same files through hallmark's engine path: a RUN step sends the spec there.
+    let engine_spec = format!("{spec}\n[build]\nrun = [\"true\"]\n");
+    project.write("images/exact/image.toml", &engine_spec);
+    let engine = build_named(&project, &config, "exact");
+    assert_eq!(engine["outcome"], "built", "{engine}");
+    let engine = engine["image_id"].as_str().unwrap().to_string();
+    project.write("images/exact/image.toml", &spec);
+
+    let roots = [
+        format!("BZh-{run}").leak() as &str,
+        "opt",
+        "bin",
+        format!("usr/bin/hm-tool-{run}").leak(),
+        "tmp",
+        "root",
+    ];
+    let on_builder = exported_tree(testbed, "builder", &assembled, &roots);
+    let tag = format!("exact-{run}:latest");
+    assert_eq!(
+        exported_tree(testbed, "node1", &tag, &roots),
+        on_builder,
+        "the containerd store unpacks the assembled layer differently"
+    );
+    let without_dir_times = |tree: &std::collections::BTreeMap<String, String>| {
+        tree.iter()
+            .filter(|(_, d)| !d.starts_with("dir"))
+            .map(|(p, d)| (p.clone(), d.clone()))
+            .collect::<Vec<_>>()
+    };
+    // Folder entries match too (mode and owner; times are not in the description).
+    assert_eq!(
+        exported_tree(testbed, "builder", &built, &roots),
+        on_builder
+    );
+    assert_eq!(
+        without_dir_times(&exported_tree(testbed, "builder", &engine, &roots)),
+        without_dir_times(&on_builder)
+    );
+
+    let epoch = "9223372036";
+    for name in names {
+        let sha = hex::encode(<sha2::Sha256 as sha2::Digest>::digest(format!(
+            "content of {name}\n"
+        )));
+        assert_eq!(
+            on_builder.get(&format!("opt/w$x/{name}")),
+            Some(&format!("file 644 0:0 {epoch} {sha}")),
+            "{name}: {on_builder:#?}"
+        );
+    }
+    assert_eq!(on_builder["tmp"], "dir 1777 0:0");
+    assert_eq!(on_builder["root"], "dir 700 0:0");
+    assert_eq!(on_builder["bin"], "link -> usr/bin");
+    assert!(
+        on_builder[&format!("usr/bin/hm-tool-{run}")].starts_with("file 755 0:0"),
+        "{on_builder:#?}"
+    );
+    assert!(on_builder.contains_key(&format!("BZh-{run}")));
+
+    let inspect = |id: &str| -> serde_json::Value {
+        let text = testbed.docker_ok(
+            "builder",
+            &["image", "inspect", "--format", "{{json .Config}}", id],
+        );
+        serde_json::from_str(&text).unwrap()
+    };
+    let (a, b) = (inspect(&assembled), inspect(&built));
+    for key in ["Env", "Labels", "Entrypoint", "Cmd", "WorkingDir", "User"] {
+        assert_eq!(a[key], b[key], "{key}");
+    }
+    assert!(
+        a["Env"]
+            .as_array()
+            .unwrap()
+            .contains(&serde_json::json!("WEIRD=a\\b \"q\" $HOME ${X} 'x'\ttab é")),
+        "{a}"
+    );
+    assert_eq!(a["Labels"]["weird.$x"], "\\ \" $PATH ${X}\té");
+    assert_eq!(a["WorkingDir"], "/opt/w$x");
+    assert_eq!(a["Cmd"], serde_json::json!(["x\ny", "$HOME"]));
+}

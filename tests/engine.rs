@@ -250,7 +250,7 @@ fn a_failing_run_step_names_the_step_and_keeps_the_previous_tag() {
     let err = run.stderr();
     assert!(err.contains("failed to build at Step 7/"), "{err}");
     assert!(
-        err.contains("RUN echo boom-from-the-step && exit 3"),
+        err.contains(r#"RUN ["/bin/sh","-c","echo boom-from-the-step && exit 3"]"#),
         "{err}"
     );
     assert!(err.contains(".hallmark/logs/hello-"), "{err}");
@@ -1335,5 +1335,89 @@ fn a_stub_image_under_the_tag_on_a_docker_28_builder_is_read_not_refused() {
     assert_eq!(
         testbed.checksum_label(&node, &tag),
         built["checksum"].as_str().unwrap()
+    );
+}
+
+/// Issue 14, items 3 and 4: 500 `[[file]]` entries arrive in one layer (one COPY each made
+/// 503 layers, and past about 120 the engine refused with "max depth exceeded"), and each
+/// `run` step is the script it says: a trailing `\` no longer swallows the next step, line
+/// breaks and `#` lines are the shell's.
+#[test]
+fn five_hundred_files_and_run_steps_as_written_build_in_a_few_layers() {
+    let testbed = Testbed::get();
+    let project = TestProject::new();
+    let run = unique();
+    let upstream = GitRepo::new(project.root(), "upstream");
+    upstream.commit(&[("greeting.txt", "hello\n")], "first");
+    // A source and an expected file at paths with `$` and `'`: written quoted, not expanded.
+    let mut spec = format!(
+        "[image]\nname = \"many-{run}\"\n\n[from]\nref = \"hallmark-testbed/busybox:latest\"\n\n\
+         [[source]]\nname = \"upstream\"\ngit = \"{}\"\nrev = \"main\"\ndest = \"/opt/s$HOME'x\"\n\n",
+        upstream.url()
+    );
+    for i in 0..500 {
+        spec.push_str(&format!(
+            "[[file]]\nsrc = \"f/{i}\"\ndest = \"/opt/many/{i}.txt\"\n"
+        ));
+        project.write(&format!("images/many/f/{i}"), &format!("file {i}\n"));
+    }
+    spec.push_str(
+        r#"
+[build]
+run = [
+  "ls /opt/many | wc -l > /count && echo one > /one \\",
+  "echo two > /two",
+  '''
+echo three > /three
+# a comment line, and a continued one:
+echo four \
+  > /four
+''',
+]
+expect-files = ["/opt/many/499.txt", "/opt/s$HOME'x/greeting.txt"]
+"#,
+    );
+    project
+        .write("images/many/image.toml", &spec)
+        .write("pins/many.toml", HELLO_PINS);
+    project.run(&["lock", "many"]).success();
+    let record = build_json(&project, &testbed.config(), "many");
+    assert_eq!(record["outcome"], "built", "{record}");
+    let tag = format!("many-{run}:latest");
+    let layers = |image: &str| {
+        testbed
+            .docker_ok(
+                "builder",
+                &[
+                    "image",
+                    "inspect",
+                    "--format",
+                    "{{len .RootFS.Layers}}",
+                    image,
+                ],
+            )
+            .parse::<usize>()
+            .unwrap()
+    };
+    let parent = layers("hallmark-testbed/busybox:latest");
+    // At most one layer each for the source, all the files, each RUN step and the
+    // expect-files check (a step that changes nothing may add none).
+    let added = layers(&tag) - parent;
+    assert!(added <= 1 + 1 + 3 + 1, "{added} layers");
+    let out = testbed.run_container(
+        "builder",
+        &tag,
+        &[
+            "sh",
+            "-c",
+            "cat /count /one /two /three /four /opt/many/0.txt /opt/many/499.txt \"/opt/s\\$HOME'x/greeting.txt\"",
+        ],
+    );
+    assert_eq!(
+        out.split_whitespace().collect::<Vec<_>>(),
+        // The trailing `\` is the shell's to read: busybox sh gives it to echo.
+        [
+            "500", "one", "\\", "two", "three", "four", "file", "0", "file", "499", "hello"
+        ]
     );
 }

@@ -356,6 +356,177 @@ fn corpus() -> Vec<Case> {
             vec!["images/bad/image.toml:4", "smoke.run"],
         ),
         case(
+            "repository ending in a dash",
+            vec![
+                spec(&format!("[image]\nname = \"app-\"\n{FROM}")),
+                pins(&base_pin()),
+            ],
+            vec![
+                "images/bad/image.toml:2:8",
+                "`app-` is not a valid repository name",
+            ],
+        ),
+        case(
+            "repository with a double dot",
+            vec![
+                spec(&format!("[image]\nname = \"a..b\"\n{FROM}")),
+                pins(&base_pin()),
+            ],
+            vec![
+                "images/bad/image.toml:2:8",
+                "`a..b` is not a valid repository",
+            ],
+        ),
+        case(
+            "tag starting with a dash",
+            vec![
+                spec(&format!("[image]\ntag = \"-x\"\n{FROM}")),
+                pins(&base_pin()),
+            ],
+            vec!["images/bad/image.toml:2:7", "`-x` is not a valid tag"],
+        ),
+        case(
+            "tag starting with a dot",
+            vec![
+                spec(&format!("[image]\ntag = \".x\"\n{FROM}")),
+                pins(&base_pin()),
+            ],
+            vec!["images/bad/image.toml:2:7", "`.x` is not a valid tag"],
+        ),
+        case(
+            "tag longer than 128",
+            vec![
+                spec(&format!("[image]\ntag = \"{}\"\n{FROM}", "t".repeat(129))),
+                pins(&base_pin()),
+            ],
+            vec!["images/bad/image.toml:2:7", "is not a valid tag"],
+        ),
+        case(
+            "external parent with capitals",
+            vec![spec("[from]\nref = \"Example/base:1\"\n")],
+            vec![
+                "images/bad/image.toml:1",
+                "from.ref",
+                "`Example` must be lowercase",
+            ],
+        ),
+        case(
+            "external parent with a bad tag",
+            vec![spec("[from]\nref = \"example/base:-1\"\n")],
+            vec![
+                "images/bad/image.toml:1",
+                "from.ref",
+                "`-1` is not a valid tag",
+            ],
+        ),
+        case(
+            "blank run step",
+            vec![
+                spec(&format!("{FROM}[build]\nrun = [\"true\", \"  \"]\n")),
+                pins(&base_pin()),
+            ],
+            vec!["images/bad/image.toml:4:16", "build.run", "blank"],
+        ),
+        case(
+            "a file inside a file",
+            vec![
+                spec(&format!(
+                    "{FROM}[[file]]\nsrc = \"a\"\ndest = \"/opt/a\"\n[[file]]\nsrc = \"b\"\ndest = \"/opt/a/b\"\n"
+                )),
+                pins(&base_pin()),
+                ("images/bad/a", "a".into()),
+                ("images/bad/b", "b".into()),
+            ],
+            vec![
+                "images/bad/image.toml:8:8",
+                "`/opt/a/b` would lie inside `/opt/a`, which is a file",
+            ],
+        ),
+        case(
+            "a folder's file where a file is copied too",
+            vec![
+                spec(&format!(
+                    "{FROM}[[file]]\nsrc = \"dir\"\ndest = \"/opt\"\n[[file]]\nsrc = \"b\"\ndest = \"/opt/b\"\n"
+                )),
+                pins(&base_pin()),
+                ("images/bad/dir/b", "a".into()),
+                ("images/bad/b", "b".into()),
+            ],
+            vec!["images/bad/image.toml:8:8", "two files land at `/opt/b`"],
+        ),
+        case(
+            "an empty file src",
+            vec![
+                spec(&format!(
+                    "{FROM}[[file]]\nsrc = \"\"\ndest = \"/opt/all\"\n"
+                )),
+                pins(&base_pin()),
+            ],
+            vec!["images/bad/image.toml:4:7", "empty"],
+        ),
+        case(
+            "source date past what engines keep",
+            vec![
+                spec(&format!("[image]\nsource-date-epoch = 9223372037\n{FROM}")),
+                pins(&base_pin()),
+            ],
+            vec![
+                "images/bad/image.toml:2:21",
+                "image.source-date-epoch",
+                "9223372036",
+            ],
+        ),
+        case(
+            "negative source date",
+            vec![
+                spec(&format!("[image]\nsource-date-epoch = -1\n{FROM}")),
+                pins(&base_pin()),
+            ],
+            vec!["images/bad/image.toml:2:21"],
+        ),
+        case(
+            "env value with a line break",
+            vec![
+                spec(&format!("{FROM}[env]\nA = \"x\\ny\"\n")),
+                pins(&base_pin()),
+            ],
+            vec!["images/bad/image.toml:4:5", "env.A", "control character"],
+        ),
+        case(
+            "label value with a carriage return",
+            vec![
+                spec(&format!("{FROM}[labels]\n\"a.b\" = \"x\\ry\"\n")),
+                pins(&base_pin()),
+            ],
+            vec![
+                "images/bad/image.toml:4:9",
+                "labels.a.b",
+                "control character",
+            ],
+        ),
+        case(
+            "build arg with an escape character",
+            vec![
+                spec(&format!("{FROM}[build.args]\nA = \"\\u001b[31m\"\n")),
+                pins(&base_pin()),
+            ],
+            vec![
+                "images/bad/image.toml:4:5",
+                "build.args.A",
+                "control character",
+            ],
+        ),
+        case(
+            "apt package starting with a dash",
+            vec![
+                spec(&format!(
+                    "{FROM}[build]\nnetwork = true\napt = [\"--allow-unauthenticated\"]\n"
+                )),
+                pins(&base_pin()),
+            ],
+            vec!["images/bad/image.toml:5:8", "is not a package name"],
+        ),
+        case(
             "wheel pin naming another file",
             vec![
                 spec(&format!(
@@ -473,5 +644,86 @@ fn a_bad_transport_or_registry_setting_names_its_key() {
             "{text}: {}",
             run.stderr()
         );
+    }
+}
+
+/// Bytes that are not UTF-8 in any file hallmark parses are bad input (exit 2) at their line,
+/// not an I/O error.
+#[test]
+fn a_file_that_is_not_utf8_names_its_line() {
+    let good_spec = format!("{FROM}{}patches = [\"set\"]\n", source("a", "/a"));
+    let good_pins = format!("{}{}", base_pin(), source_pin("a", "v1", COMMIT));
+    let latin1 = |text: &str| {
+        let mut bytes = text.as_bytes().to_vec();
+        bytes.extend_from_slice(b"# caf\xe9\n");
+        bytes
+    };
+    let cases: Vec<(&str, Vec<u8>, &str)> = vec![
+        (
+            "images/bad/image.toml",
+            latin1(&good_spec),
+            "images/bad/image.toml:9:6",
+        ),
+        ("pins/bad.toml", latin1(&good_pins), "pins/bad.toml:9:6"),
+        (
+            "patches/set/series",
+            latin1("0001-a.patch\n"),
+            "patches/set/series:2:6",
+        ),
+        (
+            "images/bad/Dockerfile.hbs",
+            latin1("FROM x\n"),
+            "images/bad/Dockerfile.hbs:2:6",
+        ),
+    ];
+    for (path, bytes, place) in cases {
+        let project = TestProject::new();
+        project
+            .write("images/bad/image.toml", &good_spec)
+            .write("pins/bad.toml", &good_pins)
+            .write("patches/set/series", "0001-a.patch\n")
+            .write("patches/set/0001-a.patch", &one_line_patch("x", "a", "b"));
+        std::fs::write(project.root().join(path), bytes).unwrap();
+        for command in [&["checksum", "bad"][..], &["render", "bad"]] {
+            let run = project.run(command);
+            let stderr = run.stderr();
+            assert_eq!(run.code(), 2, "{path} {command:?}: {stderr}");
+            assert!(
+                stderr.contains(place) && stderr.contains("not UTF-8"),
+                "{path} {command:?}: {stderr}"
+            );
+        }
+    }
+}
+
+/// A `[[file]]` src that is a symlink loop, leads through one, or dangles: exit 2 at its line.
+#[test]
+fn a_file_source_that_is_a_symlink_loop_names_its_line() {
+    for src in ["loop", "loop/x", "gone", "dir/loop"] {
+        let project = TestProject::new();
+        project
+            .write(
+                "images/bad/image.toml",
+                &format!("{FROM}[[file]]\nsrc = \"{src}\"\ndest = \"/opt/x\"\n"),
+            )
+            .write("pins/bad.toml", &base_pin())
+            .write("images/bad/dir/ok", "ok");
+        let dir = project.root().join("images/bad");
+        std::os::unix::fs::symlink("loop", dir.join("loop")).unwrap();
+        std::os::unix::fs::symlink("nowhere", dir.join("gone")).unwrap();
+        std::os::unix::fs::symlink("loop", dir.join("dir/loop")).unwrap();
+        for command in [
+            &["checksum", "bad"][..],
+            &["check", "bad"],
+            &["render", "bad"],
+        ] {
+            let run = project.run(command);
+            let stderr = run.stderr();
+            assert_eq!(run.code(), 2, "{src} {command:?}: {stderr}");
+            assert!(
+                stderr.contains("images/bad/image.toml:4:7") && stderr.contains("file.src"),
+                "{src} {command:?}: {stderr}"
+            );
+        }
     }
 }

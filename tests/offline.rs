@@ -384,12 +384,24 @@ fn render_out_writes_a_context_with_patched_sources() {
         std::fs::read_to_string(out.join("sources/upstream/lib/x.py")).unwrap(),
         "X = 1\n"
     );
-    let script = out.join("files/usr/local/bin/run.sh");
-    let mode =
-        std::os::unix::fs::PermissionsExt::mode(&std::fs::metadata(&script).unwrap().permissions());
-    assert_eq!(mode & 0o777, 0o755);
+    // Every file in one archive, unpacked by one ADD: names never reach a Dockerfile line.
+    let archive = std::fs::File::open(out.join("files.tar")).unwrap();
+    let entries: Vec<(String, u32)> = tar::Archive::new(archive)
+        .entries()
+        .unwrap()
+        .map(|e| {
+            let e = e.unwrap();
+            let path = e.path().unwrap().display().to_string();
+            (path, e.header().mode().unwrap())
+        })
+        .collect();
     assert!(
-        dockerfile.contains("COPY sources/upstream /src/upstream"),
+        entries.contains(&("./usr/local/bin/run.sh".into(), 0o755)),
+        "{entries:?}"
+    );
+    assert!(dockerfile.contains("ADD files.tar /\n"), "{dockerfile}");
+    assert!(
+        dockerfile.contains("COPY sources/upstream \"/src/upstream\""),
         "{dockerfile}"
     );
     assert!(
