@@ -432,6 +432,24 @@ fn check_dests(loaded: &LoadedSpec, files: &[ContextFile]) -> Result<()> {
             format!("two files land at `{}`", w[1].dest),
         )
     });
+    // An image layer reads a name starting with `.wh.` as the deletion of its rest.
+    let conflict = conflict.or_else(|| {
+        files.iter().find_map(|f| {
+            f.dest
+                .split('/')
+                .find(|name| name.starts_with(".wh."))
+                .map(|name| {
+                    (
+                        f.dest.as_str(),
+                        format!(
+                            "`{}`: a name starting with `.wh.` cannot be in an image (`{name}` would delete `{}`)",
+                            f.dest,
+                            &name[4..]
+                        ),
+                    )
+                })
+        })
+    });
     let conflict = conflict.or_else(|| {
         files.iter().find_map(|f| {
             let mut above = f.dest.as_str();

@@ -455,6 +455,18 @@ fn corpus() -> Vec<Case> {
             vec!["images/bad/image.toml:8:8", "two files land at `/opt/b`"],
         ),
         case(
+            "a whiteout name in a copied folder",
+            vec![
+                spec(&format!("{FROM}[[file]]\nsrc = \"dir\"\ndest = \"/opt\"\n")),
+                pins(&base_pin()),
+                ("images/bad/dir/.wh.passwd", "x".into()),
+            ],
+            vec![
+                "images/bad/image.toml:5:8",
+                "`.wh.passwd` would delete `passwd`",
+            ],
+        ),
+        case(
             "an empty file src",
             vec![
                 spec(&format!(
