@@ -270,10 +270,14 @@ impl Engine {
             .map_err(|e| self.error(format!("inspecting {reference}: {e}")))
     }
 
-    /// Removes an image no tag names, with the untagged parents only it used; a failure is
-    /// not an error (the image may be in use by a container).
+    /// Removes an image no tag names; a failure is not an error (the image may be in use by a
+    /// container). Its untagged parents stay: they are the engine's build cache, which another
+    /// build running at the same time may stand on (removing them failed such a build with
+    /// "unknown parent image ID").
     pub async fn remove_untagged(&self, image_id: &str) {
-        let options = bollard::query_parameters::RemoveImageOptionsBuilder::new().build();
+        let options = bollard::query_parameters::RemoveImageOptionsBuilder::new()
+            .noprune(true)
+            .build();
         let _ = self
             .docker
             .remove_image(image_id, Some(options), None)
