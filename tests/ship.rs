@@ -262,8 +262,8 @@ fn an_unreachable_node_fails_alone() {
 }
 
 /// A builder of its own testbed (`builder_args`) builds the wrapper, ships the base, then
-/// the wrapper as a thin update to every node (Docker 26 and 28 on the containerd store,
-/// Docker 20.10 over ssh).
+/// the wrapper as a thin update to every node (by default Docker 26 and 28 on the
+/// containerd store, Docker 20.10 over ssh), then a new version through a registry.
 fn thin_update_from_a_builder(builder_args: &[&str], base_mib: u64) {
     let mut args = vec!["--nodes", "3"];
     args.extend_from_slice(builder_args);
@@ -295,6 +295,27 @@ fn thin_update_from_a_builder(builder_args: &[&str], base_mib: u64) {
         testbed.run_container(&node, &wrap, &["test", "-s", "/wrap.bin"]);
         testbed.assert_saves_whole(&node, &wrap);
     }
+
+    // The next version through a registry: the builder pushes, every node pulls.
+    let spec = project.read("images/wrap/image.toml");
+    project.write(
+        "images/wrap/image.toml",
+        &spec.replace("\"builder\"", "\"builder-2\""),
+    );
+    project
+        .run(&["--config", config.to_str().unwrap(), "-q", "build", "wrap"])
+        .success();
+    let port = support::free_port().to_string();
+    let pull = support::registry_config(&testbed, &support::unique(), &port);
+    let (code, report) = hallmark_json(&project, &pull, &["distribute", "wrap"]);
+    assert_eq!(code, 0, "{report}");
+    for node in nodes_of(&report) {
+        assert_eq!(node["action"], "pulled", "{node}");
+        assert_eq!(node["verified"], true, "{node}");
+    }
+    for node in testbed.nodes() {
+        testbed.assert_saves_whole(&node, &wrap);
+    }
 }
 
 #[test]
@@ -302,18 +323,36 @@ fn thin_update_from_a_builder_on_the_containerd_store() {
     thin_update_from_a_builder(&["--builder-store", "containerd"], 64);
 }
 
+/// With Docker 29's floor (API 1.44 at least) on the builder and on the Docker 28 node.
 #[test]
 fn thin_update_from_a_docker_28_builder_on_the_containerd_store() {
     thin_update_from_a_builder(
-        &["--builder-engine", "28", "--builder-store", "containerd"],
+        &[
+            "--builder-engine",
+            "28",
+            "--builder-store",
+            "containerd",
+            "--min-api",
+            "builder=1.44",
+            "--min-api",
+            "node2=1.44",
+        ],
         16,
     );
 }
 
+/// And Docker 28 on the classic store as a node too.
 #[test]
 fn thin_update_from_a_docker_28_builder_on_the_classic_store() {
     thin_update_from_a_builder(
-        &["--builder-engine", "28", "--builder-store", "classic"],
+        &[
+            "--builder-engine",
+            "28",
+            "--builder-store",
+            "classic",
+            "--kind",
+            "node1=28/classic",
+        ],
         16,
     );
 }
