@@ -205,16 +205,20 @@ pub fn rewrite_layer<R: Read + Seek>(
         }
         match (&item.kind, &item.link) {
             (Kind::Symlink | Kind::HardLink, Some(target)) => {
-                tar.append_link(&mut header, &item.path, target)?;
+                tar.append_link(&mut header, raw(&item.path), raw(target))?;
             }
             (Kind::File, _) => {
                 input.seek(SeekFrom::Start(item.data))?;
-                tar.append_data(&mut header, &item.path, (&mut input).take(item.size))?;
+                tar.append_data(&mut header, raw(&item.path), (&mut input).take(item.size))?;
             }
             (Kind::Dir, _) => {
-                tar.append_data(&mut header, format!("{}/", item.path), std::io::empty())?;
+                tar.append_data(
+                    &mut header,
+                    raw(&format!("{}/", item.path)),
+                    std::io::empty(),
+                )?;
             }
-            _ => tar.append_data(&mut header, &item.path, std::io::empty())?,
+            _ => tar.append_data(&mut header, raw(&item.path), std::io::empty())?,
         }
     }
     tar.finish()
@@ -300,6 +304,19 @@ impl Item {
     }
 }
 
+/// A name from a tar header as text, one char per byte (U+0000 to U+00FF): names need not be
+/// UTF-8, and this keeps every byte and sorts as the bytes do. [`raw`] turns it back.
+fn text(bytes: &[u8]) -> String {
+    bytes.iter().map(|&b| char::from(b)).collect()
+}
+
+/// The bytes [`text`] made a name of, as a path.
+fn raw(name: &str) -> std::path::PathBuf {
+    use std::os::unix::ffi::OsStringExt;
+    let bytes: Vec<u8> = name.chars().map(|c| c as u8).collect();
+    std::ffi::OsString::from_vec(bytes).into()
+}
+
 /// `a/b/c` -> (`a/b`, `c`); `c` -> (``, `c`).
 fn split(path: &str) -> (&str, &str) {
     path.rsplit_once('/').unwrap_or(("", path))
@@ -343,7 +360,7 @@ fn read_items<R: Read + Seek>(input: R) -> std::io::Result<(Vec<Item>, Vec<Strin
     let mut opaque = Vec::new();
     for entry in archive.entries_with_seek()? {
         let mut entry = entry?;
-        let path = canonical(&String::from_utf8_lossy(&entry.path_bytes()));
+        let path = canonical(&text(&entry.path_bytes()));
         let (dir, name) = split(&path);
         if name == OPAQUE {
             opaque.push(dir.to_string());
@@ -381,12 +398,8 @@ fn read_items<R: Read + Seek>(input: R) -> std::io::Result<(Vec<Item>, Vec<Strin
             continue;
         }
         let link = match kind {
-            Kind::Symlink => entry
-                .link_name_bytes()
-                .map(|l| String::from_utf8_lossy(&l).into_owned()),
-            Kind::HardLink => entry
-                .link_name_bytes()
-                .map(|l| canonical(&String::from_utf8_lossy(&l))),
+            Kind::Symlink => entry.link_name_bytes().map(|l| text(&l)),
+            Kind::HardLink => entry.link_name_bytes().map(|l| canonical(&text(&l))),
             _ => None,
         };
         let device = match kind {
@@ -514,7 +527,7 @@ impl LowerTree {
         let mut archive = tar::Archive::new(layer);
         for entry in archive.entries()? {
             let entry = entry?;
-            let path = canonical(&String::from_utf8_lossy(&entry.path_bytes()));
+            let path = canonical(&text(&entry.path_bytes()));
             let (dir, name) = split(&path);
             if name == OPAQUE {
                 self.remove_below(dir);
@@ -790,6 +803,37 @@ mod tests {
         let mut content = String::new();
         first.read_to_string(&mut content).unwrap();
         assert_eq!(content, "abc");
+    }
+
+    #[test]
+    fn names_that_are_not_utf8_keep_their_bytes() {
+        use std::os::unix::ffi::OsStrExt;
+        let name = std::ffi::OsStr::from_bytes(b"opt/caf\xe9");
+        let mut tar = tar::Builder::new(Vec::new());
+        let mut file = header(tar::EntryType::Regular, 0o644, 1);
+        tar.append_data(&mut file, name, &b"x"[..]).unwrap();
+        let mut link = header(tar::EntryType::Symlink, 0o777, 0);
+        tar.append_link(&mut link, "opt/link", name).unwrap();
+        let bytes = normalised(&tar.into_inner().unwrap(), &[]);
+        let mut archive = tar::Archive::new(bytes.as_slice());
+        let names: Vec<(Vec<u8>, Option<Vec<u8>>)> = archive
+            .entries()
+            .unwrap()
+            .map(|e| {
+                let e = e.unwrap();
+                (
+                    e.path_bytes().into_owned(),
+                    e.link_name_bytes().map(|l| l.into_owned()),
+                )
+            })
+            .collect();
+        assert_eq!(
+            names,
+            [
+                (b"opt/caf\xe9".to_vec(), None),
+                (b"opt/link".to_vec(), Some(b"opt/caf\xe9".to_vec()))
+            ]
+        );
     }
 
     #[test]
