@@ -176,12 +176,13 @@ pub fn rewrite_layer<R: Read + Seek>(
     out: &mut dyn Write,
     source_date: u64,
 ) -> std::io::Result<()> {
-    let (mut items, opaque, mut input) = read_items(input)?;
+    let (mut items, opaque, mut input) =
+        read_items(std::io::BufReader::with_capacity(256 * 1024, input))?;
     if !opaque.is_empty() {
         let lower = lower()?;
         items.extend(explicit_whiteouts(&items, &opaque, &lower));
     }
-    items.sort_by(|a, b| components(&a.key()).cmp(&components(&b.key())));
+    items.sort_by_cached_key(|item| components(&item.key()));
     let items = lead_hard_links(items);
     let mut tar = tar::Builder::new(out);
     for item in &items {
@@ -331,8 +332,8 @@ fn join(dir: &str, name: &str) -> String {
 }
 
 /// Sorts as a directory walk visits: `a`, `a/x`, `a-b` (component by component).
-fn components(path: &str) -> Vec<&str> {
-    path.split('/').collect()
+fn components(path: &str) -> Vec<String> {
+    path.split('/').map(str::to_string).collect()
 }
 
 /// `./usr/bin/` -> `usr/bin`.
