@@ -199,15 +199,25 @@ impl<'a> FilesArchive<'a> {
 /// bzip2: the load fails, or ADD copies the archive instead of unpacking it.
 pub fn append<W: Write>(
     tar: &mut tar::Builder<W>,
-    mut header: Header,
+    header: Header,
     name: &str,
     data: impl Read,
 ) -> std::io::Result<()> {
-    let raw = name.as_bytes();
+    append_bytes(tar, header, name.as_bytes(), data)
+}
+
+/// [`append`] for a name that need not be UTF-8 (a layer's names are bytes).
+pub fn append_bytes<W: Write>(
+    tar: &mut tar::Builder<W>,
+    mut header: Header,
+    raw: &[u8],
+    data: impl Read,
+) -> std::io::Result<()> {
     let field = &mut header.as_old_mut().name;
     if raw.len() > field.len() {
         // A long name goes first as a `././@LongLink` entry, which is safe to sniff too.
-        return tar.append_data(&mut header, name, data);
+        use std::os::unix::ffi::OsStrExt;
+        return tar.append_data(&mut header, std::ffi::OsStr::from_bytes(raw), data);
     }
     field.fill(0);
     field[..raw.len()].copy_from_slice(raw);

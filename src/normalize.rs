@@ -176,12 +176,13 @@ pub fn rewrite_layer<R: Read + Seek>(
     out: &mut dyn Write,
     source_date: u64,
 ) -> std::io::Result<()> {
-    let (mut items, opaque, mut input) = read_items(input)?;
+    let (mut items, opaque, mut input) =
+        read_items(std::io::BufReader::with_capacity(256 * 1024, input))?;
     if !opaque.is_empty() {
         let lower = lower()?;
         items.extend(explicit_whiteouts(&items, &opaque, &lower));
     }
-    items.sort_by(|a, b| components(&a.key()).cmp(&components(&b.key())));
+    items.sort_by_cached_key(|item| components(&item.key()));
     let items = lead_hard_links(items);
     let mut tar = tar::Builder::new(out);
     for item in &items {
@@ -211,16 +212,16 @@ pub fn rewrite_layer<R: Read + Seek>(
         };
         match (&item.kind, &item.link) {
             (Kind::Symlink | Kind::HardLink, Some(target))
-                if header.set_link_name(target).is_err() =>
+                if header.set_link_name(raw(target)).is_err() =>
             {
-                tar.append_link(&mut header, &name, target)?;
+                tar.append_link(&mut header, raw(&name), raw(target))?;
             }
             (Kind::File, _) => {
                 input.seek(SeekFrom::Start(item.data))?;
                 let data = (&mut input).take(item.size);
-                crate::context::append(&mut tar, header, &name, data)?;
+                crate::context::append_bytes(&mut tar, header, &bytes(&name), data)?;
             }
-            _ => crate::context::append(&mut tar, header, &name, std::io::empty())?,
+            _ => crate::context::append_bytes(&mut tar, header, &bytes(&name), std::io::empty())?,
         }
     }
     tar.finish()
@@ -306,6 +307,23 @@ impl Item {
     }
 }
 
+/// A name from a tar header as text, one char per byte (U+0000 to U+00FF): names need not be
+/// UTF-8, and this keeps every byte and sorts as the bytes do. [`raw`] turns it back.
+fn text(bytes: &[u8]) -> String {
+    bytes.iter().map(|&b| char::from(b)).collect()
+}
+
+/// The bytes [`text`] made a name of, as a path.
+fn raw(name: &str) -> std::path::PathBuf {
+    use std::os::unix::ffi::OsStringExt;
+    std::ffi::OsString::from_vec(bytes(name)).into()
+}
+
+/// The bytes [`text`] made a name of.
+fn bytes(name: &str) -> Vec<u8> {
+    name.chars().map(|c| c as u8).collect()
+}
+
 /// `a/b/c` -> (`a/b`, `c`); `c` -> (``, `c`).
 fn split(path: &str) -> (&str, &str) {
     path.rsplit_once('/').unwrap_or(("", path))
@@ -320,8 +338,8 @@ fn join(dir: &str, name: &str) -> String {
 }
 
 /// Sorts as a directory walk visits: `a`, `a/x`, `a-b` (component by component).
-fn components(path: &str) -> Vec<&str> {
-    path.split('/').collect()
+fn components(path: &str) -> Vec<String> {
+    path.split('/').map(str::to_string).collect()
 }
 
 /// `./usr/bin/` -> `usr/bin`.
@@ -349,7 +367,7 @@ fn read_items<R: Read + Seek>(input: R) -> std::io::Result<(Vec<Item>, Vec<Strin
     let mut opaque = Vec::new();
     for entry in archive.entries_with_seek()? {
         let mut entry = entry?;
-        let path = canonical(&String::from_utf8_lossy(&entry.path_bytes()));
+        let path = canonical(&text(&entry.path_bytes()));
         let (dir, name) = split(&path);
         if name == OPAQUE {
             opaque.push(dir.to_string());
@@ -398,12 +416,8 @@ fn read_items<R: Read + Seek>(input: R) -> std::io::Result<(Vec<Item>, Vec<Strin
             continue;
         }
         let link = match kind {
-            Kind::Symlink => entry
-                .link_name_bytes()
-                .map(|l| String::from_utf8_lossy(&l).into_owned()),
-            Kind::HardLink => entry
-                .link_name_bytes()
-                .map(|l| canonical(&String::from_utf8_lossy(&l))),
+            Kind::Symlink => entry.link_name_bytes().map(|l| text(&l)),
+            Kind::HardLink => entry.link_name_bytes().map(|l| canonical(&text(&l))),
             _ => None,
         };
         let device = match kind {
@@ -534,7 +548,7 @@ impl LowerTree {
         let mut archive = tar::Archive::new(layer);
         for entry in archive.entries()? {
             let entry = entry?;
-            let path = canonical(&String::from_utf8_lossy(&entry.path_bytes()));
+            let path = canonical(&text(&entry.path_bytes()));
             let (dir, name) = split(&path);
             if name == OPAQUE {
                 self.remove_below(dir);
@@ -855,6 +869,37 @@ mod tests {
         let mut content = String::new();
         first.read_to_string(&mut content).unwrap();
         assert_eq!(content, "abc");
+    }
+
+    #[test]
+    fn names_that_are_not_utf8_keep_their_bytes() {
+        use std::os::unix::ffi::OsStrExt;
+        let name = std::ffi::OsStr::from_bytes(b"opt/caf\xe9");
+        let mut tar = tar::Builder::new(Vec::new());
+        let mut file = header(tar::EntryType::Regular, 0o644, 1);
+        tar.append_data(&mut file, name, &b"x"[..]).unwrap();
+        let mut link = header(tar::EntryType::Symlink, 0o777, 0);
+        tar.append_link(&mut link, "opt/link", name).unwrap();
+        let bytes = normalised(&tar.into_inner().unwrap(), &[]);
+        let mut archive = tar::Archive::new(bytes.as_slice());
+        let names: Vec<(Vec<u8>, Option<Vec<u8>>)> = archive
+            .entries()
+            .unwrap()
+            .map(|e| {
+                let e = e.unwrap();
+                (
+                    e.path_bytes().into_owned(),
+                    e.link_name_bytes().map(|l| l.into_owned()),
+                )
+            })
+            .collect();
+        assert_eq!(
+            names,
+            [
+                (b"./opt/caf\xe9".to_vec(), None),
+                (b"./opt/link".to_vec(), Some(b"opt/caf\xe9".to_vec()))
+            ]
+        );
     }
 
     #[test]

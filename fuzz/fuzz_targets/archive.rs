@@ -12,9 +12,10 @@ fuzz_target!(|data: &[u8]| {
         let _ = store.read_config(&image);
         for layer in &image.layers {
             let mut tar = Vec::new();
-            if let Ok(mut reader) = store.open_layer(layer)
-                && std::io::Read::read_to_end(&mut reader, &mut tar).is_ok()
-            {
+            let read = store
+                .open_layer(layer)
+                .map(|mut reader| std::io::Read::read_to_end(&mut reader, &mut tar).is_ok());
+            if read.unwrap_or(false) {
                 // The layer itself stands in for the layers below it, so that an opaque
                 // directory has something to hide.
                 let lower = || {
