@@ -556,6 +556,7 @@ async fn engine_build(
     let followed = follow_build(stream, &mut log, settings.echo).await;
     let fail = |message: String| Error::BuildFailed {
         image: image.name().to_string(),
+        node: engine.node.clone(),
         step: followed.step.clone(),
         message: crate::error::plain_text(&message),
         tail: followed

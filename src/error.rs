@@ -153,9 +153,10 @@ pub enum Error {
         hint: Option<String>,
     },
 
-    #[error("image `{image}` failed to build{}", step.as_deref().map(|s| format!(" at {s}")).unwrap_or_default())]
+    #[error("image `{image}` failed to build{} on node `{node}`", step.as_deref().map(|s| format!(" at {s}")).unwrap_or_default())]
     BuildFailed {
         image: String,
+        node: String,
         step: Option<String>,
         message: String,
         tail: Vec<String>,
