@@ -102,11 +102,13 @@ fn the_builder_restarted_during_a_build_moves_no_tag_and_a_re_run_builds() {
     let tag = format!("slow-{run}:latest");
     let v1 = testbed.image_id("builder", &tag);
 
-    // v2's step runs long enough for the restart to land inside it.
+    // v2's step never ends on its own, so the restart lands inside it however long the
+    // restart takes (dockerd waits 10 s for a container that ignores SIGTERM before it kills
+    // it: a step of a few seconds could finish first on a loaded machine).
     project.write(
         "images/slow/image.toml",
         &spec(&format!(
-            "echo step-started-{run} && sleep 8 && echo v2 > /v"
+            "echo step-started-{run} && sleep 600 && echo v2 > /v"
         )),
     );
     let child = spawn(&project, &config, &["build", "slow"]);
@@ -128,11 +130,13 @@ fn the_builder_restarted_during_a_build_moves_no_tag_and_a_re_run_builds() {
         "the tag did not move"
     );
 
+    // The restarted builder builds again (the next version: v2's step would wait forever).
+    project.write("images/slow/image.toml", &spec("echo v3 > /v"));
     build(&project, &config, "slow");
-    let v2 = testbed.image_id("builder", &tag);
-    assert_ne!(v2, v1);
+    let v3 = testbed.image_id("builder", &tag);
+    assert_ne!(v3, v1);
     let content = testbed.run_container("builder", &tag, &["cat", "/v"]);
-    assert_eq!(content, "v2");
+    assert_eq!(content, "v3");
 }
 
 #[test]
