@@ -364,7 +364,7 @@ pub async fn distribute(
     let decisions = futures_util::future::join_all(
         nodes
             .iter()
-            .map(|node| ship::decide(node, store, shipment, settings, &chains, true)),
+            .map(|node| ship::decide(node, shipment, settings, &chains, true)),
     )
     .await;
     phases.say(format!("asked {} nodes what they hold", nodes.len()));
@@ -492,7 +492,7 @@ async fn complete(
         }
         stored.clone().expect("stored")
     };
-    let first = match ship::held_prefix(node, store, chains, &shipment.related).await {
+    let first = match ship::held_prefix(node, chains, &shipment.related).await {
         Ok(first) => first,
         Err(e) => return NodeOutcome::failed(&node.node, e.to_string()),
     };

@@ -213,15 +213,13 @@ pub async fn stored_image(
 /// in its content store; a layer it unpacked from a registry pull (kept compressed) or
 /// from another archive is no help to ours, and Docker 28 takes such a thin archive and keeps
 /// an image it cannot read (Docker 26 refuses it). So on a containerd store only images
-/// hallmark loaded there count (their ids name records of the layer store, written after the
-/// load: [`remember_loaded`]), and only if the engine can read them.
+/// hallmark loaded there count ([`remember_loaded`]), and only if the engine can read them.
 ///
 /// The images most likely to share layers are asked first, by name: the image's own tag (an
 /// older build) and its parents. Only if none of them is there are all the node's images
 /// inspected, which on a node with hundreds of images takes seconds.
 pub(crate) async fn held_prefix(
     engine: &Engine,
-    store: &LayerStore,
     chains: &[String],
     related: &[String],
 ) -> Result<usize> {
@@ -230,7 +228,7 @@ pub(crate) async fn held_prefix(
         let layers = image.layers();
         let ours = || {
             let id = image.id().unwrap_or_default();
-            store.image(id).is_some_and(|s| s.diff_ids() == layers)
+            loaded(id).is_some_and(|s| s.diff_ids() == layers)
         };
         if blobs && !ours() {
             return 0;
@@ -265,17 +263,44 @@ async fn keeps_blobs(engine: &Engine) -> bool {
         .map_or(true, |info| info.image_store() == "containerd")
 }
 
-/// After a verified load of `stored` into `node`: the node's id for the image (on a
-/// containerd store, the digest of the manifest the load wrote) names a record of it too,
-/// so [`held_prefix`] knows which blobs are there.
-async fn remember_loaded(node: &Engine, store: &LayerStore, reference: &str, stored: &StoredImage) {
-    if let Ok(Some(image)) = node.inspect(reference).await
-        && let Some(id) = image.id()
-        && store.image(id).is_none()
-    {
-        // A record not written costs a thin archive its thinness next time, nothing more.
-        let _ = store.remember(&id, stored);
+/// Where hallmark notes what it loaded into engines: `<cache>/loaded/<hex>.json`, named by
+/// the engine's id for the image (on a containerd store, the digest of the manifest the load
+/// wrote), holding its config and layer blobs. Apart from the layer store, so that emptying
+/// or pruning the store does not make the nodes look empty; a few hundred bytes an image.
+fn loaded_path(id: &str) -> Option<std::path::PathBuf> {
+    let hex = id.strip_prefix("sha256:")?;
+    let plain = hex.len() == 64 && hex.bytes().all(|b| b.is_ascii_hexdigit());
+    plain.then(|| {
+        crate::project::cache_dir()
+            .join("loaded")
+            .join(format!("{hex}.json"))
+    })
+}
+
+/// What hallmark loaded into an engine that knows it as `id`, if it noted it.
+fn loaded(id: &str) -> Option<StoredImage> {
+    let text = fs_err::read_to_string(loaded_path(id)?).ok()?;
+    serde_json::from_str(&text).ok()
+}
+
+/// After a verified load of `stored` into `node`: notes the node's id for the image, so
+/// that [`held_prefix`] knows which blobs that node's containerd store holds.
+async fn remember_loaded(node: &Engine, reference: &str, stored: &StoredImage) {
+    let Ok(Some(image)) = node.inspect(reference).await else {
+        return;
+    };
+    let Some(path) = image.id().and_then(loaded_path) else {
+        return;
+    };
+    if path.exists() {
+        return;
     }
+    // A note not written costs the next thin archive to this node its thinness, nothing more.
+    let text = serde_json::to_string(stored).expect("serializes");
+    let temporary = path.with_extension(format!("{}.tmp", std::process::id()));
+    let _ = fs_err::create_dir_all(path.parent().expect("a folder"))
+        .and_then(|()| fs_err::write(&temporary, text))
+        .and_then(|()| fs_err::rename(&temporary, &path));
 }
 
 /// The id of the image `reference` names on `node` if the engine lacks some of its content
@@ -323,12 +348,7 @@ pub async fn distribute(
         .map(|(i, node)| {
             let full = settings.full || full_nodes.contains_key(&node.node);
             let chains = &chains;
-            async move {
-                (
-                    i,
-                    decide(node, store, shipment, settings, chains, full).await,
-                )
-            }
+            async move { (i, decide(node, shipment, settings, chains, full).await) }
         })
         .collect();
     // The builder's `docker save` spends a while before its first byte (Docker 20.10 copies
@@ -390,7 +410,7 @@ pub async fn distribute(
         if let (Some(i), Some(Ok((layer_bytes, archive_bytes)))) = (direct, loaded) {
             let mut outcome = verified(&nodes[i], shipment, settings, "full").await;
             if outcome.verified {
-                remember_loaded(&nodes[i], store, &shipment.reference, &stored).await;
+                remember_loaded(&nodes[i], &shipment.reference, &stored).await;
             }
             outcome.layer_bytes = layer_bytes;
             outcome.archive_bytes = archive_bytes;
@@ -502,7 +522,6 @@ pub(crate) fn progress_bars(settings: &ShipSettings<'_>) -> indicatif::MultiProg
 /// What a node needs: nothing, the layers from some point on, or it cannot be asked.
 pub(crate) async fn decide(
     node: &Engine,
-    store: &LayerStore,
     shipment: &Shipment,
     settings: &ShipSettings<'_>,
     chains: &[String],
@@ -519,7 +538,7 @@ pub(crate) async fn decide(
     {
         Ok(h) if h.state == Holding::Current => Decision::Skip,
         Ok(_) if full => Decision::Send { first_missing: 0 },
-        Ok(_) => match held_prefix(node, store, chains, &shipment.related).await {
+        Ok(_) => match held_prefix(node, chains, &shipment.related).await {
             Ok(first_missing) => Decision::Send { first_missing },
             Err(e) => Decision::Failed(e.to_string()),
         },
@@ -607,7 +626,7 @@ pub(crate) async fn send_and_verify(
     let action = if first == 0 { "full" } else { "thin" };
     let mut outcome = judged(&node.node, holding, shipment, action);
     if outcome.verified {
-        remember_loaded(node, store, &shipment.reference, image).await;
+        remember_loaded(node, &shipment.reference, image).await;
         if let Some(stub) = stub {
             node.remove_untagged(&stub).await;
         }
