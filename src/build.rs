@@ -12,7 +12,6 @@ use crate::normalize::{self, pending_label};
 use crate::plan::{Plan, PlannedImage};
 use crate::render::{self, PARENT_ARG};
 use crate::store::LayerStore;
-use bollard::query_parameters::BuildImageOptionsBuilder;
 use futures_util::StreamExt;
 use serde::Serialize;
 use std::collections::{BTreeMap, HashMap, VecDeque};
@@ -380,17 +379,7 @@ async fn stamp_by_build(engine: &Engine, made: &str, key: &str, checksum: &str) 
     let context = context
         .into_inner()
         .map_err(|e| Error::io("the stamp's build context", e))?;
-    let options = BuildImageOptionsBuilder::new()
-        .dockerfile("Dockerfile")
-        .rm(true)
-        .forcerm(true)
-        .networkmode("none")
-        .build();
-    let stream = engine.docker.build_image(
-        options,
-        None,
-        Some(bollard::body_full(bytes::Bytes::from(context))),
-    );
+    let stream = engine.build(context.into(), &engine::BuildOptions::default());
     let followed = follow_build(stream, &mut std::io::sink(), false).await;
     match (followed.failure, followed.id) {
         (None, Some(id)) => Ok(id),
@@ -425,7 +414,7 @@ async fn check_builder_platform(engine: &Engine, image: &PlannedImage, wanted: &
 fn check_image_platform(
     engine: &Engine,
     image: &PlannedImage,
-    made: &crate::answers::ImageAnswer,
+    made: &crate::engine::ImageAnswer,
     wanted: &str,
 ) -> Result<()> {
     let got = made.platform();
@@ -532,27 +521,16 @@ async fn engine_build(
     for (key, value) in &image.loaded.spec.build.args {
         args.insert(key.clone(), value.clone());
     }
-    let network = if image.loaded.spec.build.network {
-        "default"
-    } else {
-        "none"
+    let options = engine::BuildOptions {
+        no_cache: settings.force,
+        network: image.loaded.spec.build.network,
+        args,
+        platform: image.loaded.spec.image.platform.clone(),
     };
-    let mut options = BuildImageOptionsBuilder::new()
-        .dockerfile("Dockerfile")
-        .rm(true)
-        .forcerm(true)
-        .nocache(settings.force)
-        .networkmode(network)
-        .buildargs(&args);
-    if let Some(platform) = &image.loaded.spec.image.platform {
-        options = options.platform(platform);
-    }
 
     let (context_digest, digest_receiver) = tokio::sync::oneshot::channel();
     let body = context_stream(image.clone(), dockerfile, fetched, context_digest);
-    let stream = engine
-        .docker
-        .build_image(options.build(), None, Some(bollard::body_stream(body)));
+    let stream = engine.build(engine::Body::stream(body), &options);
     let followed = follow_build(stream, &mut log, settings.echo).await;
     let fail = |message: String| Error::BuildFailed {
         image: image.name().to_string(),
@@ -587,9 +565,7 @@ struct FollowedBuild {
 }
 
 async fn follow_build(
-    mut stream: impl futures_util::Stream<
-        Item = std::result::Result<bollard::models::BuildInfo, bollard::errors::Error>,
-    > + Unpin,
+    mut stream: engine::Reports<'_, engine::BuildEvent>,
     log: &mut dyn Write,
     echo: bool,
 ) -> FollowedBuild {
@@ -601,34 +577,29 @@ async fn follow_build(
     };
     while let Some(item) = stream.next().await {
         match item {
-            Ok(info) => {
-                if let Some(text) = &info.stream {
-                    let _ = log.write_all(text.as_bytes());
-                    if echo {
-                        eprint!("{text}");
-                    }
-                    for line in text.lines().filter(|l| !l.trim().is_empty()) {
-                        if line.starts_with("Step ") {
-                            followed.step = Some(line.trim().to_string());
-                            followed.tail.clear();
-                        } else {
-                            followed.tail.push_back(line.to_string());
-                            if followed.tail.len() > 20 {
-                                followed.tail.pop_front();
-                            }
+            Ok(engine::BuildEvent::Output(text)) => {
+                let _ = log.write_all(text.as_bytes());
+                if echo {
+                    eprint!("{text}");
+                }
+                for line in text.lines().filter(|l| !l.trim().is_empty()) {
+                    if line.starts_with("Step ") {
+                        followed.step = Some(line.trim().to_string());
+                        followed.tail.clear();
+                    } else {
+                        followed.tail.push_back(line.to_string());
+                        if followed.tail.len() > 20 {
+                            followed.tail.pop_front();
                         }
                     }
                 }
-                if let Some(detail) = info.error_detail.as_ref().and_then(|d| d.message.clone()) {
-                    let _ = writeln!(log, "{detail}");
-                    followed.failure = Some(detail);
-                }
-                if let Some(id) = info.aux.as_ref().and_then(|aux| aux.id.clone()) {
-                    followed.id = Some(id);
-                }
             }
-            Err(e) => {
-                let message = e.to_string();
+            Ok(engine::BuildEvent::Error(detail)) => {
+                let _ = writeln!(log, "{detail}");
+                followed.failure = Some(detail);
+            }
+            Ok(engine::BuildEvent::Built(id)) => followed.id = Some(id),
+            Err(message) => {
                 let _ = writeln!(log, "{message}");
                 followed.failure = Some(message);
                 break;

@@ -2,6 +2,7 @@
 //! key is optional: without them, the local engine (found as the docker CLI finds it:
 //! `DOCKER_HOST`, `DOCKER_CONTEXT`, the current context) is the builder and the only node.
 
+use crate::engine::Address;
 use crate::error::{Error, Result};
 use crate::render::DEFAULT_CHECKSUM_LABEL;
 use crate::spec::parse_toml;
@@ -15,9 +16,9 @@ struct ConfigFile {
     checksum_label: Option<String>,
     /// An ssh config file (`ssh -F`) for `ssh://` engines, relative to this file.
     ssh_config: Option<PathBuf>,
-    builder: Option<NodeConfig>,
+    builder: Option<NodeTable>,
     #[serde(default, rename = "node")]
-    nodes: Vec<NodeConfig>,
+    nodes: Vec<NodeTable>,
     /// How images reach the nodes unless a node says otherwise.
     #[serde(default)]
     transport: Transport,
@@ -51,20 +52,26 @@ pub struct RegistryConfig {
     pub pulls: Option<usize>,
 }
 
-#[derive(Debug, Clone, Deserialize, PartialEq, Eq)]
+/// `[builder]` or a `[[node]]` as written; its engine address is parsed once read.
+#[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "kebab-case")]
+struct NodeTable {
+    name: Name,
+    /// `unix:///path`, `tcp://host:port` or `ssh://[user@]host[:port]`.
+    engine: String,
+    #[serde(default)]
+    transport: Option<Transport>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct NodeConfig {
     pub name: Name,
-    /// `unix:///path`, `tcp://host:port` or `ssh://[user@]host[:port]`.
-    pub engine: String,
+    /// Where its engine listens. A `tcp://` engine of the docker CLI's is reached with TLS
+    /// when the CLI would (`DOCKER_TLS_VERIFY` with `DOCKER_CERT_PATH`, or a context's TLS
+    /// folder).
+    pub engine: Address,
     /// This node's transport, if not the cluster's.
-    #[serde(default)]
     pub transport: Option<Transport>,
-    /// For a `tcp://` engine reached with TLS: the folder of the client's `ca.pem`,
-    /// `cert.pem` and `key.pem`, as the docker CLI finds it (`DOCKER_TLS_VERIFY` with
-    /// `DOCKER_CERT_PATH`, or a context's TLS folder).
-    #[serde(skip)]
-    pub tls: Option<PathBuf>,
 }
 
 #[derive(Debug, Clone)]
@@ -95,11 +102,10 @@ impl Config {
 pub fn local_engine() -> Result<NodeConfig> {
     let env = |key: &str| std::env::var(key).ok().filter(|v| !v.is_empty());
     let config_dir = docker_config_dir();
-    let node = |engine: String, tls: Option<PathBuf>| NodeConfig {
+    let node = |engine: Address| NodeConfig {
         name: Name::try_from("local".to_string()).expect("valid"),
         engine,
         transport: None,
-        tls,
     };
     if let Some(host) = env("DOCKER_HOST") {
         let tls = env("DOCKER_TLS_VERIFY").map(|_| {
@@ -107,7 +113,11 @@ pub fn local_engine() -> Result<NodeConfig> {
                 .map(PathBuf::from)
                 .unwrap_or_else(|| config_dir.clone())
         });
-        return Ok(node(host, tls));
+        let engine = Address::parse(&host, tls.as_deref()).map_err(|e| Error::Usage {
+            message: format!("node `local`: DOCKER_HOST: {e}"),
+            hint: None,
+        })?;
+        return Ok(node(engine));
     }
     let (context, from) = match env("DOCKER_CONTEXT") {
         Some(name) => (Some(name), "DOCKER_CONTEXT".to_string()),
@@ -117,11 +127,10 @@ pub fn local_engine() -> Result<NodeConfig> {
         }
     };
     match context.filter(|name| name != "default") {
-        None => Ok(node(DEFAULT_ENGINE.into(), None)),
-        Some(name) => {
-            let (host, tls) = docker_context(&config_dir, &name, &from)?;
-            Ok(node(host, tls))
-        }
+        None => Ok(node(
+            Address::parse(DEFAULT_ENGINE, None).expect("a valid address"),
+        )),
+        Some(name) => docker_context(&config_dir, &name, &from).map(node),
     }
 }
 
@@ -156,8 +165,8 @@ fn current_context(file: &Path) -> Result<Option<String>> {
         .map(String::from))
 }
 
-/// The engine address and TLS folder of the docker context `name` (chosen by `from`).
-fn docker_context(config_dir: &Path, name: &str, from: &str) -> Result<(String, Option<PathBuf>)> {
+/// The engine address of the docker context `name` (chosen by `from`), with its TLS folder.
+fn docker_context(config_dir: &Path, name: &str, from: &str) -> Result<Address> {
     use sha2::Digest as _;
     let id = hex::encode(sha2::Sha256::digest(name.as_bytes()));
     let meta = config_dir.join("contexts/meta").join(&id).join("meta.json");
@@ -198,8 +207,9 @@ fn docker_context(config_dir: &Path, name: &str, from: &str) -> Result<(String, 
         });
     }
     let tls = config_dir.join("contexts/tls").join(&id).join("docker");
-    let tls = (host.starts_with("tcp://") && tls.join("ca.pem").is_file()).then_some(tls);
-    Ok((host.to_string(), tls))
+    let tls = tls.join("ca.pem").is_file().then_some(tls);
+    Address::parse(host, tls.as_deref())
+        .map_err(|e| invalid(format!("the docker context `{name}`: {e}")))
 }
 
 impl Config {
@@ -240,37 +250,39 @@ impl Config {
             message,
             hint: None,
         };
-        let builder = match file.builder {
-            Some(builder) => builder,
-            None => local_engine()?,
+        // The local engine is found before the tables are checked, as it was before the
+        // address had a type: the first error reported stays the same.
+        let local = match &file.builder {
+            Some(_) => None,
+            None => Some(local_engine()?),
         };
-        let nodes = if file.nodes.is_empty() {
-            vec![builder.clone()]
-        } else {
-            file.nodes
-        };
-        for (i, node) in nodes.iter().enumerate() {
-            if nodes[..i].iter().any(|n| n.name == node.name) {
+        for (i, node) in file.nodes.iter().enumerate() {
+            if file.nodes[..i].iter().any(|n| n.name == node.name) {
                 return Err(invalid(
                     "node.name",
                     format!("node `{}` is listed twice", node.name),
                 ));
             }
         }
-        for node in nodes.iter().chain([&builder]) {
-            let scheme_ok = ["unix://", "tcp://", "ssh://"]
-                .iter()
-                .any(|s| node.engine.starts_with(s));
-            if !scheme_ok {
-                return Err(invalid(
-                    "engine",
-                    format!(
-                        "node `{}`: `{}` is not an engine address (unix://, tcp:// or ssh://)",
-                        node.name, node.engine
-                    ),
-                ));
-            }
-        }
+        let node = |table: NodeTable| -> Result<NodeConfig> {
+            let engine = Address::parse(&table.engine, None)
+                .map_err(|e| invalid("engine", format!("node `{}`: {e}", table.name)))?;
+            Ok(NodeConfig {
+                name: table.name,
+                engine,
+                transport: table.transport,
+            })
+        };
+        let nodes: Vec<NodeConfig> = file.nodes.into_iter().map(node).collect::<Result<_>>()?;
+        let builder = match (file.builder, local) {
+            (Some(table), _) => node(table)?,
+            (None, local) => local.expect("found above"),
+        };
+        let nodes = if nodes.is_empty() {
+            vec![builder.clone()]
+        } else {
+            nodes
+        };
         let label = file
             .checksum_label
             .unwrap_or_else(|| DEFAULT_CHECKSUM_LABEL.into());

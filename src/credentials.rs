@@ -10,14 +10,39 @@
 use crate::config::docker_config_dir;
 use crate::error::{Error, Result};
 use base64::Engine as _;
-use bollard::auth::DockerCredentials;
 use serde_json::Value;
 use std::io::Write;
 use std::path::Path;
 use std::process::{Command, Stdio};
 
+/// What the docker CLI would send to a registry: a user and password, or an identity token.
+/// The engine module turns it into the request's `X-Registry-Auth` header.
+#[derive(Clone, Default)]
+pub struct Credentials {
+    /// `host:port`.
+    pub registry: String,
+    pub username: Option<String>,
+    pub password: Option<String>,
+    pub identity_token: Option<String>,
+}
+
+/// Never the secret: only which parts there are.
+impl std::fmt::Debug for Credentials {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Credentials")
+            .field("registry", &self.registry)
+            .field("username", &self.username)
+            .field("password", &self.password.as_ref().map(|_| "<secret>"))
+            .field(
+                "identity_token",
+                &self.identity_token.as_ref().map(|_| "<secret>"),
+            )
+            .finish()
+    }
+}
+
 /// The credentials the docker CLI would send to `registry` (`host:port`), if it has any.
-pub fn for_registry(registry: &str) -> Result<Option<DockerCredentials>> {
+pub fn for_registry(registry: &str) -> Result<Option<Credentials>> {
     let file = docker_config_dir().join("config.json");
     let config = match fs_err::read_to_string(&file) {
         Ok(text) => serde_json::from_str::<Value>(&text).map_err(|e| Error::Parse {
@@ -57,10 +82,10 @@ fn same_registry(key: &str, registry: &str) -> bool {
     bare.split('/').next() == Some(registry)
 }
 
-fn from_auths_entry(entry: &Value, registry: &str, file: &Path) -> Result<DockerCredentials> {
-    let mut credentials = DockerCredentials {
-        serveraddress: Some(registry.to_string()),
-        identitytoken: entry["identitytoken"].as_str().map(String::from),
+fn from_auths_entry(entry: &Value, registry: &str, file: &Path) -> Result<Credentials> {
+    let mut credentials = Credentials {
+        registry: registry.to_string(),
+        identity_token: entry["identitytoken"].as_str().map(String::from),
         ..Default::default()
     };
     if let Some(auth) = entry["auth"].as_str().filter(|a| !a.is_empty()) {
@@ -83,7 +108,7 @@ fn from_auths_entry(entry: &Value, registry: &str, file: &Path) -> Result<Docker
 }
 
 /// Asks `docker-credential-<helper>` for `registry`'s credentials.
-fn from_helper(helper: &str, registry: &str) -> Result<Option<DockerCredentials>> {
+fn from_helper(helper: &str, registry: &str) -> Result<Option<Credentials>> {
     let program = format!("docker-credential-{helper}");
     let failed = |message: String| Error::Command {
         command: format!("{program} get"),
@@ -119,13 +144,13 @@ fn from_helper(helper: &str, registry: &str) -> Result<Option<DockerCredentials>
         .map_err(|_| failed("its answer is not the helpers' JSON".into()))?;
     let user = answer["Username"].as_str().unwrap_or_default();
     let secret = answer["Secret"].as_str().unwrap_or_default().to_string();
-    let mut credentials = DockerCredentials {
-        serveraddress: Some(registry.to_string()),
+    let mut credentials = Credentials {
+        registry: registry.to_string(),
         ..Default::default()
     };
     // A helper says a secret is an identity token by the user name `<token>`.
     if user == "<token>" {
-        credentials.identitytoken = Some(secret);
+        credentials.identity_token = Some(secret);
     } else {
         credentials.username = Some(user.to_string());
         credentials.password = Some(secret);

@@ -6,7 +6,6 @@
 //! `render` (Dockerfile).
 
 pub mod anchor;
-pub mod answers;
 pub mod assemble;
 pub mod base;
 pub mod build;
@@ -32,7 +31,6 @@ pub mod repro;
 pub mod ship;
 pub mod spec;
 pub mod store;
-pub mod transport;
 pub mod values;
 pub mod verify;
 pub mod wheel;

@@ -15,9 +15,6 @@ use crate::error::{Error, Result};
 use crate::ship::{self, Decision, NodeOutcome, ShipSettings, Shipment};
 use crate::store::{LayerStore, StoredImage};
 use crate::verify::Holding;
-use bollard::query_parameters::{
-    CreateImageOptionsBuilder, PushImageOptionsBuilder, RemoveImageOptionsBuilder,
-};
 use futures_util::StreamExt;
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -36,7 +33,7 @@ pub struct Registry {
     _lock: Option<std::fs::File>,
     /// What the docker CLI here would send to the operator's registry (docker config and its
     /// credential helpers); none for the registry hallmark starts.
-    credentials: Option<bollard::auth::DockerCredentials>,
+    credentials: Option<crate::credentials::Credentials>,
 }
 
 impl Registry {
@@ -517,10 +514,7 @@ async fn push(
     builder
         .tag(&shipment.image_id, &format!("{target}:{tag}"))
         .await?;
-    let options = PushImageOptionsBuilder::new().tag(tag).build();
-    let stream = builder
-        .docker
-        .push_image(&target, Some(options), registry.credentials.clone());
+    let stream = builder.push(&target, tag, registry.credentials.as_ref());
     let (mut sent, mut present) = (0, 0);
     let failure = engine::follow(stream, |info| match info.status.as_deref() {
         Some("Pushed") => sent += 1,
@@ -557,7 +551,7 @@ async fn pull(
         Some(port) => node.forward_here(port).await?.then_some(port),
         None => None,
     };
-    if registry.local_port.is_some() && tunnel.is_none() && !node.endpoint.starts_with("unix://") {
+    if registry.local_port.is_some() && tunnel.is_none() && !node.address().is_local_socket() {
         return Err(node.error(format!(
             "cannot reach the registry hallmark started at {} (only ssh:// and local unix:// engines can); name one all nodes reach in hallmark.toml: [registry] address",
             registry.address
@@ -578,13 +572,7 @@ async fn pull_and_tag(
 ) -> Result<Pulled> {
     let (repository, tag) = repository_and_tag(&shipment.reference);
     let source = format!("{}/{repository}", registry.address);
-    let options = CreateImageOptionsBuilder::new()
-        .from_image(&source)
-        .tag(tag)
-        .build();
-    let stream = node
-        .docker
-        .create_image(Some(options), None, registry.credentials.clone());
+    let stream = node.pull(&source, tag, registry.credentials.as_ref());
     // Per layer: (bytes downloaded, bytes to download), as the engine reports them.
     let mut layer_bytes: HashMap<String, (u64, u64)> = HashMap::new();
     let mut layers = 0;
@@ -633,11 +621,7 @@ async fn refuse_podman(node: &Engine) -> Result<()> {
 
 /// Removes one name of an image, never the image (another tag still names it).
 async fn untag(engine: &Engine, reference: &str) {
-    let options = RemoveImageOptionsBuilder::new().noprune(true).build();
-    let _ = engine
-        .docker
-        .remove_image(reference, Some(options), None)
-        .await;
+    engine.untag(reference).await;
 }
 
 #[cfg(test)]

@@ -12,7 +12,6 @@ use crate::engine::{self, Engine, StreamReader};
 use crate::error::{Error, Result};
 use crate::store::{LayerStore, StoredImage};
 use crate::verify::{self, Holding};
-use bollard::query_parameters::ImportImageOptionsBuilder;
 use futures_util::StreamExt;
 use serde::Serialize;
 use sha2::{Digest as _, Sha256};
@@ -102,11 +101,10 @@ fn in_store(store: &LayerStore, shipment: &Shipment) -> Option<StoredImage> {
 
 /// The builder's `docker save` of the image, by tag (so the archive names it and a node
 /// loading it directly gets the tag too).
-type ExportStream =
-    futures_util::stream::BoxStream<'static, Result<bytes::Bytes, bollard::errors::Error>>;
+type ExportStream = futures_util::stream::BoxStream<'static, std::io::Result<bytes::Bytes>>;
 
 fn export_stream(builder: &Engine, shipment: &Shipment) -> ExportStream {
-    builder.docker.export_image(&shipment.reference).boxed()
+    builder.export(&shipment.reference)
 }
 
 /// Reads `stream` (the builder's export) into the store. With `direct`, the same stream also
@@ -224,7 +222,7 @@ pub(crate) async fn held_prefix(
     related: &[String],
 ) -> Result<usize> {
     let blobs = keeps_blobs(engine).await;
-    let prefix_of = |image: crate::answers::ImageAnswer| {
+    let prefix_of = |image: crate::engine::ImageAnswer| {
         let layers = image.layers();
         let ours = || {
             let id = image.id().unwrap_or_default();
@@ -747,10 +745,7 @@ async fn load_into(
             }
         })
     };
-    let options = ImportImageOptionsBuilder::new().quiet(true).build();
-    let load = node
-        .docker
-        .import_image_stream(options, body.map(Ok::<_, std::io::Error>), None);
+    let load = node.import(body, true);
     let failure = engine::follow(load, drop).await;
     ticker.abort();
     match failure {

@@ -3,8 +3,8 @@
 //! the ordered layer diff IDs and the runtime config. Image IDs are not used: they differ
 //! between the classic and the containerd image stores and across save/load.
 
-use crate::answers::ImageAnswer;
 use crate::engine::Engine;
+use crate::engine::ImageAnswer;
 use crate::error::Result;
 use serde::Serialize;
 use sha2::{Digest as _, Sha256};

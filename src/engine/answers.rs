@@ -276,7 +276,7 @@ mod tests {
         assert_eq!(image.strings("Cmd"), None);
         assert!(image.is_stub());
         // bollard's own model refuses the same answer.
-        let text = include_str!("../tests/fixtures/answers/docker-28-containerd-stub.json");
+        let text = include_str!("../../tests/fixtures/answers/docker-28-containerd-stub.json");
         assert!(serde_json::from_str::<bollard::models::ImageInspect>(text).is_err());
     }
 

@@ -8,7 +8,7 @@
 //! response shapes differed per engine. A path that already carries a version is left alone, so the
 //! day bollard carries the fix nothing is sent twice.
 
-use crate::answers::EngineVersion;
+use super::answers::EngineVersion;
 use bytes::Bytes;
 use http_body_util::BodyExt;
 use hyper::body::Incoming;
@@ -216,7 +216,7 @@ impl Transport {
             }),
             _ => Err(Refused {
                 status,
-                message: crate::answers::error_message(&body),
+                message: super::answers::error_message(&body),
             }
             .to_string()),
         }

@@ -1,0 +1,131 @@
+//! What engines report while they work, in hallmark's own types: a build's output and the
+//! image it made, and the messages of a push, pull or load. bollard's models are read here
+//! so that no caller names them. Engines report a failed push, pull or load inside a
+//! successful response, so such a stream is read to its end ([`follow`]).
+
+use futures_util::StreamExt;
+use futures_util::stream::BoxStream;
+
+/// A stream of engine reports; `Err` is the stream's own failure (the connection), in the
+/// words of the library that read it.
+pub type Reports<'a, T> = BoxStream<'a, Result<T, String>>;
+
+/// One message of a push, pull or load.
+#[derive(Debug, Clone, Default)]
+pub struct ProgressEvent {
+    /// `Pushed`, `Layer already exists`, `Downloading`, `Pull complete`, ...
+    pub status: Option<String>,
+    /// The layer the message is about.
+    pub id: Option<String>,
+    pub progress_detail: Option<ProgressDetail>,
+    /// The failure the engine reports inside the stream.
+    pub error: Option<String>,
+}
+
+/// Bytes done and in all, of one layer's download or upload.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct ProgressDetail {
+    pub current: Option<i64>,
+    pub total: Option<i64>,
+}
+
+/// One part of a message of an engine build.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum BuildEvent {
+    /// Output: the steps and what they print.
+    Output(String),
+    /// The engine's report of a failure (the stream then ends).
+    Error(String),
+    /// The id of the image the build made.
+    Built(String),
+}
+
+fn detail(detail: Option<bollard::models::ProgressDetail>) -> Option<ProgressDetail> {
+    detail.map(|d| ProgressDetail {
+        current: d.current,
+        total: d.total,
+    })
+}
+
+fn error(detail: Option<bollard::models::ErrorDetail>) -> Option<String> {
+    detail.and_then(|d| d.message)
+}
+
+impl From<bollard::models::PushImageInfo> for ProgressEvent {
+    fn from(info: bollard::models::PushImageInfo) -> ProgressEvent {
+        ProgressEvent {
+            status: info.status,
+            id: None,
+            progress_detail: detail(info.progress_detail),
+            error: error(info.error_detail),
+        }
+    }
+}
+
+impl From<bollard::models::CreateImageInfo> for ProgressEvent {
+    fn from(info: bollard::models::CreateImageInfo) -> ProgressEvent {
+        ProgressEvent {
+            status: info.status,
+            id: info.id,
+            progress_detail: detail(info.progress_detail),
+            error: error(info.error_detail),
+        }
+    }
+}
+
+/// A load answers with the messages of a build.
+impl From<bollard::models::BuildInfo> for ProgressEvent {
+    fn from(info: bollard::models::BuildInfo) -> ProgressEvent {
+        ProgressEvent {
+            status: info.status,
+            id: info.id,
+            progress_detail: detail(info.progress_detail),
+            error: error(info.error_detail),
+        }
+    }
+}
+
+/// The parts of one build message, in the order they are read: output, failure, image id.
+pub(super) fn build_events(info: bollard::models::BuildInfo) -> Vec<BuildEvent> {
+    let mut events = Vec::new();
+    if let Some(text) = info.stream {
+        events.push(BuildEvent::Output(text));
+    }
+    if let Some(message) = error(info.error_detail) {
+        events.push(BuildEvent::Error(message));
+    }
+    if let Some(id) = info.aux.and_then(|aux| aux.id) {
+        events.push(BuildEvent::Built(id));
+    }
+    events
+}
+
+/// A bollard stream as hallmark's reports.
+pub(super) fn reports<'a, T, B: Into<T>>(
+    stream: impl futures_util::Stream<Item = Result<B, bollard::errors::Error>> + Send + 'a,
+) -> Reports<'a, T> {
+    stream
+        .map(|item| item.map(Into::into).map_err(|e| e.to_string()))
+        .boxed()
+}
+
+/// Reads a progress stream to its end, handing each message to `each`; returns the error the
+/// engine reported in it, or the stream's own, if any.
+pub async fn follow(
+    mut stream: Reports<'_, ProgressEvent>,
+    mut each: impl FnMut(ProgressEvent),
+) -> Option<String> {
+    let mut failure = None;
+    while let Some(item) = stream.next().await {
+        match item {
+            Ok(message) => {
+                if let Some(error) = &message.error {
+                    failure = Some(error.clone());
+                }
+                each(message);
+            }
+            Err(e) => return Some(e),
+        }
+    }
+    failure
+}
