@@ -659,6 +659,65 @@ fn a_bad_transport_or_registry_setting_names_its_key() {
     }
 }
 
+/// Issue 17: an engine address is parsed once, where hallmark reads it; one it cannot use is
+/// bad input (exit 2) naming the node and where the address came from, for any command.
+#[test]
+fn a_bad_engine_address_names_its_node_and_where_it_came_from() {
+    let cases = [
+        (
+            "[[node]]\nname = \"n1\"\nengine = \"npipe:////./pipe/docker_engine\"\n",
+            &[
+                "hallmark.toml",
+                "`engine`",
+                "node `n1`",
+                "is not an engine address",
+            ][..],
+        ),
+        (
+            "[builder]\nname = \"b\"\nengine = \"tcp://\"\n",
+            &["hallmark.toml", "`engine`", "node `b`", "names no host"],
+        ),
+        (
+            "[builder]\nname = \"b\"\nengine = \"unix:///x.sock\"\n[[node]]\nname = \"s\"\nengine = \"ssh://\"\n",
+            &["node `s`", "names no host"],
+        ),
+    ];
+    for (text, says) in cases {
+        let project = TestProject::new();
+        project
+            .write("images/ok/image.toml", "[from]\nref = \"x:1\"\n")
+            .write("hallmark.toml", text);
+        let run = project.run(&["nodes"]);
+        assert_eq!(run.code(), 2, "{text}: {}", run.stderr());
+        for said in says {
+            assert!(run.stderr().contains(said), "{text}: {}", run.stderr());
+        }
+    }
+    // Without a cluster file, the engine the docker CLI would use: a DOCKER_HOST hallmark
+    // cannot use is refused before any work, offline commands too.
+    let project = TestProject::new();
+    project.write("images/ok/image.toml", "[from]\nref = \"x:1\"\n");
+    let config = tempfile::tempdir().unwrap();
+    for command in [&["--json", "nodes"][..], &["checksum", "ok"]] {
+        let output = support::hallmark()
+            .args(command)
+            .current_dir(project.root())
+            .env("HALLMARK_CACHE", project.root().join(".test-cache"))
+            .env("DOCKER_CONFIG", config.path())
+            .env("DOCKER_HOST", "npipe:////./pipe/docker_engine")
+            .env_remove("DOCKER_CONTEXT")
+            .env_remove("DOCKER_TLS_VERIFY")
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert_eq!(output.status.code(), Some(2), "{command:?}: {stderr}");
+        assert!(
+            stderr.contains("node `local`: DOCKER_HOST: `npipe:////./pipe/docker_engine` is not an engine address"),
+            "{command:?}: {stderr}"
+        );
+    }
+}
+
 /// Bytes that are not UTF-8 in any file hallmark parses are bad input (exit 2) at their line,
 /// not an I/O error.
 #[test]
