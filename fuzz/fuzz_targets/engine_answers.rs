@@ -5,14 +5,14 @@
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {
-    if let Ok(image) = serde_json::from_slice::<hallmark::answers::ImageAnswer>(data) {
+    if let Ok(image) = serde_json::from_slice::<hallmark::engine::ImageAnswer>(data) {
         let _ = hallmark::verify::fingerprint(&image);
         let _ = hallmark::verify::label(&image, "dev.hallmark.checksum");
         let _ = (image.strings("Entrypoint"), image.is_stub());
     }
-    let _ = serde_json::from_slice::<hallmark::answers::EngineVersion>(data)
+    let _ = serde_json::from_slice::<hallmark::engine::EngineVersion>(data)
         .map(|v| v.usable_api(bollard::API_DEFAULT_VERSION));
-    let _ = serde_json::from_slice::<hallmark::answers::EngineInfo>(data).map(|i| i.image_store());
+    let _ = serde_json::from_slice::<hallmark::engine::EngineInfo>(data).map(|i| i.image_store());
     let _ = serde_json::from_slice::<bollard::models::BuildInfo>(data);
     if let Ok(mut config) = serde_json::from_slice::<serde_json::Value>(data) {
         hallmark::normalize::normalize_config(&mut config, &[], 0);
