@@ -304,45 +304,6 @@ impl Engine {
             .map_err(|e| self.error(format!("tagging {reference}: {e}")))
     }
 
-    /// Runs `command` in a new container from `image` with no network; returns the exit
-    /// code and the combined output. The container is removed whatever happens.
-    pub async fn run_once(&self, image: &str, command: &[String]) -> Result<(i64, String)> {
-        let body = serde_json::json!({
-            "Image": image,
-            "Cmd": command,
-            "Entrypoint": [],
-            "NetworkDisabled": true,
-            "HostConfig": {"NetworkMode": "none"},
-        });
-        // Created in a task of its own, which records the container before it ends: dropping
-        // this future (Ctrl-C) cannot lose a container the engine made, and the interrupt's
-        // cleanup waits for the lock, so for a creation under way.
-        let (transport, live) = (self.transport.clone(), Arc::clone(&self.live));
-        let image_name = image.to_string();
-        let id = tokio::spawn(async move {
-            let mut live = live.lock().await;
-            let created: ContainerCreated = transport
-                .post("/containers/create", Some(&body))
-                .await?
-                .ok_or_else(|| format!("no such image: {image_name}"))?;
-            live.push(created.id.clone());
-            Ok::<_, String>(created.id)
-        })
-        .await
-        .map_err(|e| e.to_string())
-        .and_then(|created| created)
-        .map_err(|e| self.error(format!("creating a container from {image}: {e}")))?;
-        let outcome = self.run_created(&id).await;
-        self.remove_container(&id).await;
-        outcome
-    }
-
-    async fn remove_container(&self, id: &str) {
-        let remove = RemoveContainerOptionsBuilder::new().force(true).build();
-        let _ = self.docker.remove_container(id, Some(remove)).await;
-        self.live.lock().await.retain(|live| live != id);
-    }
-
     /// Builds an image from `context` (a tar holding `Dockerfile`) with the classic builder;
     /// the build's output, failure and image id come as the stream goes. Intermediate
     /// containers are removed, a failed step's too.
@@ -434,6 +395,45 @@ impl Engine {
             None,
             credentials.map(docker_credentials),
         ))
+    }
+
+    /// Runs `command` in a new container from `image` with no network; returns the exit
+    /// code and the combined output. The container is removed whatever happens.
+    pub async fn run_once(&self, image: &str, command: &[String]) -> Result<(i64, String)> {
+        let body = serde_json::json!({
+            "Image": image,
+            "Cmd": command,
+            "Entrypoint": [],
+            "NetworkDisabled": true,
+            "HostConfig": {"NetworkMode": "none"},
+        });
+        // Created in a task of its own, which records the container before it ends: dropping
+        // this future (Ctrl-C) cannot lose a container the engine made, and the interrupt's
+        // cleanup waits for the lock, so for a creation under way.
+        let (transport, live) = (self.transport.clone(), Arc::clone(&self.live));
+        let image_name = image.to_string();
+        let id = tokio::spawn(async move {
+            let mut live = live.lock().await;
+            let created: ContainerCreated = transport
+                .post("/containers/create", Some(&body))
+                .await?
+                .ok_or_else(|| format!("no such image: {image_name}"))?;
+            live.push(created.id.clone());
+            Ok::<_, String>(created.id)
+        })
+        .await
+        .map_err(|e| e.to_string())
+        .and_then(|created| created)
+        .map_err(|e| self.error(format!("creating a container from {image}: {e}")))?;
+        let outcome = self.run_created(&id).await;
+        self.remove_container(&id).await;
+        outcome
+    }
+
+    async fn remove_container(&self, id: &str) {
+        let remove = RemoveContainerOptionsBuilder::new().force(true).build();
+        let _ = self.docker.remove_container(id, Some(remove)).await;
+        self.live.lock().await.retain(|live| live != id);
     }
 
     /// Removes every container `run_once` started and has not removed yet: called when the

@@ -129,3 +129,54 @@ pub async fn follow(
     }
     failure
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_build_message_gives_its_output_failure_and_image_in_that_order() {
+        let info: bollard::models::BuildInfo = serde_json::from_value(serde_json::json!({
+            "stream": "Step 2/2 : RUN false\n",
+            "errorDetail": {"code": 1, "message": "returned a non-zero code: 1"},
+            "aux": {"ID": "sha256:abc"},
+        }))
+        .unwrap();
+        assert_eq!(
+            build_events(info),
+            [
+                BuildEvent::Output("Step 2/2 : RUN false\n".into()),
+                BuildEvent::Error("returned a non-zero code: 1".into()),
+                BuildEvent::Built("sha256:abc".into()),
+            ]
+        );
+    }
+
+    #[test]
+    fn follow_reads_to_the_end_and_returns_the_failure_reported_inside() {
+        let messages = [
+            ProgressEvent {
+                status: Some("Loading layer".into()),
+                ..Default::default()
+            },
+            ProgressEvent {
+                error: Some("unexpected EOF".into()),
+                ..Default::default()
+            },
+            ProgressEvent {
+                status: Some("after".into()),
+                ..Default::default()
+            },
+        ];
+        let stream = futures_util::stream::iter(messages.map(Ok)).boxed();
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .build()
+            .unwrap();
+        let mut seen = 0;
+        let failure = runtime.block_on(follow(stream, |_| seen += 1));
+        assert_eq!((failure.as_deref(), seen), (Some("unexpected EOF"), 3));
+        let broken = futures_util::stream::iter([Err("connection reset".to_string())]).boxed();
+        let failure = runtime.block_on(follow(broken, drop));
+        assert_eq!(failure.as_deref(), Some("connection reset"));
+    }
+}
