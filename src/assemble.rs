@@ -18,9 +18,9 @@ use crate::error::{Error, Result};
 use crate::fetch;
 use crate::plan::PlannedImage;
 use crate::render::{self, rfc3339};
-use crate::ship;
 use crate::spec::ImageSpec;
 use crate::store::{Blob, LAYER_TAR, LayerStore, StoredLayer};
+use crate::transfer;
 use crate::wheel::{self, PythonTarget};
 use serde_json::{Value, json};
 use std::sync::Arc;
@@ -45,7 +45,7 @@ pub async fn assemble(
     checksum_value: &str,
     parent_tag: Option<&str>,
 ) -> Result<String> {
-    let (parent_id, parent_image) = ship::stored_image(builder, store, parent).await?;
+    let (parent_id, parent_image) = transfer::stored_image(builder, store, parent).await?;
     let mut config = store.read_config(&parent_image)?;
 
     let spec = &image.loaded.spec;
@@ -134,7 +134,7 @@ pub async fn assemble(
     let labels = render::stamped_labels(image, checksum_label, checksum_value, parent_tag);
     apply(&mut config, spec, &labels, &created, &layers, history);
     let parent_layers = parent_image.layers.len();
-    ship::load_made(builder, store, &config, layers, parent_layers).await
+    transfer::load_made(builder, store, &config, layers, parent_layers).await
 }
 
 /// A layer hallmark wrote: an uncompressed tar, so its digest is its diff ID.

@@ -24,8 +24,8 @@
 use crate::engine::Engine;
 use crate::error::{Error, Result};
 use crate::render::rfc3339;
-use crate::ship;
 use crate::store::{Blob, LAYER_TAR, LayerStore, StoredLayer};
+use crate::transfer;
 use serde_json::{Value, json};
 use std::collections::{BTreeMap, HashMap};
 use std::io::{Read, Seek, SeekFrom, Write};
@@ -42,7 +42,7 @@ pub async fn normalize(
     source_date: u64,
     finish: Option<(&str, &str)>,
 ) -> Result<String> {
-    let (_, raw) = ship::stored_image(builder, store, raw_id).await?;
+    let (_, raw) = transfer::stored_image(builder, store, raw_id).await?;
     let mut layers: Vec<StoredLayer> = raw.layers[..parent_layers.min(raw.layers.len())].to_vec();
     for layer in &raw.layers[layers.len()..] {
         let input = seekable(store, layer)?;
@@ -74,7 +74,7 @@ pub async fn normalize(
     if let Some((key, checksum)) = finish {
         finish_config(&mut config, key, checksum);
     }
-    ship::load_made(builder, store, &config, layers, parent_layers).await
+    transfer::load_made(builder, store, &config, layers, parent_layers).await
 }
 
 /// The layer's tar as a file that can be read at any offset: the blob itself, or for a
