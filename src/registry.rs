@@ -59,19 +59,7 @@ impl Registry {
         fs_err::create_dir_all(&root).map_err(|e| Error::io(&root, e))?;
         let lock = hold_lock(&root)?;
         stop_leftover(&root);
-        let port = match config.port {
-            // Another server on the port would answer in the registry's place.
-            Some(port) => match std::net::TcpListener::bind(("127.0.0.1", port)) {
-                Ok(_) => port,
-                Err(e) => {
-                    return Err(Error::Usage {
-                        message: format!("[registry] port {port} on 127.0.0.1 is taken: {e}"),
-                        hint: Some("stop what listens there (a registry left by a killed hallmark?), or choose another port".into()),
-                    });
-                }
-            },
-            None => remembered_port(&cache.join("registry/port"))?,
-        };
+        let port = chosen_port(config, cache)?;
         let storage = root.join("storage");
         fs_err::create_dir_all(&storage).map_err(|e| Error::io(&storage, e))?;
         let config_path = root.join("config.yml");
@@ -106,30 +94,7 @@ impl Registry {
             let pid_path = root.join("pid");
             fs_err::write(&pid_path, pid.to_string()).map_err(|e| Error::io(&pid_path, e))?;
         }
-        // Ready when it accepts connections; given up after 15 s or when it exits.
-        let deadline = Instant::now() + Duration::from_secs(15);
-        loop {
-            if tokio::net::TcpStream::connect(("127.0.0.1", port))
-                .await
-                .is_ok()
-            {
-                break;
-            }
-            let exited = child.try_wait().ok().flatten();
-            if exited.is_some() || Instant::now() > deadline {
-                let log = fs_err::read_to_string(&log_path).unwrap_or_default();
-                let tail: Vec<&str> = log.lines().rev().take(5).collect();
-                return Err(Error::Command {
-                    command,
-                    context: Some(match exited {
-                        Some(status) => format!("exited with {status}"),
-                        None => format!("not listening on 127.0.0.1:{port} after 15 s"),
-                    }),
-                    stderr: tail.into_iter().rev().collect::<Vec<_>>().join("\n"),
-                });
-            }
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
+        wait_until_listening(&mut child, port, &log_path, command).await?;
         Ok(Registry {
             address: format!("127.0.0.1:{port}"),
             local_port: Some(port),
@@ -137,6 +102,55 @@ impl Registry {
             _lock: Some(lock),
             credentials: None,
         })
+    }
+}
+
+/// `[registry] port`, checked to be free, else the port used last time if it is free, else a
+/// new one.
+fn chosen_port(config: &RegistryConfig, cache: &Path) -> Result<u16> {
+    match config.port {
+        // Another server on the port would answer in the registry's place.
+        Some(port) => match std::net::TcpListener::bind(("127.0.0.1", port)) {
+            Ok(_) => Ok(port),
+            Err(e) => Err(Error::Usage {
+                message: format!("[registry] port {port} on 127.0.0.1 is taken: {e}"),
+                hint: Some("stop what listens there (a registry left by a killed hallmark?), or choose another port".into()),
+            }),
+        },
+        None => remembered_port(&cache.join("registry/port")),
+    }
+}
+
+/// Returns once the registry `child` (started by `command`) accepts connections on `port`;
+/// fails with the last lines of its log after 15 s or when it exits.
+async fn wait_until_listening(
+    child: &mut tokio::process::Child,
+    port: u16,
+    log_path: &Path,
+    command: String,
+) -> Result<()> {
+    let deadline = Instant::now() + Duration::from_secs(15);
+    loop {
+        if tokio::net::TcpStream::connect(("127.0.0.1", port))
+            .await
+            .is_ok()
+        {
+            return Ok(());
+        }
+        let exited = child.try_wait().ok().flatten();
+        if exited.is_some() || Instant::now() > deadline {
+            let log = fs_err::read_to_string(log_path).unwrap_or_default();
+            let tail: Vec<&str> = log.lines().rev().take(5).collect();
+            return Err(Error::Command {
+                command,
+                context: Some(match exited {
+                    Some(status) => format!("exited with {status}"),
+                    None => format!("not listening on 127.0.0.1:{port} after 15 s"),
+                }),
+                stderr: tail.into_iter().rev().collect::<Vec<_>>().join("\n"),
+            });
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
     }
 }
 

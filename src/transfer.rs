@@ -10,6 +10,7 @@
 use crate::engine::{self, Engine, StreamReader};
 use crate::error::{Error, Result};
 use crate::progress;
+// The archive format stays in ship.rs until it has a module of its own (oci.rs).
 use crate::ship::{oci_manifest, write_archive};
 use crate::store::{LayerStore, StoredImage};
 use crate::verify;
