@@ -18,9 +18,9 @@ use crate::error::{Error, Result};
 use crate::fetch;
 use crate::plan::PlannedImage;
 use crate::render::{self, rfc3339};
-use crate::ship;
 use crate::spec::ImageSpec;
 use crate::store::{Blob, LAYER_TAR, LayerStore, StoredLayer};
+use crate::transfer;
 use crate::wheel::{self, PythonTarget};
 use serde_json::{Value, json};
 use std::sync::Arc;
@@ -45,7 +45,7 @@ pub async fn assemble(
     checksum_value: &str,
     parent_tag: Option<&str>,
 ) -> Result<String> {
-    let (parent_id, parent_image) = ship::stored_image(builder, store, parent).await?;
+    let (parent_id, parent_image) = transfer::stored_image(builder, store, parent).await?;
     let mut config = store.read_config(&parent_image)?;
 
     let spec = &image.loaded.spec;
@@ -59,82 +59,110 @@ pub async fn assemble(
     } else {
         Some(Anchor::new(Tree::of(store, &parent_image)?, mtime))
     };
+    let step = |created_by: String| json!({"created": created, "created_by": created_by, "comment": "assembled by hallmark"});
     if let (false, Some(anchor)) = (image.files.is_empty(), anchor.as_mut()) {
-        let archive = FilesArchive::new(&image.files, mtime)?;
-        let mut misplaced = None;
-        let written = store.add_blob(|out| {
-            archive.write_placed(out, |file, tar| {
-                anchor.place(&file.dest, tar).inspect_err(|e| {
-                    misplaced = Some(format!("`{}`: {e}", file.dest));
-                })
-            })
-        });
-        if let Some(message) = misplaced {
-            return Err(Error::Invalid {
-                path: image.loaded.path.clone(),
-                location: None,
-                key: Some("file.dest".into()),
-                message: format!("{message} (parent {parent})"),
-                hint: None,
-            });
-        }
-        let (digest, size) = written?;
-        layers.push(uncompressed_layer(digest, size));
-        let created_by = format!("hallmark: ADD files.tar / ({} files)", image.files.len());
-        history.push(json!({"created": created, "created_by": created_by, "comment": "assembled by hallmark"}));
+        layers.push(files_layer(store, image, anchor, parent)?);
+        let count = image.files.len();
+        history.push(step(format!("hallmark: ADD files.tar / ({count} files)")));
     }
     if let (false, Some(anchor)) = (image.pins.wheels.is_empty(), anchor.as_mut()) {
         let target = python_target(builder, store, &parent_id, parent).await?;
-        let mut wheels = Vec::new();
-        for pin in &image.pins.wheels {
-            let wheel_error = |message: String| {
-                Error::Wheel {
-                image: image.name().to_string(),
-                name: pin.name.to_string(),
-                version: pin.version.clone(),
-                message,
-                hint: Some("to install it in a build instead, add a `[build] run` step such as `pip install ...`: a spec with RUN steps goes through the engine's builder".into()),
-            }
-            };
-            let name = wheel::parse_name(&pin.file).map_err(wheel_error)?;
-            wheel::check_compatible(&name, &target).map_err(wheel_error)?;
-            wheels.push(fetch::ensure_wheel(cache, image.name().as_str(), pin)?);
-        }
-        anchor.next_layer();
-        let (digest, size) = store.add_blob(|out| {
-            let (reader, writer) = std::io::pipe()?;
-            std::thread::scope(|scope| {
-                let installer = scope.spawn(|| {
-                    let mut tar = tar::Builder::new(writer);
-                    for wheel in &wheels {
-                        wheel::install(wheel, &target, mtime, &mut tar)?;
-                    }
-                    tar.into_inner().map(drop)
-                });
-                let mut tar = tar::Builder::new(out);
-                let anchored = anchor.rewrite(reader, &mut tar).and_then(|()| tar.finish());
-                drop(tar);
-                let installed = installer
-                    .join()
-                    .expect("the wheel installer does not panic");
-                installed.and(anchored)
-            })
-        })?;
-        layers.push(uncompressed_layer(digest, size));
+        layers.push(wheels_layer(store, cache, image, &target, anchor)?);
         let installed: Vec<String> = image
             .pins
             .wheels
             .iter()
             .map(|w| format!("{}=={}", w.name, w.version))
             .collect();
-        history.push(json!({"created": created, "created_by": format!("hallmark: pip install {}", installed.join(" ")), "comment": "assembled by hallmark"}));
+        history.push(step(format!(
+            "hallmark: pip install {}",
+            installed.join(" ")
+        )));
     }
     history.push(json!({"created": created, "created_by": "hallmark: config (env, labels, entrypoint, cmd)", "comment": "assembled by hallmark", "empty_layer": true}));
 
     let labels = render::stamped_labels(image, checksum_label, checksum_value, parent_tag);
     apply(&mut config, spec, &labels, &created, &layers, history);
     let parent_layers = parent_image.layers.len();
-    ship::load_made(builder, store, &config, layers, parent_layers).await
+    transfer::load_made(builder, store, &config, layers, parent_layers).await
+}
+
+/// The layer of the spec's files, each placed in the parent's tree as the engine's ADD would
+/// place it.
+fn files_layer(
+    store: &LayerStore,
+    image: &PlannedImage,
+    anchor: &mut Anchor,
+    parent: &str,
+) -> Result<StoredLayer> {
+    let archive = FilesArchive::new(&image.files, image.loaded.spec.image.source_date_epoch)?;
+    let mut misplaced = None;
+    let written = store.add_blob(|out| {
+        archive.write_placed(out, |file, tar| {
+            anchor.place(&file.dest, tar).inspect_err(|e| {
+                misplaced = Some(format!("`{}`: {e}", file.dest));
+            })
+        })
+    });
+    if let Some(message) = misplaced {
+        return Err(Error::Invalid {
+            path: image.loaded.path.clone(),
+            location: None,
+            key: Some("file.dest".into()),
+            message: format!("{message} (parent {parent})"),
+            hint: None,
+        });
+    }
+    let (digest, size) = written?;
+    Ok(uncompressed_layer(digest, size))
+}
+
+/// The layer of the pinned wheels, installed as pip would for the parent's Python (`target`)
+/// and placed in the parent's tree.
+fn wheels_layer(
+    store: &LayerStore,
+    cache: &std::path::Path,
+    image: &PlannedImage,
+    target: &PythonTarget,
+    anchor: &mut Anchor,
+) -> Result<StoredLayer> {
+    let mtime = image.loaded.spec.image.source_date_epoch;
+    let mut wheels = Vec::new();
+    for pin in &image.pins.wheels {
+        let wheel_error = |message: String| {
+            Error::Wheel {
+            image: image.name().to_string(),
+            name: pin.name.to_string(),
+            version: pin.version.clone(),
+            message,
+            hint: Some("to install it in a build instead, add a `[build] run` step such as `pip install ...`: a spec with RUN steps goes through the engine's builder".into()),
+        }
+        };
+        let name = wheel::parse_name(&pin.file).map_err(wheel_error)?;
+        wheel::check_compatible(&name, target).map_err(wheel_error)?;
+        wheels.push(fetch::ensure_wheel(cache, image.name().as_str(), pin)?);
+    }
+    anchor.next_layer();
+    let (digest, size) = store.add_blob(|out| {
+        let (reader, writer) = std::io::pipe()?;
+        std::thread::scope(|scope| {
+            let installer = scope.spawn(|| {
+                let mut tar = tar::Builder::new(writer);
+                for wheel in &wheels {
+                    wheel::install(wheel, target, mtime, &mut tar)?;
+                }
+                tar.into_inner().map(drop)
+            });
+            let mut tar = tar::Builder::new(out);
+            let anchored = anchor.rewrite(reader, &mut tar).and_then(|()| tar.finish());
+            drop(tar);
+            let installed = installer
+                .join()
+                .expect("the wheel installer does not panic");
+            installed.and(anchored)
+        })
+    })?;
+    Ok(uncompressed_layer(digest, size))
 }
 
 /// A layer hallmark wrote: an uncompressed tar, so its digest is its diff ID.

@@ -10,8 +10,8 @@ use crate::engine::Engine;
 use crate::error::{Error, Result};
 use crate::pins::{BasePin, DigestKind};
 use crate::plan::PlannedImage;
-use crate::ship;
 use crate::store::LayerStore;
+use crate::transfer;
 use std::path::Path;
 use std::sync::Arc;
 
@@ -114,6 +114,6 @@ pub async fn config_digest(
         return Ok(Some((id.clone(), id)));
     }
     let store = Arc::new(LayerStore::open(cache));
-    let (id, stored) = ship::stored_image(builder, &store, &id).await?;
+    let (id, stored) = transfer::stored_image(builder, &store, &id).await?;
     Ok(Some((id, stored.config.digest)))
 }

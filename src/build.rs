@@ -225,125 +225,196 @@ async fn build_into(
         Some(id) => Some(id),
         None => crate::base::on_builder(engine, image, settings.cache).await?,
     };
-    let platform = image.loaded.spec.image.platform.as_deref();
-    let spec = &image.loaded.spec;
-    // The checksum is stamped by the last step that makes the image: smoke tests, if any,
-    // come after the making, so until they pass the image carries only a pending label.
-    let smoked = !spec.smokes.is_empty();
-    let pending = pending_label(&checksum);
-    let made_value = if smoked { pending.as_str() } else { &checksum };
-    let parent = || {
-        parent_id
-            .clone()
-            .unwrap_or_else(|| render::parent_reference(image, parent_tag))
+    let job = Job {
+        engine,
+        image,
+        parent_tag,
+        parent_id,
+        settings,
+        store: std::sync::Arc::new(LayerStore::open(settings.cache)),
+        smoked: !image.loaded.spec.smokes.is_empty(),
+        checksum,
     };
-    let store = std::sync::Arc::new(LayerStore::open(settings.cache));
+    let spec = &image.loaded.spec;
+    let made = if assemble::assemblable(spec) {
+        job.assembled(record).await?
+    } else if spec.image.normalize {
+        job.normalised(record).await?
+    } else {
+        job.engine_built(record).await?
+    };
+    job.finish(made, record).await?;
+    record.seconds = started.elapsed().as_secs_f64();
+    write_record(settings.state_dir, record)
+}
 
-    let (made, by_hallmark) = if assemble::assemblable(spec) {
+/// One image to make, once it is known not to be up to date: what each way of making it
+/// needs.
+struct Job<'a> {
+    engine: &'a Engine,
+    image: &'a PlannedImage,
+    parent_tag: Option<&'a str>,
+    /// The parent's image id on the builder (an external base's included).
+    parent_id: Option<String>,
+    settings: &'a BuildSettings<'a>,
+    store: std::sync::Arc<LayerStore>,
+    checksum: String,
+    /// Whether smoke tests run after the making: until they pass, the made image carries
+    /// only a pending label, and the checksum is stamped after them.
+    smoked: bool,
+}
+
+/// The image a strategy made, untagged.
+struct Made {
+    id: String,
+    /// Whether hallmark wrote its config (then its layers are in the layer store, and
+    /// stamping it rewrites the config and loads no layer).
+    by_hallmark: bool,
+}
+
+impl Job<'_> {
+    /// The checksum label's value in what a strategy makes: the checksum is stamped by the
+    /// last step that makes the image (smoke tests, if any, come after the making).
+    fn made_label(&self) -> String {
+        if self.smoked {
+            pending_label(&self.checksum)
+        } else {
+            self.checksum.clone()
+        }
+    }
+
+    /// The parent as the builder names it: its id, else its reference.
+    fn parent(&self) -> String {
+        self.parent_id
+            .clone()
+            .unwrap_or_else(|| render::parent_reference(self.image, self.parent_tag))
+    }
+
+    /// Assembly (`assemble.rs`): hallmark writes the new layers and the config; no container
+    /// runs.
+    async fn assembled(&self, record: &mut BuildRecord) -> Result<Made> {
         record.outcome = "assembled";
         let id = assemble::assemble(
-            engine,
-            &store,
-            settings.cache,
-            image,
-            &parent(),
-            settings.checksum_label,
-            made_value,
-            parent_tag,
+            self.engine,
+            &self.store,
+            self.settings.cache,
+            self.image,
+            &self.parent(),
+            self.settings.checksum_label,
+            &self.made_label(),
+            self.parent_tag,
         )
         .await?;
-        (id, true)
-    } else {
+        Ok(Made {
+            id,
+            by_hallmark: true,
+        })
+    }
+
+    /// The engine's builder, its image kept as it made it (`normalize = false`).
+    async fn engine_built(&self, record: &mut BuildRecord) -> Result<Made> {
         record.outcome = "built";
-        if let Some(platform) = platform {
-            check_builder_platform(engine, image, platform).await?;
+        let id = self.engine_build(&self.made_label(), record).await?;
+        Ok(Made {
+            id,
+            by_hallmark: false,
+        })
+    }
+
+    /// The engine's builder, then the layers its build added rewritten into their canonical
+    /// form (`normalize.rs`). The engine's own image is never the finished one.
+    async fn normalised(&self, record: &mut BuildRecord) -> Result<Made> {
+        record.outcome = "built";
+        let raw = self
+            .engine_build(&pending_label(&self.checksum), record)
+            .await?;
+        let parent_layers = self
+            .engine
+            .inspect(&self.parent())
+            .await?
+            .map_or(0, |i| i.layers().len());
+        let started = Instant::now();
+        let label = self.settings.checksum_label;
+        let finish = (!self.smoked).then_some((label, self.checksum.as_str()));
+        let id = normalize::normalize(
+            self.engine,
+            &self.store,
+            &raw,
+            parent_layers,
+            self.image.loaded.spec.image.source_date_epoch,
+            finish,
+        )
+        .await?;
+        record.normalize_seconds = Some(started.elapsed().as_secs_f64());
+        record.raw_image_id = Some(raw);
+        Ok(Made {
+            id,
+            by_hallmark: true,
+        })
+    }
+
+    /// An engine build of the image for the platform its spec names, with its checksum label
+    /// set to `label_value`.
+    async fn engine_build(&self, label_value: &str, record: &mut BuildRecord) -> Result<String> {
+        if let Some(platform) = self.image.loaded.spec.image.platform.as_deref() {
+            check_builder_platform(self.engine, self.image, platform).await?;
         }
-        // The engine's own image is never the finished one when hallmark rewrites it.
-        let normalize = spec.image.normalize;
-        let raw_value = if normalize {
-            pending.as_str()
-        } else {
-            made_value
-        };
-        let raw = engine_build(
-            engine,
-            image,
-            parent_tag,
-            parent_id.as_deref(),
-            settings,
-            raw_value,
+        engine_build(
+            self.engine,
+            self.image,
+            self.parent_tag,
+            self.parent_id.as_deref(),
+            self.settings,
+            label_value,
             record,
         )
-        .await?;
-        if normalize {
-            let parent_layers = engine
-                .inspect(&parent())
-                .await?
-                .map_or(0, |i| i.layers().len());
-            let started = Instant::now();
-            let finish = (!smoked).then_some((settings.checksum_label, checksum.as_str()));
-            let id = normalize::normalize(
-                engine,
-                &store,
-                &raw,
-                parent_layers,
-                spec.image.source_date_epoch,
-                finish,
-            )
-            .await?;
-            record.normalize_seconds = Some(started.elapsed().as_secs_f64());
-            record.raw_image_id = Some(raw);
-            (id, true)
-        } else {
-            (raw, false)
+        .await
+    }
+
+    /// Checks the platform of what was made, runs the smoke tests, stamps the checksum,
+    /// checks it and moves the tag; the images it supersedes are removed.
+    async fn finish(&self, made: Made, record: &mut BuildRecord) -> Result<()> {
+        let (engine, image, label) = (self.engine, self.image, self.settings.checksum_label);
+        let checksum = self.checksum.as_str();
+        let made_image = engine
+            .inspect(&made.id)
+            .await?
+            .ok_or_else(|| engine.error(format!("the new image {} is gone", made.id)))?;
+        if let Some(platform) = image.loaded.spec.image.platform.as_deref() {
+            check_image_platform(engine, image, &made_image, platform)?;
         }
-    };
-
-    let made_platform = engine
-        .inspect(&made)
-        .await?
-        .ok_or_else(|| engine.error(format!("the new image {made} is gone")))?;
-    if let Some(platform) = platform {
-        check_image_platform(engine, image, &made_platform, platform)?;
-    }
-    smoke(engine, image, &made, &mut record.smoke).await?;
-    let id = match (smoked, by_hallmark) {
-        (false, _) => made.clone(),
-        (true, true) => {
-            stamp_made(engine, &store, &made, settings.checksum_label, &checksum).await?
+        smoke(engine, image, &made.id, &mut record.smoke).await?;
+        let id = match (self.smoked, made.by_hallmark) {
+            (false, _) => made.id.clone(),
+            (true, true) => stamp_made(engine, &self.store, &made.id, label, checksum).await?,
+            (true, false) => stamp_by_build(engine, &made.id, label, checksum).await?,
+        };
+        // The label the engine holds must be the one we computed: the image says what it is.
+        let inspected = engine
+            .inspect(&id)
+            .await?
+            .ok_or_else(|| engine.error(format!("the new image {id} is gone")))?;
+        let stamped = inspected.label(label);
+        if stamped != Some(checksum) {
+            return Err(engine.error(format!(
+                "the new image {id} of `{}` carries {:?} as `{label}`, not {checksum}; does the template keep the LABEL?",
+                image.name(),
+                stamped,
+            )));
         }
-        (true, false) => stamp_by_build(engine, &made, settings.checksum_label, &checksum).await?,
-    };
-
-    // The label the engine holds must be the one we computed: the image says what it is.
-    let inspected = engine
-        .inspect(&id)
-        .await?
-        .ok_or_else(|| engine.error(format!("the new image {id} is gone")))?;
-    let stamped = inspected.label(settings.checksum_label);
-    if stamped != Some(checksum.as_str()) {
-        return Err(engine.error(format!(
-            "the new image {id} of `{}` carries {:?} as `{}`, not {checksum}; does the template keep the LABEL?",
-            image.name(),
-            stamped,
-            settings.checksum_label
-        )));
+        engine.tag(&id, &image.loaded.reference()).await?;
+        // The engine's raw image (and its build cache) and the unstamped one are superseded.
+        for superseded in [record.raw_image_id.as_deref(), Some(made.id.as_str())]
+            .into_iter()
+            .flatten()
+            .filter(|s| *s != id)
+        {
+            engine.remove_untagged(superseded).await;
+        }
+        record.image_id = id;
+        record.size = inspected.size;
+        Ok(())
     }
-
-    engine.tag(&id, &reference).await?;
-    // The engine's raw image (and its build cache) and the unstamped one are superseded.
-    for superseded in [record.raw_image_id.as_deref(), Some(made.as_str())]
-        .into_iter()
-        .flatten()
-        .filter(|s| *s != id)
-    {
-        engine.remove_untagged(superseded).await;
-    }
-    record.image_id = id;
-    record.size = inspected.size;
-    record.seconds = started.elapsed().as_secs_f64();
-    write_record(settings.state_dir, record)?;
-    Ok(())
 }
 
 /// Stamps an image hallmark made (its config and layers are in the store): the same layers
@@ -361,7 +432,7 @@ async fn stamp_made(
     let mut config = store.read_config(&stored)?;
     normalize::finish_config(&mut config, key, checksum);
     let held = stored.layers.len();
-    crate::ship::load_made(engine, store, &config, stored.layers, held).await
+    crate::transfer::load_made(engine, store, &config, stored.layers, held).await
 }
 
 /// Stamps an engine-built image hallmark does not rewrite (`normalize = false`): a build of

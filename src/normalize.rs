@@ -24,8 +24,8 @@
 use crate::engine::Engine;
 use crate::error::{Error, Result};
 use crate::render::rfc3339;
-use crate::ship;
 use crate::store::{Blob, LAYER_TAR, LayerStore, StoredLayer};
+use crate::transfer;
 use serde_json::{Value, json};
 use std::collections::{BTreeMap, HashMap};
 use std::io::{Read, Seek, SeekFrom, Write};
@@ -42,7 +42,7 @@ pub async fn normalize(
     source_date: u64,
     finish: Option<(&str, &str)>,
 ) -> Result<String> {
-    let (_, raw) = ship::stored_image(builder, store, raw_id).await?;
+    let (_, raw) = transfer::stored_image(builder, store, raw_id).await?;
     let mut layers: Vec<StoredLayer> = raw.layers[..parent_layers.min(raw.layers.len())].to_vec();
     for layer in &raw.layers[layers.len()..] {
         let input = seekable(store, layer)?;
@@ -74,7 +74,7 @@ pub async fn normalize(
     if let Some((key, checksum)) = finish {
         finish_config(&mut config, key, checksum);
     }
-    ship::load_made(builder, store, &config, layers, parent_layers).await
+    transfer::load_made(builder, store, &config, layers, parent_layers).await
 }
 
 /// The layer's tar as a file that can be read at any offset: the blob itself, or for a
@@ -247,6 +247,25 @@ enum Kind {
 }
 
 impl Kind {
+    /// The kind of a tar entry at `path` that is not a whiteout.
+    fn of(entry_type: tar::EntryType, path: &str) -> std::io::Result<Kind> {
+        Ok(match entry_type {
+            tar::EntryType::Regular | tar::EntryType::Continuous => Kind::File,
+            tar::EntryType::Directory => Kind::Dir,
+            tar::EntryType::Symlink => Kind::Symlink,
+            tar::EntryType::Link => Kind::HardLink,
+            tar::EntryType::Char => Kind::Char,
+            tar::EntryType::Block => Kind::Block,
+            tar::EntryType::Fifo => Kind::Fifo,
+            other => {
+                return Err(std::io::Error::new(
+                    std::io::ErrorKind::InvalidData,
+                    format!("{path}: a tar entry of type {other:?}"),
+                ));
+            }
+        })
+    }
+
     fn entry_type(self) -> tar::EntryType {
         match self {
             Kind::File | Kind::Whiteout => tar::EntryType::Regular,
@@ -373,43 +392,12 @@ fn read_items<R: Read + Seek>(input: R) -> std::io::Result<(Vec<Item>, Vec<Strin
             opaque.push(dir.to_string());
             continue;
         }
-        let records: Vec<(String, Vec<u8>)> = match entry.pax_extensions()? {
-            Some(extensions) => extensions
-                .filter_map(|e| e.ok())
-                .filter_map(|e| Some((e.key().ok()?.to_string(), e.value_bytes().to_vec())))
-                .collect(),
-            None => Vec::new(),
-        };
-        let capability = records
-            .iter()
-            .find(|(key, _)| key == CAPABILITY)
-            .map(|(_, value)| value.clone());
-        // Past 8^11 seconds (2242) an engine writes the time as a PAX record and 0 in the
-        // header; whole seconds are kept.
-        let pax_mtime = records
-            .iter()
-            .find(|(key, _)| key == "mtime")
-            .and_then(|(_, value)| std::str::from_utf8(value).ok())
-            .and_then(|value| value.split('.').next()?.parse::<u64>().ok());
+        let (capability, pax_mtime) = pax_fields(&mut entry)?;
         let header = entry.header();
         let kind = if name.starts_with(WHITEOUT) {
             Kind::Whiteout
         } else {
-            match header.entry_type() {
-                tar::EntryType::Regular | tar::EntryType::Continuous => Kind::File,
-                tar::EntryType::Directory => Kind::Dir,
-                tar::EntryType::Symlink => Kind::Symlink,
-                tar::EntryType::Link => Kind::HardLink,
-                tar::EntryType::Char => Kind::Char,
-                tar::EntryType::Block => Kind::Block,
-                tar::EntryType::Fifo => Kind::Fifo,
-                other => {
-                    return Err(std::io::Error::new(
-                        std::io::ErrorKind::InvalidData,
-                        format!("{path}: a tar entry of type {other:?}"),
-                    ));
-                }
-            }
+            Kind::of(header.entry_type(), &path)?
         };
         if kind == Kind::Whiteout {
             items.push(Item::whiteout(path));
@@ -445,6 +433,31 @@ fn read_items<R: Read + Seek>(input: R) -> std::io::Result<(Vec<Item>, Vec<Strin
         });
     }
     Ok((items, opaque, archive.into_inner()))
+}
+
+/// The PAX records normalisation keeps: the file capability, and the mtime (past 8^11
+/// seconds, 2242, an engine writes the time as a PAX record and 0 in the header; whole
+/// seconds are kept).
+fn pax_fields<R: Read>(
+    entry: &mut tar::Entry<'_, R>,
+) -> std::io::Result<(Option<Vec<u8>>, Option<u64>)> {
+    let records: Vec<(String, Vec<u8>)> = match entry.pax_extensions()? {
+        Some(extensions) => extensions
+            .filter_map(|e| e.ok())
+            .filter_map(|e| Some((e.key().ok()?.to_string(), e.value_bytes().to_vec())))
+            .collect(),
+        None => Vec::new(),
+    };
+    let capability = records
+        .iter()
+        .find(|(key, _)| key == CAPABILITY)
+        .map(|(_, value)| value.clone());
+    let mtime = records
+        .iter()
+        .find(|(key, _)| key == "mtime")
+        .and_then(|(_, value)| std::str::from_utf8(value).ok())
+        .and_then(|value| value.split('.').next()?.parse::<u64>().ok());
+    Ok((capability, mtime))
 }
 
 /// An opaque directory (`dir/.wh..wh..opq`, written by Docker 20.10's overlay2 driver) hides

@@ -12,10 +12,12 @@
 use crate::config::RegistryConfig;
 use crate::engine::{self, Engine};
 use crate::error::{Error, Result};
-use crate::ship::{self, Decision, NodeOutcome, ShipSettings, Shipment};
+use crate::progress::{self, Phases};
+use crate::ship::node;
+use crate::ship::{Action, NodeOutcome, ShipSettings, Shipment, Transfer};
 use crate::store::{LayerStore, StoredImage};
+use crate::transfer;
 use crate::verify::Holding;
-use futures_util::StreamExt;
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -54,19 +56,7 @@ impl Registry {
         fs_err::create_dir_all(&root).map_err(|e| Error::io(&root, e))?;
         let lock = hold_lock(&root)?;
         stop_leftover(&root);
-        let port = match config.port {
-            // Another server on the port would answer in the registry's place.
-            Some(port) => match std::net::TcpListener::bind(("127.0.0.1", port)) {
-                Ok(_) => port,
-                Err(e) => {
-                    return Err(Error::Usage {
-                        message: format!("[registry] port {port} on 127.0.0.1 is taken: {e}"),
-                        hint: Some("stop what listens there (a registry left by a killed hallmark?), or choose another port".into()),
-                    });
-                }
-            },
-            None => remembered_port(&cache.join("registry/port"))?,
-        };
+        let port = chosen_port(config, cache)?;
         let storage = root.join("storage");
         fs_err::create_dir_all(&storage).map_err(|e| Error::io(&storage, e))?;
         let config_path = root.join("config.yml");
@@ -101,30 +91,7 @@ impl Registry {
             let pid_path = root.join("pid");
             fs_err::write(&pid_path, pid.to_string()).map_err(|e| Error::io(&pid_path, e))?;
         }
-        // Ready when it accepts connections; given up after 15 s or when it exits.
-        let deadline = Instant::now() + Duration::from_secs(15);
-        loop {
-            if tokio::net::TcpStream::connect(("127.0.0.1", port))
-                .await
-                .is_ok()
-            {
-                break;
-            }
-            let exited = child.try_wait().ok().flatten();
-            if exited.is_some() || Instant::now() > deadline {
-                let log = fs_err::read_to_string(&log_path).unwrap_or_default();
-                let tail: Vec<&str> = log.lines().rev().take(5).collect();
-                return Err(Error::Command {
-                    command,
-                    context: Some(match exited {
-                        Some(status) => format!("exited with {status}"),
-                        None => format!("not listening on 127.0.0.1:{port} after 15 s"),
-                    }),
-                    stderr: tail.into_iter().rev().collect::<Vec<_>>().join("\n"),
-                });
-            }
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
+        wait_until_listening(&mut child, port, &log_path, command).await?;
         Ok(Registry {
             address: format!("127.0.0.1:{port}"),
             local_port: Some(port),
@@ -132,6 +99,55 @@ impl Registry {
             _lock: Some(lock),
             credentials: None,
         })
+    }
+}
+
+/// `[registry] port`, checked to be free, else the port used last time if it is free, else a
+/// new one.
+fn chosen_port(config: &RegistryConfig, cache: &Path) -> Result<u16> {
+    match config.port {
+        // Another server on the port would answer in the registry's place.
+        Some(port) => match std::net::TcpListener::bind(("127.0.0.1", port)) {
+            Ok(_) => Ok(port),
+            Err(e) => Err(Error::Usage {
+                message: format!("[registry] port {port} on 127.0.0.1 is taken: {e}"),
+                hint: Some("stop what listens there (a registry left by a killed hallmark?), or choose another port".into()),
+            }),
+        },
+        None => remembered_port(&cache.join("registry/port")),
+    }
+}
+
+/// Returns once the registry `child` (started by `command`) accepts connections on `port`;
+/// fails with the last lines of its log after 15 s or when it exits.
+async fn wait_until_listening(
+    child: &mut tokio::process::Child,
+    port: u16,
+    log_path: &Path,
+    command: String,
+) -> Result<()> {
+    let deadline = Instant::now() + Duration::from_secs(15);
+    loop {
+        if tokio::net::TcpStream::connect(("127.0.0.1", port))
+            .await
+            .is_ok()
+        {
+            return Ok(());
+        }
+        let exited = child.try_wait().ok().flatten();
+        if exited.is_some() || Instant::now() > deadline {
+            let log = fs_err::read_to_string(log_path).unwrap_or_default();
+            let tail: Vec<&str> = log.lines().rev().take(5).collect();
+            return Err(Error::Command {
+                command,
+                context: Some(match exited {
+                    Some(status) => format!("exited with {status}"),
+                    None => format!("not listening on 127.0.0.1:{port} after 15 s"),
+                }),
+                stderr: tail.into_iter().rev().collect::<Vec<_>>().join("\n"),
+            });
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
     }
 }
 
@@ -356,39 +372,24 @@ pub async fn distribute(
     shipment: &Shipment,
     settings: &ShipSettings<'_>,
 ) -> Vec<NodeOutcome> {
-    let phases = ship::Phases::start(settings.verbose);
-    let chains = ship::chain_ids(&shipment.diff_ids);
+    let phases = Phases::start(settings.verbose);
+    let chains = transfer::chain_ids(&shipment.diff_ids);
     let decisions = futures_util::future::join_all(
         nodes
             .iter()
-            .map(|node| ship::decide(node, shipment, settings, &chains, true)),
+            .map(|node| node::decide(node, shipment, settings, &chains, true)),
     )
     .await;
     phases.say(format!("asked {} nodes what they hold", nodes.len()));
     let mut outcomes: Vec<Option<NodeOutcome>> = decisions
         .iter()
         .zip(nodes)
-        .map(|(decision, node)| match decision {
-            Decision::Skip => Some(NodeOutcome::new(&node.node, "skipped", true)),
-            Decision::Failed(error) => Some(NodeOutcome::failed(&node.node, error.clone())),
-            Decision::Send { .. } => None,
-        })
+        .map(|(decision, node)| decision.settled(&node.node))
         .collect();
     if outcomes.iter().all(Option::is_some) {
         return outcomes.into_iter().flatten().collect();
     }
-    let pushed = async {
-        let registry = Registry::open(config, cache).await?;
-        phases.say(format!("registry at {}", registry.address));
-        let pushed = push(builder, &registry, shipment).await?;
-        phases.say(format!(
-            "pushed {}: {} layers sent, {} already there",
-            shipment.reference, pushed.0, pushed.1
-        ));
-        Ok::<_, Error>(registry)
-    }
-    .await;
-    let registry = match pushed {
+    let registry = match open_and_push(builder, config, cache, shipment, &phases).await {
         Ok(registry) => registry,
         Err(e) => {
             let message = e.to_string();
@@ -401,53 +402,29 @@ pub async fn distribute(
                 .collect();
         }
     };
-    let bars = ship::progress_bars(settings);
-    // The image in the layer store, exported once if a node needs completing.
-    let stored: tokio::sync::Mutex<Option<StoredImage>> = tokio::sync::Mutex::new(None);
+    let bars = progress::bars(settings.progress);
+    let source = LayerSource {
+        builder,
+        store,
+        stored: tokio::sync::Mutex::new(None),
+    };
     let pulls = outcomes
         .iter()
         .enumerate()
         .filter(|(_, o)| o.is_none())
         .map(|(i, _)| {
-            let (node, registry, stored, chains) = (&nodes[i], &registry, &stored, &chains);
-            let bar = bars.add(ship::transfer_bar(&node.node));
-            async move {
-                let started = Instant::now();
-                let pulled = match refuse_podman(node).await {
-                    Ok(()) => pull(node, registry, shipment, &bar).await,
-                    Err(e) => Err(e),
-                };
-                let mut outcome = match pulled {
-                    Ok(pulled) => {
-                        let holding = ship::holding_after(node, shipment, settings).await;
-                        let incomplete =
-                            matches!(&holding, Ok(h) if h.state == Holding::Incomplete);
-                        let mut outcome = if incomplete {
-                            let bar = bar.clone();
-                            let from = (builder, store, stored);
-                            complete(from, node, shipment, settings, chains, bar).await
-                        } else {
-                            ship::judged(&node.node, holding, shipment, "pulled")
-                        };
-                        if outcome.verified {
-                            outcome.layers_sent += pulled.layers;
-                            outcome.layer_bytes += pulled.bytes;
-                            outcome.archive_bytes += pulled.bytes;
-                        }
-                        outcome
-                    }
-                    Err(e) => NodeOutcome::failed(&node.node, e.to_string()),
-                };
+            let (node, registry, source, chains) = (&nodes[i], &registry, &source, &chains);
+            let bar = bars.add(progress::transfer_bar(&node.node));
+            let work = async move {
+                let outcome =
+                    pull_and_verify(source, node, registry, shipment, settings, chains, &bar).await;
                 bar.finish_and_clear();
-                outcome.seconds = started.elapsed().as_secs_f64();
-                (i, outcome)
-            }
+                outcome
+            };
+            (i, work)
         })
         .collect::<Vec<_>>();
-    let bound = config.pulls.unwrap_or(4);
-    let mut done = futures_util::stream::iter(pulls).buffer_unordered(bound);
-    while let Some((i, outcome)) = done.next().await {
-        phases.node_done(&outcome);
+    for (i, outcome) in node::run(pulls, config.pulls.unwrap_or(4), &phases).await {
         outcomes[i] = Some(outcome);
     }
     let _ = bars.clear();
@@ -457,15 +434,71 @@ pub async fn distribute(
         .collect()
 }
 
+/// The registry, open, holding the shipment.
+async fn open_and_push(
+    builder: &Engine,
+    config: &RegistryConfig,
+    cache: &Path,
+    shipment: &Shipment,
+    phases: &Phases,
+) -> Result<Registry> {
+    let registry = Registry::open(config, cache).await?;
+    phases.say(format!("registry at {}", registry.address));
+    let pushed = push(builder, &registry, shipment).await?;
+    phases.say(format!(
+        "pushed {}: {} layers sent, {} already there",
+        shipment.reference, pushed.0, pushed.1
+    ));
+    Ok(registry)
+}
+
+/// One node pulls the image and is verified; a node that pulled an image it cannot read all
+/// of is completed from `source`.
+async fn pull_and_verify(
+    source: &LayerSource<'_>,
+    node: &Engine,
+    registry: &Registry,
+    shipment: &Shipment,
+    settings: &ShipSettings<'_>,
+    chains: &[String],
+    bar: &indicatif::ProgressBar,
+) -> NodeOutcome {
+    let pulled = match refuse_podman(node).await {
+        Ok(()) => pull(node, registry, shipment, bar).await,
+        Err(e) => Err(e),
+    };
+    let pulled = match pulled {
+        Ok(pulled) => pulled,
+        Err(e) => return NodeOutcome::failed(&node.node, e.to_string()),
+    };
+    let holding = node::holding(node, shipment, settings).await;
+    let mut outcome = if matches!(&holding, Ok(h) if h.state == Holding::Incomplete) {
+        complete(source, node, shipment, settings, chains, bar.clone()).await
+    } else {
+        let action = Action::Pulled(Transfer::default());
+        node::judged(&node.node, holding, shipment, action)
+    };
+    if let Action::Pulled(sent) = &mut outcome.action {
+        sent.layers_sent += pulled.layers;
+        sent.layer_bytes += pulled.bytes;
+        sent.archive_bytes += pulled.bytes;
+    }
+    outcome
+}
+
+/// Where a node that pulled an image it cannot read gets the layers it lacks: the layer
+/// store, the image exported into it once, whichever node needs it first.
+struct LayerSource<'a> {
+    builder: &'a Engine,
+    store: &'a Arc<LayerStore>,
+    stored: tokio::sync::Mutex<Option<StoredImage>>,
+}
+
 /// Sends a node that pulled an image it cannot read all of the layers its store lacks, from
-/// the layer store (the image exported into it once, whichever node needs it first). The
-/// outcome is `pulled` and `completed` if the node then holds the whole image.
+/// the layer store. The outcome is `pulled` and `completed` if the node then holds the whole
+/// image.
 async fn complete(
-    (builder, store, stored): (
-        &Engine,
-        &Arc<LayerStore>,
-        &tokio::sync::Mutex<Option<StoredImage>>,
-    ),
+    source: &LayerSource<'_>,
     node: &Engine,
     shipment: &Shipment,
     settings: &ShipSettings<'_>,
@@ -473,9 +506,9 @@ async fn complete(
     bar: indicatif::ProgressBar,
 ) -> NodeOutcome {
     let image = {
-        let mut stored = stored.lock().await;
+        let mut stored = source.stored.lock().await;
         if stored.is_none() {
-            match ship::stored_image(builder, store, &shipment.reference).await {
+            match transfer::stored_image(source.builder, source.store, &shipment.reference).await {
                 Ok((_, image)) => *stored = Some(image),
                 Err(e) => {
                     return NodeOutcome::failed(
@@ -489,15 +522,18 @@ async fn complete(
         }
         stored.clone().expect("stored")
     };
-    let first = match ship::held_prefix(node, chains, &shipment.related).await {
+    let first = match transfer::held_prefix(node, chains, &shipment.related).await {
         Ok(first) => first,
         Err(e) => return NodeOutcome::failed(&node.node, e.to_string()),
     };
+    let store = source.store;
     let mut outcome =
-        ship::send_and_verify(node, store, &image, shipment, settings, first, bar).await;
-    if outcome.verified {
-        outcome.action = "pulled";
-        outcome.completed = true;
+        node::send_and_verify(node, store, &image, shipment, settings, first, bar).await;
+    if let Action::Thin(sent) | Action::Full(sent) = outcome.action {
+        outcome.action = Action::Pulled(Transfer {
+            completed: true,
+            ..sent
+        });
     }
     outcome
 }

@@ -5,8 +5,8 @@ use crate::build::{self, BuildRecord, BuildSettings};
 use crate::engine::Engine;
 use crate::error::{Error, Result};
 use crate::plan::Plan;
-use crate::ship;
 use crate::store::{LayerStore, StoredImage, StoredLayer};
+use crate::transfer;
 use crate::values::Name;
 use sha2::{Digest as _, Sha256};
 use std::collections::BTreeMap;
@@ -60,8 +60,8 @@ pub async fn check(
         Vec::new()
     } else {
         let store = Arc::new(LayerStore::open(settings.cache));
-        let (_, a) = ship::stored_image(engine, &store, &first.image_id).await?;
-        let (_, b) = ship::stored_image(engine, &store, &second.image_id).await?;
+        let (_, a) = transfer::stored_image(engine, &store, &first.image_id).await?;
+        let (_, b) = transfer::stored_image(engine, &store, &second.image_id).await?;
         compare(&store, &a, &b)?
     };
     Ok((vec![first, second], differences))

@@ -137,7 +137,7 @@ pub(super) fn distribute_command(
     let failed = all
         .iter()
         .flat_map(|(_, _, o)| o)
-        .filter(|o| o.action == "failed")
+        .filter(|o| !o.verified())
         .count();
     if session.json {
         let rows: Vec<_> = all.iter().map(|(image, reference, outcomes)| json!({"image": image, "reference": reference, "nodes": outcomes})).collect();
@@ -154,10 +154,10 @@ pub(super) fn distribute_command(
                     image,
                     o.node,
                     o.action,
-                    o.archive_bytes,
+                    o.archive_bytes(),
                     o.seconds,
-                    if o.verified { "yes" } else { "no" },
-                    o.error.as_deref().unwrap_or("")
+                    if o.verified() { "yes" } else { "no" },
+                    o.error().unwrap_or("")
                 );
             }
         }

@@ -1,0 +1,177 @@
+//! The work at one node, for both transports: what it needs ([`decide`]), an archive from
+//! the layer store and its verification ([`send_and_verify`]), and [`run`], which runs every
+//! node's work, one node after another or several at once, and times it.
+
+use super::outcome::{Action, NodeOutcome, Transfer};
+use super::{ShipSettings, Shipment};
+use crate::engine::Engine;
+use crate::error::Result;
+use crate::progress::Phases;
+use crate::store::{LayerStore, StoredImage};
+use crate::transfer;
+use crate::verify::{self, Holding};
+use futures_util::StreamExt;
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Instant;
+
+/// What a node needs: nothing, the layers from some point on, or it cannot be asked.
+pub enum Decision {
+    Skip,
+    /// Send the layers from `first_missing` on (0: all of them).
+    Send {
+        first_missing: usize,
+    },
+    Failed(String),
+}
+
+impl Decision {
+    /// The outcome of a node that needs no transfer: skipped or failed.
+    pub fn settled(&self, node: &str) -> Option<NodeOutcome> {
+        match self {
+            Decision::Skip => Some(NodeOutcome::new(node, Action::Skipped)),
+            Decision::Failed(error) => Some(NodeOutcome::failed(node, error.clone())),
+            Decision::Send { .. } => None,
+        }
+    }
+}
+
+/// Asks `node` whether it holds the shipment and, unless `full`, which of its layers.
+pub async fn decide(
+    node: &Engine,
+    shipment: &Shipment,
+    settings: &ShipSettings<'_>,
+    chains: &[String],
+    full: bool,
+) -> Decision {
+    match holding(node, shipment, settings).await {
+        Ok(h) if h.state == Holding::Current => Decision::Skip,
+        Ok(_) if full => Decision::Send { first_missing: 0 },
+        Ok(_) => match transfer::held_prefix(node, chains, &shipment.related).await {
+            Ok(first_missing) => Decision::Send { first_missing },
+            Err(e) => Decision::Failed(e.to_string()),
+        },
+        Err(e) => Decision::Failed(e.to_string()),
+    }
+}
+
+/// Runs each node's `work` (indexed by node), at most `at_once` at a time (1: one after
+/// another, in order). Each outcome gets its work's seconds, and `-v` says it as it comes.
+pub async fn run<W>(
+    work: impl IntoIterator<Item = (usize, W)>,
+    at_once: usize,
+    phases: &Phases,
+) -> Vec<(usize, NodeOutcome)>
+where
+    W: Future<Output = NodeOutcome>,
+{
+    let timed = work.into_iter().map(|(i, work)| async move {
+        let started = Instant::now();
+        let mut outcome = work.await;
+        outcome.seconds = started.elapsed().as_secs_f64();
+        let (node, action, seconds) = (&outcome.node, &outcome.action, outcome.seconds);
+        phases.say(format!("{node}: {action} ({seconds:.2} s)"));
+        (i, outcome)
+    });
+    futures_util::stream::iter(timed)
+        .buffer_unordered(at_once.max(1))
+        .collect()
+        .await
+}
+
+/// Sends `image` from layer `first_missing` on, then verifies. A thin archive the node
+/// refuses is sent again whole; one it takes but cannot read all of (`incomplete`) is
+/// completed with every layer. An image the node held under the tag without its content is
+/// removed once the tag has moved off it.
+pub async fn send_and_verify(
+    node: &Engine,
+    store: &Arc<LayerStore>,
+    image: &StoredImage,
+    shipment: &Shipment,
+    settings: &ShipSettings<'_>,
+    first_missing: usize,
+    bar: indicatif::ProgressBar,
+) -> NodeOutcome {
+    let stub = transfer::incomplete_id(node, &shipment.reference).await;
+    let mut first = first_missing;
+    let mut sent = Transfer::default();
+    let holding = loop {
+        let mut attempt =
+            transfer::send(node, store, image, &shipment.reference, first, &bar).await;
+        // The containerd store keeps blobs under the digest they arrived with; when it cannot
+        // find a layer by ours, a full archive is the way in.
+        if let (Err(_), true) = (&attempt, first > 0) {
+            first = 0;
+            sent.fell_back_to_full = true;
+            attempt = transfer::send(node, store, image, &shipment.reference, 0, &bar).await;
+        }
+        match attempt {
+            Ok((layers, archive)) => {
+                sent.layer_bytes += layers;
+                sent.archive_bytes += archive;
+            }
+            Err(e) => {
+                bar.finish_and_clear();
+                return NodeOutcome::failed(&node.node, e.to_string());
+            }
+        }
+        let holding = holding(node, shipment, settings).await;
+        if first > 0 && matches!(&holding, Ok(h) if h.state == Holding::Incomplete) {
+            first = 0;
+            sent.completed = true;
+            continue;
+        }
+        break holding;
+    };
+    bar.finish_and_clear();
+    sent.layers_sent = image.layers.len() - first;
+    let action = if first == 0 {
+        Action::Full(sent)
+    } else {
+        Action::Thin(sent)
+    };
+    let outcome = judged(&node.node, holding, shipment, action);
+    if outcome.verified() {
+        transfer::remember_loaded(node, &shipment.reference, image).await;
+        if let Some(stub) = stub {
+            node.remove_untagged(&stub).await;
+        }
+    }
+    outcome
+}
+
+/// What the node holds under the shipment's tag, against what the builder holds.
+pub async fn holding(
+    node: &Engine,
+    shipment: &Shipment,
+    settings: &ShipSettings<'_>,
+) -> Result<verify::NodeHolding> {
+    verify::holding(
+        node,
+        &shipment.reference,
+        settings.checksum_label,
+        &shipment.checksum,
+        &shipment.fingerprint,
+    )
+    .await
+}
+
+/// The outcome of a load, from what the node then holds: `action` if it holds the image,
+/// failed (with what `action` sent) otherwise.
+pub fn judged(
+    node: &str,
+    holding: Result<verify::NodeHolding>,
+    shipment: &Shipment,
+    action: Action,
+) -> NodeOutcome {
+    let error = match holding {
+        Ok(h) if h.state == Holding::Current => return NodeOutcome::new(node, action),
+        Ok(h) => format!(
+            "loaded, but the node reports {:?} for {}",
+            h.state, shipment.reference
+        ),
+        Err(e) => format!("loaded, but cannot verify: {e}"),
+    };
+    let transfer = action.transfer();
+    NodeOutcome::new(node, Action::Failed { error, transfer })
+}

@@ -1,0 +1,351 @@
+//! Moving images between an engine and the layer store (`store.rs`), for building and
+//! shipping alike: the builder's export read once into the store (an assembly's or a
+//! normalisation's parent, a shipment), archives written from the store into an engine's load
+//! (a node's thin or full copy, an image hallmark made loaded into the builder), and what an
+//! engine already holds of an image's layers, so that an archive carries only the rest.
+//!
+//! Neither side owns this: `build.rs`, `assemble.rs`, `normalize.rs` and `repro.rs` use it
+//! without importing anything of shipping, and both transports of `distribute` use it.
+
+use crate::engine::{self, Engine, StreamReader};
+use crate::error::{Error, Result};
+use crate::progress;
+// The archive format stays in ship.rs until it has a module of its own (oci.rs).
+use crate::ship::{oci_manifest, write_archive};
+use crate::store::{LayerStore, StoredImage};
+use crate::verify;
+use futures_util::StreamExt;
+use sha2::{Digest as _, Sha256};
+use std::collections::HashSet;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+/// The builder's image as an export needs it: the tag it goes by (the export is asked by tag,
+/// so the archive names it and a node loading it directly gets the tag too), the builder's
+/// id for it (the store remembers the export by it) and its layers in order (a tag that moved
+/// during the export shows there).
+#[derive(Clone, Copy)]
+pub struct OnBuilder<'a> {
+    pub reference: &'a str,
+    pub id: &'a str,
+    pub diff_ids: &'a [String],
+}
+
+/// The image in the layer store, if it is there already.
+pub fn in_store(store: &LayerStore, image: OnBuilder<'_>) -> Option<StoredImage> {
+    store.image(image.id)
+}
+
+/// The builder's `docker save` of the image, by tag.
+pub type ExportStream = futures_util::stream::BoxStream<'static, std::io::Result<bytes::Bytes>>;
+
+pub fn export_stream(builder: &Engine, image: OnBuilder<'_>) -> ExportStream {
+    builder.export(image.reference)
+}
+
+/// Reads `stream` (the builder's export) into the store. With `direct`, the same stream also
+/// goes, as it comes, into that node's load (a full copy): the first node's transfer
+/// overlaps the export instead of waiting for it. Bounded channels on both sides.
+pub async fn export(
+    builder: &Engine,
+    store: &Arc<LayerStore>,
+    image: OnBuilder<'_>,
+    mut stream: ExportStream,
+    direct: Option<(&Engine, &indicatif::ProgressBar)>,
+) -> (Result<StoredImage>, Option<Result<(u64, u64)>>) {
+    let (ingest_sender, reader) = StreamReader::channel();
+    let (node_sender, node_receiver) = tokio::sync::mpsc::channel::<bytes::Bytes>(8);
+    let sent = Arc::new(AtomicU64::new(0));
+    let forward = {
+        let sent = Arc::clone(&sent);
+        let mut node_sender = direct.is_some().then_some(node_sender);
+        async move {
+            while let Some(chunk) = stream.next().await {
+                let chunk = chunk.map_err(|e| std::io::Error::other(e.to_string()));
+                if let (Ok(bytes), Some(sender)) = (&chunk, &node_sender) {
+                    sent.fetch_add(bytes.len() as u64, Ordering::Relaxed);
+                    // A node that stops reading does not stop the export into the store.
+                    if sender.send(bytes.clone()).await.is_err() {
+                        node_sender = None;
+                    }
+                }
+                let failed = chunk.is_err();
+                if ingest_sender.send(chunk).await.is_err() || failed {
+                    break;
+                }
+            }
+        }
+    };
+    let ingest = {
+        let store = Arc::clone(store);
+        async move {
+            tokio::task::spawn_blocking(move || store.ingest(reader))
+                .await
+                .expect("ingest does not panic")
+        }
+    };
+    let load = async {
+        let (node, bar) = direct?;
+        let body = futures_util::stream::unfold(node_receiver, |mut r| async move {
+            r.recv().await.map(|c| (c, r))
+        });
+        Some(
+            load_into(node, image.reference, body, &sent, bar)
+                .await
+                .map(|()| {
+                    let bytes = sent.load(Ordering::Relaxed);
+                    (bytes, bytes)
+                }),
+        )
+    };
+    let ((), stored, loaded) = tokio::join!(forward, ingest, load);
+    // The export went by tag: if the tag moved since the inspect, the layers say so.
+    let stored = stored.and_then(|stored| {
+        if stored.diff_ids() != image.diff_ids {
+            return Err(builder.error(format!(
+                "{} moved during the export; run distribute again",
+                image.reference
+            )));
+        }
+        store.remember(image.id, &stored)?;
+        Ok(stored)
+    });
+    (stored, loaded)
+}
+
+/// The builder's image `reference` in the layer store, exported once if it is not there.
+pub async fn stored_image(
+    builder: &Engine,
+    store: &Arc<LayerStore>,
+    reference: &str,
+) -> Result<(String, StoredImage)> {
+    let inspected = builder
+        .inspect(reference)
+        .await?
+        .ok_or_else(|| builder.error(format!("does not hold {reference}")))?;
+    let id = inspected.id().unwrap_or_default().to_string();
+    let image = OnBuilder {
+        reference,
+        id: &id,
+        diff_ids: inspected.layers(),
+    };
+    if let Some(stored) = in_store(store, image) {
+        return Ok((id, stored));
+    }
+    let stream = export_stream(builder, image);
+    let (stored, _) = export(builder, store, image, stream, None).await;
+    Ok((id, stored?))
+}
+
+/// How many of `chains` (the image's layer chains, in order) the node already holds in the
+/// form its image store needs them.
+///
+/// The classic store keys layers by chain: any image holding a chain holds what a load
+/// needs. The containerd store needs more: the blob each manifest names, under that digest,
+/// in its content store; a layer it unpacked from a registry pull (kept compressed) or
+/// from another archive is no help to ours, and Docker 28 takes such a thin archive and keeps
+/// an image it cannot read (Docker 26 refuses it). So on a containerd store only images
+/// hallmark loaded there count ([`remember_loaded`]), and only if the engine can read them.
+///
+/// The images most likely to share layers are asked first, by name: the image's own tag (an
+/// older build) and its parents. Only if none of them is there are all the node's images
+/// inspected, which on a node with hundreds of images takes seconds.
+pub async fn held_prefix(engine: &Engine, chains: &[String], related: &[String]) -> Result<usize> {
+    let blobs = keeps_blobs(engine).await;
+    let prefix_of = |image: crate::engine::ImageAnswer| {
+        let layers = image.layers();
+        let ours = || {
+            let id = image.id().unwrap_or_default();
+            loaded(id).is_some_and(|s| s.diff_ids() == layers)
+        };
+        if blobs && !ours() {
+            return 0;
+        }
+        let held: HashSet<String> = chain_ids(layers).into_iter().collect();
+        chains.iter().take_while(|c| held.contains(*c)).count()
+    };
+    let mut best = None;
+    for reference in related {
+        if let Some(image) = engine.inspect(reference).await? {
+            best = best.max(Some(prefix_of(image)));
+        }
+    }
+    if let Some(best) = best {
+        return Ok(best);
+    }
+    let mut best = 0;
+    for id in engine.all_image_ids().await? {
+        if let Some(image) = engine.inspect(&id).await? {
+            best = best.max(prefix_of(image));
+        }
+    }
+    Ok(best)
+}
+
+/// Whether the engine keeps images in containerd's content store (the containerd image
+/// store); if it cannot say, it is taken to (the cost is a thin archive carrying more).
+async fn keeps_blobs(engine: &Engine) -> bool {
+    engine
+        .info()
+        .await
+        .map_or(true, |info| info.image_store() == "containerd")
+}
+
+/// Where hallmark notes what it loaded into engines: `<cache>/loaded/<hex>.json`, named by
+/// the engine's id for the image (on a containerd store, the digest of the manifest the load
+/// wrote), holding its config and layer blobs. Apart from the layer store, so that emptying
+/// or pruning the store does not make the nodes look empty; a few hundred bytes an image.
+fn loaded_path(id: &str) -> Option<std::path::PathBuf> {
+    let hex = id.strip_prefix("sha256:")?;
+    let plain = hex.len() == 64 && hex.bytes().all(|b| b.is_ascii_hexdigit());
+    plain.then(|| {
+        crate::project::cache_dir()
+            .join("loaded")
+            .join(format!("{hex}.json"))
+    })
+}
+
+/// What hallmark loaded into an engine that knows it as `id`, if it noted it.
+fn loaded(id: &str) -> Option<StoredImage> {
+    let text = fs_err::read_to_string(loaded_path(id)?).ok()?;
+    serde_json::from_str(&text).ok()
+}
+
+/// After a verified load of `stored` into `node`: notes the node's id for the image, so
+/// that [`held_prefix`] knows which blobs that node's containerd store holds.
+pub async fn remember_loaded(node: &Engine, reference: &str, stored: &StoredImage) {
+    let Ok(Some(image)) = node.inspect(reference).await else {
+        return;
+    };
+    let Some(path) = image.id().and_then(loaded_path) else {
+        return;
+    };
+    if path.exists() {
+        return;
+    }
+    // A note not written costs the next thin archive to this node its thinness, nothing more.
+    let text = serde_json::to_string(stored).expect("serializes");
+    let temporary = path.with_extension(format!("{}.tmp", std::process::id()));
+    let _ = fs_err::create_dir_all(path.parent().expect("a folder"))
+        .and_then(|()| fs_err::write(&temporary, text))
+        .and_then(|()| fs_err::rename(&temporary, &path));
+}
+
+/// The id of the image `reference` names on `node` if the engine lacks some of its content
+/// ([`verify::inspect_whole`]).
+pub async fn incomplete_id(node: &Engine, reference: &str) -> Option<String> {
+    match verify::inspect_whole(node, reference, false).await {
+        Ok(Some((image, false))) => image.id().map(str::to_string),
+        _ => None,
+    }
+}
+
+/// The OCI chain ID of each prefix: what both image stores key layers by.
+pub fn chain_ids(diff_ids: &[String]) -> Vec<String> {
+    let mut chains: Vec<String> = Vec::with_capacity(diff_ids.len());
+    for diff_id in diff_ids {
+        let chain = match chains.last() {
+            None => diff_id.clone(),
+            Some(parent) => format!(
+                "sha256:{}",
+                hex::encode(Sha256::digest(format!("{parent} {diff_id}").as_bytes()))
+            ),
+        };
+        chains.push(chain);
+    }
+    chains
+}
+
+/// Streams an archive holding `image`'s layers from `first` on into `node`'s load; returns
+/// the layer bytes and the archive bytes sent.
+pub async fn send(
+    node: &Engine,
+    store: &Arc<LayerStore>,
+    image: &StoredImage,
+    reference: &str,
+    first: usize,
+    bar: &indicatif::ProgressBar,
+) -> Result<(u64, u64)> {
+    let layer_bytes: u64 = image.layers[first..].iter().map(|l| l.blob.size).sum();
+    bar.set_length(layer_bytes);
+    let written = Arc::new(AtomicU64::new(0));
+    let (store, image_owned, reference_owned) =
+        (Arc::clone(store), image.clone(), reference.to_string());
+    let body = engine::body_from_writer(Some(Arc::clone(&written)), move |writer| {
+        write_archive(&store, &image_owned, &reference_owned, first, writer)
+            .map_err(|e| Error::io(store.root.clone(), e))
+    });
+    load_into(node, reference, body, &written, bar).await?;
+    Ok((layer_bytes, written.load(Ordering::Relaxed)))
+}
+
+/// `docker load` of `body` into `node`, with a progress bar fed by the `sent` counter.
+async fn load_into(
+    node: &Engine,
+    reference: &str,
+    body: impl futures_util::Stream<Item = bytes::Bytes> + Send + 'static,
+    sent: &Arc<AtomicU64>,
+    bar: &indicatif::ProgressBar,
+) -> Result<()> {
+    bar.set_position(0);
+    bar.set_style(progress::transfer_style());
+    bar.set_prefix(node.node.clone());
+    let ticker = {
+        let (bar, sent) = (bar.clone(), Arc::clone(sent));
+        tokio::spawn(async move {
+            loop {
+                bar.set_position(sent.load(Ordering::Relaxed));
+                tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+            }
+        })
+    };
+    let load = node.import(body, true);
+    let failure = engine::follow(load, drop).await;
+    ticker.abort();
+    match failure {
+        Some(message) => Err(node.error(format!("load of {reference} failed: {message}"))),
+        None => Ok(()),
+    }
+}
+
+/// Loads an image hallmark made (`config` and `layers`, the layers already in the store) into
+/// the builder, untagged, sending only the layers from `first` on (the builder holds the
+/// rest). Returns the builder's id for it: the config digest on the classic store, the
+/// manifest digest on the containerd store.
+pub async fn load_made(
+    builder: &Engine,
+    store: &Arc<LayerStore>,
+    config: &serde_json::Value,
+    layers: Vec<crate::store::StoredLayer>,
+    first: usize,
+) -> Result<String> {
+    let bytes = serde_json::to_vec(config).expect("config serializes");
+    let (digest, size) = store.add_blob(|out| out.write_all(&bytes))?;
+    let image = StoredImage {
+        config: crate::store::Blob {
+            digest,
+            size,
+            media_type: "application/vnd.oci.image.config.v1+json".into(),
+        },
+        layers,
+    };
+    let hidden = indicatif::ProgressBar::hidden();
+    send(builder, store, &image, "", first, &hidden).await?;
+    let (manifest_digest, _) = oci_manifest(&image);
+    for id in [image.config.digest.clone(), manifest_digest] {
+        if let Some(loaded) = builder.inspect(&id).await? {
+            // A containerd store that took the thin archive without the parent's blobs under
+            // our digests (Docker 28 answers a stub, Docker 26 leaves it out of its list):
+            // every layer completes it.
+            if first > 0 && (verify::incomplete(&loaded) || !builder.lists(&id).await?) {
+                send(builder, store, &image, "", 0, &hidden).await?;
+            }
+            store.remember(&id, &image)?;
+            return Ok(id);
+        }
+    }
+    Err(builder.error(format!(
+        "the image {} hallmark loaded cannot be found",
+        image.config.digest
+    )))
+}
