@@ -115,5 +115,5 @@ pub async fn config_digest(
     }
     let store = Arc::new(LayerStore::open(cache));
     let (id, stored) = ship::stored_image(builder, &store, &id).await?;
-    Ok(Some((id, stored.config.digest)))
+    Ok(Some((id, stored.config.digest.to_string())))
 }

@@ -22,6 +22,7 @@ pub mod error;
 pub mod fetch;
 pub mod lock;
 pub mod normalize;
+pub mod oci;
 pub mod patches;
 pub mod pins;
 pub mod plan;

@@ -10,6 +10,7 @@
 
 use crate::engine::{self, Engine, StreamReader};
 use crate::error::{Error, Result};
+use crate::oci::{self, Reference};
 use crate::store::{LayerStore, StoredImage};
 use crate::verify::{self, Holding};
 use bollard::query_parameters::ImportImageOptionsBuilder;
@@ -17,7 +18,6 @@ use futures_util::StreamExt;
 use serde::Serialize;
 use sha2::{Digest as _, Sha256};
 use std::collections::{BTreeMap, HashSet};
-use std::io::Write;
 use std::path::Path;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -702,10 +702,14 @@ pub async fn send(
     let layer_bytes: u64 = image.layers[first..].iter().map(|l| l.blob.size).sum();
     bar.set_length(layer_bytes);
     let written = Arc::new(AtomicU64::new(0));
-    let (store, image_owned, reference_owned) =
-        (Arc::clone(store), image.clone(), reference.to_string());
+    // An empty reference loads the image untagged (assembly tags it after its smoke tests).
+    let tagged = match reference {
+        "" => None,
+        reference => Some(Reference::parse(reference).map_err(|e| node.error(e))?),
+    };
+    let (store, image_owned) = (Arc::clone(store), image.clone());
     let body = engine::body_from_writer(Some(Arc::clone(&written)), move |writer| {
-        write_archive(&store, &image_owned, &reference_owned, first, writer)
+        oci::archive::write(&store, &image_owned, tagged.as_ref(), first, writer)
             .map_err(|e| Error::io(store.root.clone(), e))
     });
     load_into(node, reference, body, &written, bar).await?;
@@ -776,14 +780,14 @@ pub async fn load_made(
         config: crate::store::Blob {
             digest,
             size,
-            media_type: "application/vnd.oci.image.config.v1+json".into(),
+            media_type: oci::archive::CONFIG.into(),
         },
         layers,
     };
     let hidden = indicatif::ProgressBar::hidden();
     send(builder, store, &image, "", first, &hidden).await?;
-    let (manifest_digest, _) = oci_manifest(&image);
-    for id in [image.config.digest.clone(), manifest_digest] {
+    let (manifest_digest, _) = oci::archive::manifest(&image);
+    for id in [image.config.digest.to_string(), manifest_digest.to_string()] {
         if let Some(loaded) = builder.inspect(&id).await? {
             // A containerd store that took the thin archive without the parent's blobs under
             // our digests (Docker 28 answers a stub, Docker 26 leaves it out of its list):
@@ -799,128 +803,6 @@ pub async fn load_made(
         "the image {} hallmark loaded cannot be found",
         image.config.digest
     )))
-}
-
-/// The OCI manifest hallmark writes for `image`, and its digest (the image's id on a
-/// containerd image store).
-pub fn oci_manifest(image: &StoredImage) -> (String, String) {
-    let descriptor = |blob: &crate::store::Blob| serde_json::json!({"mediaType": blob.media_type, "digest": blob.digest, "size": blob.size});
-    let manifest = serde_json::json!({
-        "schemaVersion": 2,
-        "mediaType": "application/vnd.oci.image.manifest.v1+json",
-        "config": descriptor(&image.config),
-        "layers": image.layers.iter().map(|l| descriptor(&l.blob)).collect::<Vec<_>>(),
-    })
-    .to_string();
-    (
-        format!(
-            "sha256:{}",
-            hex::encode(Sha256::digest(manifest.as_bytes()))
-        ),
-        manifest,
-    )
-}
-
-/// `docker.io/library/hello:latest` from `hello:latest`, as the containerd store names images.
-fn qualified(reference: &str) -> String {
-    let first = reference.split('/').next().unwrap_or_default();
-    let has_registry = reference.contains('/')
-        && (first.contains('.') || first.contains(':') || first == "localhost");
-    match (has_registry, reference.contains('/')) {
-        (true, _) => reference.to_string(),
-        (false, true) => format!("docker.io/{reference}"),
-        (false, false) => format!("docker.io/library/{reference}"),
-    }
-}
-
-/// The archive: OCI layout plus docker `manifest.json`, every layer listed, the layers from
-/// `first` on included.
-fn write_archive(
-    store: &LayerStore,
-    image: &StoredImage,
-    reference: &str,
-    first: usize,
-    out: &mut impl Write,
-) -> std::io::Result<()> {
-    let mut tar = tar::Builder::new(out);
-    let add =
-        |tar: &mut tar::Builder<&mut _>, path: &str, size: u64, data: &mut dyn std::io::Read| {
-            let mut header = tar::Header::new_gnu();
-            header.set_mode(0o444);
-            header.set_size(size);
-            header.set_mtime(0);
-            header.set_entry_type(tar::EntryType::Regular);
-            tar.append_data(&mut header, path, data)
-        };
-    let blob_path = |digest: &str| format!("blobs/sha256/{}", digest.trim_start_matches("sha256:"));
-    let layout = br#"{"imageLayoutVersion":"1.0.0"}"#;
-    add(
-        &mut tar,
-        "oci-layout",
-        layout.len() as u64,
-        &mut &layout[..],
-    )?;
-    let mut config = fs_err::File::open(store.blob_path(&image.config.digest))?;
-    add(
-        &mut tar,
-        &blob_path(&image.config.digest),
-        image.config.size,
-        &mut config,
-    )?;
-    for layer in &image.layers[first..] {
-        let mut file = fs_err::File::open(store.blob_path(&layer.blob.digest))?;
-        add(
-            &mut tar,
-            &blob_path(&layer.blob.digest),
-            layer.blob.size,
-            &mut file,
-        )?;
-    }
-    let (manifest_digest, manifest) = oci_manifest(image);
-    add(
-        &mut tar,
-        &blob_path(&manifest_digest),
-        manifest.len() as u64,
-        &mut manifest.as_bytes(),
-    )?;
-    // An empty reference loads the image untagged (assembly tags it after its smoke tests).
-    let annotations = match reference {
-        "" => serde_json::json!({}),
-        _ => {
-            let tag = reference.rsplit_once(':').map_or("latest", |(_, t)| t);
-            serde_json::json!({"io.containerd.image.name": qualified(reference), "org.opencontainers.image.ref.name": tag})
-        }
-    };
-    let index = serde_json::json!({
-        "schemaVersion": 2,
-        "mediaType": "application/vnd.oci.image.index.v1+json",
-        "manifests": [{
-            "mediaType": "application/vnd.oci.image.manifest.v1+json",
-            "digest": manifest_digest,
-            "size": manifest.len(),
-            "annotations": annotations,
-        }],
-    })
-    .to_string();
-    add(
-        &mut tar,
-        "index.json",
-        index.len() as u64,
-        &mut index.as_bytes(),
-    )?;
-    let docker_manifest = serde_json::json!([{
-        "Config": blob_path(&image.config.digest),
-        "RepoTags": if reference.is_empty() { vec![] } else { vec![reference] },
-        "Layers": image.layers.iter().map(|l| blob_path(&l.blob.digest)).collect::<Vec<_>>(),
-    }])
-    .to_string();
-    add(
-        &mut tar,
-        "manifest.json",
-        docker_manifest.len() as u64,
-        &mut docker_manifest.as_bytes(),
-    )?;
-    tar.finish()
 }
 
 fn remembered_full_nodes(state_dir: &Path) -> BTreeMap<String, String> {
