@@ -185,7 +185,7 @@ async fn up_to_date(
     let Some(id) = found.first() else {
         return Ok(None);
     };
-    engine.tag(id, &reference).await?;
+    engine.tag(id, &image.loaded.image_reference()).await?;
     Ok(Some((
         id.clone(),
         engine.inspect(id).await?.and_then(|i| i.size),
@@ -331,7 +331,7 @@ async fn build_into(
         )));
     }
 
-    engine.tag(&id, &reference).await?;
+    engine.tag(&id, &image.loaded.image_reference()).await?;
     // The engine's raw image (and its build cache) and the unstamped one are superseded.
     for superseded in [record.raw_image_id.as_deref(), Some(made.as_str())]
         .into_iter()

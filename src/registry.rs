@@ -12,6 +12,7 @@
 use crate::config::RegistryConfig;
 use crate::engine::{self, Engine};
 use crate::error::{Error, Result};
+use crate::oci::Reference;
 use crate::ship::{self, Decision, NodeOutcome, ShipSettings, Shipment};
 use crate::store::{LayerStore, StoredImage};
 use crate::verify::Holding;
@@ -334,12 +335,21 @@ fn which(names: &[&str]) -> Option<PathBuf> {
     })
 }
 
-/// `name:tag` split at the tag's colon (a registry port's colon comes before a `/`).
-fn repository_and_tag(reference: &str) -> (&str, &str) {
-    match reference.rsplit_once(':') {
-        Some((repository, tag)) if !tag.contains('/') => (repository, tag),
-        _ => (reference, "latest"),
-    }
+/// The shipment's reference, and the same repository and tag under the registry's address.
+fn registry_reference(
+    engine: &Engine,
+    registry: &Registry,
+    shipment: &Shipment,
+) -> Result<(Reference, Reference)> {
+    let reference = Reference::parse(&shipment.reference).map_err(|e| engine.error(e))?;
+    let at_registry = format!(
+        "{}/{}:{}",
+        registry.address,
+        reference.name(),
+        reference.tag_or_latest()
+    );
+    let at_registry = Reference::parse(&at_registry).map_err(|e| engine.error(e))?;
+    Ok((reference, at_registry))
 }
 
 /// Distributes one image to `nodes` (already connected) through `registry`, starting it
@@ -512,15 +522,13 @@ async fn push(
     registry: &Registry,
     shipment: &Shipment,
 ) -> Result<(usize, usize)> {
-    let (repository, tag) = repository_and_tag(&shipment.reference);
-    let target = format!("{}/{repository}", registry.address);
-    builder
-        .tag(&shipment.image_id, &format!("{target}:{tag}"))
-        .await?;
+    let (_, pushed) = registry_reference(builder, registry, shipment)?;
+    let (target, tag) = (pushed.name(), pushed.tag_or_latest());
+    builder.tag(&shipment.image_id, &pushed).await?;
     let options = PushImageOptionsBuilder::new().tag(tag).build();
     let stream = builder
         .docker
-        .push_image(&target, Some(options), registry.credentials.clone());
+        .push_image(target, Some(options), registry.credentials.clone());
     let (mut sent, mut present) = (0, 0);
     let failure = engine::follow(stream, |info| match info.status.as_deref() {
         Some("Pushed") => sent += 1,
@@ -576,11 +584,10 @@ async fn pull_and_tag(
     shipment: &Shipment,
     bar: &indicatif::ProgressBar,
 ) -> Result<Pulled> {
-    let (repository, tag) = repository_and_tag(&shipment.reference);
-    let source = format!("{}/{repository}", registry.address);
+    let (reference, pulled) = registry_reference(node, registry, shipment)?;
     let options = CreateImageOptionsBuilder::new()
-        .from_image(&source)
-        .tag(tag)
+        .from_image(pulled.name())
+        .tag(pulled.tag_or_latest())
         .build();
     let stream = node
         .docker
@@ -608,8 +615,8 @@ async fn pull_and_tag(
             shipment.reference, registry.address
         )));
     }
-    let pulled = format!("{source}:{tag}");
-    node.tag(&pulled, &shipment.reference).await?;
+    let pulled = pulled.to_string();
+    node.tag(&pulled, &reference).await?;
     untag(node, &pulled).await;
     Ok(Pulled {
         layers,

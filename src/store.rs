@@ -281,7 +281,23 @@ impl LayerStore {
                 }
                 (actual, size)
             }
-            None => self.add_blob(|out| std::io::copy(entry, out).map(drop))?,
+            // Nothing is stored from an entry cut short.
+            None => self.add_blob(|out| {
+                let copied = std::io::copy(entry, out)?;
+                if copied != declared {
+                    return Err(std::io::Error::new(
+                        std::io::ErrorKind::UnexpectedEof,
+                        format!("cut short: its header says {declared} bytes, the archive has {copied}"),
+                    ));
+                }
+                Ok(())
+            })
+            .map_err(|e| match e {
+                Error::Io { source, .. } if source.kind() == std::io::ErrorKind::UnexpectedEof => {
+                    invalid(source.to_string())
+                }
+                other => other,
+            })?,
         };
         if size != declared {
             return Err(invalid(format!(
@@ -793,8 +809,11 @@ mod tests {
             ],
             &[],
         );
-        let error = format!("{:?}", store.ingest(bytes.as_slice()).unwrap_err());
-        assert!(error.contains("`layer/layer.tar` appears twice"), "{error}");
+        let error = store.ingest(bytes.as_slice()).unwrap_err().to_string();
+        assert!(
+            error.contains("entry `layer/layer.tar`: appears twice"),
+            "{error}"
+        );
     }
 
     #[test]
@@ -821,8 +840,11 @@ mod tests {
         let mut bytes = archive(&[("layer/layer.tar", &[7u8; 4096])], &[]);
         // The header still says 4096 bytes; the stream ends after 100 of them.
         bytes.truncate(512 + 100);
-        let error = format!("{:?}", store.ingest(bytes.as_slice()).unwrap_err());
-        assert!(error.contains("image archive"), "{error}");
+        let error = store.ingest(bytes.as_slice()).unwrap_err().to_string();
+        assert!(
+            error.contains("the image archive, entry `layer/layer.tar`"),
+            "{error}"
+        );
         // Nothing half-written is left as a blob.
         let blobs = dir.path().join("store/blobs/sha256");
         assert!(!blobs.exists() || fs_err::read_dir(&blobs).unwrap().count() == 0);

@@ -236,6 +236,19 @@ impl fmt::Display for Reference {
     }
 }
 
+/// The reference compared as written (a pin's `ref` against the spec's `from.ref`).
+impl PartialEq<str> for Reference {
+    fn eq(&self, other: &str) -> bool {
+        self.to_string() == other
+    }
+}
+
+impl PartialEq<&str> for Reference {
+    fn eq(&self, other: &&str) -> bool {
+        self.to_string() == *other
+    }
+}
+
 impl std::str::FromStr for Reference {
     type Err = String;
     fn from_str(s: &str) -> Result<Self, String> {

@@ -94,6 +94,9 @@ mod tests {
         assert_eq!(names[0], b"./BZh");
         assert_eq!(names[2], long.as_bytes());
         assert_eq!(names[3], b"./\xff");
-        assert_eq!(crate::oci::Digest::of(&bytes).as_str(), "PIN");
+        assert_eq!(
+            crate::oci::Digest::of(&bytes).as_str(),
+            "sha256:c5b061f6001e0ba6e9feebe305eb8827519fc13ae65d0d917133b697ec85ad8e"
+        );
     }
 }
