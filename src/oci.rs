@@ -13,5 +13,5 @@ pub mod digest;
 pub mod reference;
 pub mod tar;
 
-pub use digest::{Digest, Sha256Writer};
+pub use digest::{Digest, Hashing};
 pub use reference::Reference;

@@ -18,7 +18,7 @@
 use crate::error::{Error, Result};
 use crate::oci::archive::{self, DockerManifest};
 use crate::oci::digest::hex_of;
-use crate::oci::{Digest, Sha256Writer};
+use crate::oci::{Digest, Hashing};
 use serde::{Deserialize, Serialize};
 use sha2::{Digest as _, Sha256};
 use std::collections::{HashMap, HashSet};
@@ -391,7 +391,7 @@ impl LayerStore {
         let tmp_dir = self.root.join("tmp");
         fs_err::create_dir_all(&tmp_dir).map_err(|e| Error::io(&tmp_dir, e))?;
         let tmp = tempfile::NamedTempFile::new_in(&tmp_dir).map_err(|e| Error::io(&tmp_dir, e))?;
-        let mut hashing = Sha256Writer::new(std::io::BufWriter::new(tmp));
+        let mut hashing = Hashing::new(std::io::BufWriter::new(tmp));
         write(&mut hashing)
             .and_then(|()| hashing.flush())
             .map_err(|e| Error::io(&tmp_dir, e))?;

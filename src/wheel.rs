@@ -10,9 +10,10 @@
 //! not into a stream, and is not published for use outside uv; writing a layer directly keeps
 //! the layer deterministic and never touches the host's filesystem.
 
+use crate::oci::Hashing;
+use crate::oci::tar;
 use base64::Engine as _;
 use serde::{Deserialize, Serialize};
-use sha2::{Digest as _, Sha256};
 use std::collections::BTreeSet;
 use std::io::{Read, Write};
 use std::path::Path;
@@ -476,13 +477,7 @@ impl<W: Write> LayerWriter<'_, W> {
         for part in &parts[..parts.len() - 1] {
             current = format!("{current}/{part}");
             if self.dirs.insert(current.clone()) {
-                let mut header = tar::Header::new_gnu();
-                header.set_entry_type(tar::EntryType::Directory);
-                header.set_mode(0o755);
-                header.set_size(0);
-                header.set_mtime(self.mtime);
-                header.set_uid(0);
-                header.set_gid(0);
+                let mut header = tar::owned(tar::EntryType::Directory, 0o755, 0, self.mtime, 0, 0);
                 self.tar.append_data(
                     &mut header,
                     format!("{}/", current.trim_start_matches('/')),
@@ -502,33 +497,11 @@ impl<W: Write> LayerWriter<'_, W> {
         data: &mut dyn Read,
     ) -> std::io::Result<(String, u64)> {
         self.parents(path)?;
-        let mut header = tar::Header::new_gnu();
-        header.set_entry_type(tar::EntryType::Regular);
-        header.set_mode(mode);
-        header.set_size(size);
-        header.set_mtime(self.mtime);
-        header.set_uid(0);
-        header.set_gid(0);
-        let mut hashing = HashingReader {
-            inner: data,
-            hasher: Sha256::new(),
-        };
+        let mut header = tar::owned(tar::EntryType::Regular, mode, size, self.mtime, 0, 0);
+        let mut hashing = Hashing::new(data);
         self.tar
             .append_data(&mut header, path.trim_start_matches('/'), &mut hashing)?;
-        Ok((record_hash(&hashing.hasher.finalize()), size))
-    }
-}
-
-struct HashingReader<'a> {
-    inner: &'a mut dyn Read,
-    hasher: Sha256,
-}
-
-impl Read for HashingReader<'_> {
-    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
-        let n = self.inner.read(buf)?;
-        self.hasher.update(&buf[..n]);
-        Ok(n)
+        Ok((record_hash(&hashing.sha256()), size))
     }
 }
 

@@ -45,7 +45,7 @@ impl Digest {
 
     /// The digest and size of what `data` reads.
     pub fn of_reader(data: &mut impl Read) -> std::io::Result<(Digest, u64)> {
-        let mut writer = Sha256Writer::new(std::io::sink());
+        let mut writer = Hashing::new(std::io::sink());
         std::io::copy(data, &mut writer)?;
         Ok(writer.finish().1)
     }
@@ -119,39 +119,46 @@ impl fmt::Display for Digest {
     }
 }
 
-/// Passes writes through to `inner`, hashing and counting what was written: the one hashing
-/// adapter (store blobs, layers hallmark writes, context files checked on their way).
-pub struct Sha256Writer<W> {
-    inner: W,
+/// Passes reads or writes through to `inner`, hashing and counting the bytes: the one
+/// hashing adapter (blobs written to the store, wheel files on their way into a layer,
+/// context files checked against their checksum as they are copied).
+pub struct Hashing<T> {
+    inner: T,
     hasher: Sha256,
     size: u64,
 }
 
-impl<W> Sha256Writer<W> {
-    pub fn new(inner: W) -> Self {
-        Sha256Writer {
+impl<T> Hashing<T> {
+    pub fn new(inner: T) -> Self {
+        Hashing {
             inner,
             hasher: Sha256::new(),
             size: 0,
         }
     }
 
-    /// Bytes written so far.
+    /// Bytes passed so far.
     pub fn size(&self) -> u64 {
         self.size
     }
 
-    pub fn get_mut(&mut self) -> &mut W {
-        &mut self.inner
+    /// The digest of the bytes passed so far.
+    pub fn digest(&self) -> Digest {
+        Digest::of_hasher(self.hasher.clone())
     }
 
-    /// The inner writer, and the digest and size of everything written.
-    pub fn finish(self) -> (W, (Digest, u64)) {
+    /// The inner reader or writer, and the digest and size of everything passed.
+    pub fn finish(self) -> (T, (Digest, u64)) {
         (self.inner, (Digest::of_hasher(self.hasher), self.size))
+    }
+
+    /// The raw sha256 of everything passed (a wheel's RECORD wants it in base64).
+    pub fn sha256(self) -> Vec<u8> {
+        self.hasher.finalize().to_vec()
     }
 }
 
-impl<W: Write> Write for Sha256Writer<W> {
+impl<W: Write> Write for Hashing<W> {
     fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
         let n = self.inner.write(buf)?;
         self.hasher.update(&buf[..n]);
@@ -160,6 +167,15 @@ impl<W: Write> Write for Sha256Writer<W> {
     }
     fn flush(&mut self) -> std::io::Result<()> {
         self.inner.flush()
+    }
+}
+
+impl<R: Read> Read for Hashing<R> {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        let n = self.inner.read(buf)?;
+        self.hasher.update(&buf[..n]);
+        self.size += n as u64;
+        Ok(n)
     }
 }
 

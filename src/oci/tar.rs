@@ -5,7 +5,7 @@
 //! entry for a name longer than the header holds. The same inputs give the same bytes.
 
 use std::io::{Read, Write};
-pub use tar::{Builder, EntryType, Header};
+pub use tar::{Archive, Builder, EntryType, Header};
 
 /// A header with only the fields hallmark decides: type, mode, size and mtime. The owner is
 /// left unset (read as root) unless [`owned`] sets it.
