@@ -149,7 +149,9 @@ fn corpus() -> Vec<Case> {
             "bad image reference in pins",
             vec![
                 spec(FROM),
-                pins(&format!("[base]\nref = \"Example/base:1\"\ndigest = \"{DIGEST}\"\n")),
+                pins(&format!(
+                    "[base]\nref = \"Example/base:1\"\ndigest = \"{DIGEST}\"\n"
+                )),
             ],
             vec!["pins/bad.toml:2", "ref", "`Example` must be lowercase"],
         ),
@@ -157,7 +159,9 @@ fn corpus() -> Vec<Case> {
             "bad tag in a pinned reference",
             vec![
                 spec(FROM),
-                pins(&format!("[base]\nref = \"example/base:-1\"\ndigest = \"{DIGEST}\"\n")),
+                pins(&format!(
+                    "[base]\nref = \"example/base:-1\"\ndigest = \"{DIGEST}\"\n"
+                )),
             ],
             vec!["pins/bad.toml:2", "ref", "`-1` is not a valid tag"],
         ),

@@ -117,8 +117,9 @@ fn index(manifest_digest: &Digest, manifest_size: u64, reference: Option<&Refere
 #[serde(rename_all = "PascalCase")]
 pub struct DockerManifest {
     pub config: String,
+    /// `null` in what `docker save` writes for an untagged image; hallmark writes `[]`.
     #[serde(default)]
-    pub repo_tags: Vec<String>,
+    pub repo_tags: Option<Vec<String>>,
     pub layers: Vec<String>,
 }
 
@@ -163,7 +164,7 @@ pub fn write(
     add("index.json", index.len() as u64, &mut index.as_bytes())?;
     let docker_manifest = sorted_json(&[DockerManifest {
         config: blob_path(&image.config.digest),
-        repo_tags: reference.map(Reference::to_string).into_iter().collect(),
+        repo_tags: Some(reference.map(Reference::to_string).into_iter().collect()),
         layers: image
             .layers
             .iter()
@@ -212,6 +213,15 @@ mod tests {
     /// The values hallmark wrote before the archive code used oci-spec (computed on main
     /// with the `json!` literals): the manifest digest is the image id on a containerd
     /// store, so it may never move.
+    /// Docker writes `"RepoTags": null` for an untagged image; reading it failed every
+    /// assembly on the testbed.
+    #[test]
+    fn an_untagged_docker_manifest_reads() {
+        let text = r#"[{"Config":"blobs/sha256/a","RepoTags":null,"Layers":["blobs/sha256/b"]}]"#;
+        let manifests: Vec<DockerManifest> = serde_json::from_str(text).unwrap();
+        assert_eq!(manifests[0].layers, ["blobs/sha256/b"]);
+    }
+
     #[test]
     fn manifest_digest_is_pinned() {
         let dir = tempfile::tempdir().unwrap();
