@@ -623,7 +623,7 @@ mod tests {
     }
 
     fn sha(bytes: &[u8]) -> String {
-        format!("sha256:{}", hex::encode(Sha256::digest(bytes)))
+        Digest::of(bytes).to_string()
     }
 
     fn image_files(layer: &[u8]) -> (String, String) {
