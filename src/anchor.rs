@@ -11,8 +11,8 @@
 //! for every folder above it, with the parent's mode and owner where the parent has that
 //! folder. Then every engine applies them alike, and alike to the engine-built path.
 
-use crate::context::append;
 use crate::error::{Error, Result};
+use crate::oci::tar::{append, owned};
 use crate::store::{LayerStore, StoredImage};
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::io::{Read, Write};
@@ -236,13 +236,14 @@ impl Anchor {
     ) -> std::io::Result<()> {
         for folder in folders {
             if self.written.insert(folder.path.clone()) {
-                let mut header = tar::Header::new_gnu();
-                header.set_entry_type(tar::EntryType::Directory);
-                header.set_mode(folder.mode);
-                header.set_uid(folder.uid);
-                header.set_gid(folder.gid);
-                header.set_mtime(self.mtime);
-                header.set_size(0);
+                let header = owned(
+                    tar::EntryType::Directory,
+                    folder.mode,
+                    0,
+                    self.mtime,
+                    folder.uid,
+                    folder.gid,
+                );
                 append(
                     out,
                     header,

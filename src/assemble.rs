@@ -16,6 +16,8 @@ use crate::context::FilesArchive;
 use crate::engine::Engine;
 use crate::error::{Error, Result};
 use crate::fetch;
+use crate::oci::Digest;
+use crate::oci::digest::hex_of;
 use crate::plan::PlannedImage;
 use crate::render::{self, rfc3339};
 use crate::spec::ImageSpec;
@@ -166,7 +168,7 @@ fn wheels_layer(
 }
 
 /// A layer hallmark wrote: an uncompressed tar, so its digest is its diff ID.
-fn uncompressed_layer(digest: String, size: u64) -> StoredLayer {
+fn uncompressed_layer(digest: Digest, size: u64) -> StoredLayer {
     StoredLayer {
         diff_id: digest.clone(),
         blob: Blob {
@@ -187,7 +189,7 @@ async fn python_target(
     let cached = store
         .root
         .join("python")
-        .join(format!("{}.json", parent_id.trim_start_matches("sha256:")));
+        .join(format!("{}.json", hex_of(parent_id)));
     if let Some(target) = fs_err::read_to_string(&cached)
         .ok()
         .and_then(|t| wheel::parse_probe_answer(&t).ok())

@@ -8,6 +8,7 @@
 
 use crate::engine::Engine;
 use crate::error::{Error, Result};
+use crate::oci::Reference;
 use crate::pins::{BasePin, DigestKind};
 use crate::plan::PlannedImage;
 use crate::store::LayerStore;
@@ -28,7 +29,7 @@ pub async fn on_builder(
     };
     let found = match pin.kind {
         DigestKind::RepoDigest => {
-            let reference = repo_digest_reference(pin);
+            let reference = repo_digest_reference(pin).to_string();
             builder.inspect(&reference).await?.map(|_| reference)
         }
         DigestKind::ConfigDigest | DigestKind::ImageId => local(builder, pin, cache).await?,
@@ -61,14 +62,8 @@ pub async fn on_builder(
 }
 
 /// `vllm/vllm-openai@sha256:...` from the pin's `ref` (its tag dropped) and digest.
-pub fn repo_digest_reference(pin: &BasePin) -> String {
-    // `host:5000/repo:tag` -> `host:5000/repo`: a colon followed by a `/` is a port.
-    let repository = pin
-        .reference
-        .rsplit_once(':')
-        .filter(|(_, tag)| !tag.contains('/'))
-        .map_or(pin.reference.as_str(), |(repo, _)| repo);
-    format!("{repository}@{}", pin.digest)
+pub fn repo_digest_reference(pin: &BasePin) -> Reference {
+    pin.reference.with_digest(&pin.digest)
 }
 
 fn kind_name(kind: DigestKind) -> &'static str {
@@ -91,7 +86,8 @@ async fn local(builder: &Engine, pin: &BasePin, cache: &Path) -> Result<Option<S
     {
         return Ok(Some(digest));
     }
-    let Some((id, config)) = config_digest(builder, &pin.reference, cache).await? else {
+    let Some((id, config)) = config_digest(builder, &pin.reference.to_string(), cache).await?
+    else {
         return Ok(None);
     };
     Ok((config == digest || (pin.kind == DigestKind::ImageId && id == digest)).then_some(id))
@@ -115,5 +111,5 @@ pub async fn config_digest(
     }
     let store = Arc::new(LayerStore::open(cache));
     let (id, stored) = transfer::stored_image(builder, &store, &id).await?;
-    Ok(Some((id, stored.config.digest)))
+    Ok(Some((id, stored.config.digest.to_string())))
 }

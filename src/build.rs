@@ -184,7 +184,7 @@ async fn up_to_date(
     let Some(id) = found.first() else {
         return Ok(None);
     };
-    engine.tag(id, &reference).await?;
+    engine.tag(id, &image.loaded.image_reference()).await?;
     Ok(Some((
         id.clone(),
         engine.inspect(id).await?.and_then(|i| i.size),
@@ -402,7 +402,7 @@ impl Job<'_> {
                 stamped,
             )));
         }
-        engine.tag(&id, &image.loaded.reference()).await?;
+        engine.tag(&id, &image.loaded.image_reference()).await?;
         // The engine's raw image (and its build cache) and the unstamped one are superseded.
         for superseded in [record.raw_image_id.as_deref(), Some(made.id.as_str())]
             .into_iter()

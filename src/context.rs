@@ -7,13 +7,13 @@
 
 use crate::error::{Error, Result};
 use crate::fetch::{self, Fetched};
+use crate::oci::Hashing;
+use crate::oci::tar::{self, EntryType, Header, append};
 use crate::plan::{ContextFile, PlannedImage};
 use crate::render;
-use sha2::{Digest, Sha256};
 use std::collections::BTreeSet;
 use std::io::{Read, Write};
 use std::path::Path;
-use tar::{EntryType, Header};
 
 struct ContextTar<W: Write> {
     builder: tar::Builder<W>,
@@ -23,14 +23,7 @@ struct ContextTar<W: Write> {
 
 impl<W: Write> ContextTar<W> {
     fn header(&self, kind: EntryType, mode: u32, size: u64) -> Header {
-        let mut header = Header::new_gnu();
-        header.set_entry_type(kind);
-        header.set_mode(mode);
-        header.set_size(size);
-        header.set_mtime(self.mtime);
-        header.set_uid(0);
-        header.set_gid(0);
-        header
+        tar::owned(kind, mode, size, self.mtime, 0, 0)
     }
 
     /// Writes the folders above `path` that are not written yet, so every entry has its
@@ -147,14 +140,7 @@ impl<'a> FilesArchive<'a> {
     }
 
     pub fn header(&self, file: &ContextFile, size: u64) -> Header {
-        let mut header = Header::new_gnu();
-        header.set_entry_type(EntryType::Regular);
-        header.set_mode(file.mode());
-        header.set_size(size);
-        header.set_mtime(self.mtime);
-        header.set_uid(0);
-        header.set_gid(0);
-        header
+        tar::owned(EntryType::Regular, file.mode(), size, self.mtime, 0, 0)
     }
 
     /// The archive's length in bytes: each entry's header blocks (a long name takes more),
@@ -193,68 +179,32 @@ impl<'a> FilesArchive<'a> {
     }
 }
 
-/// Appends an entry named exactly `name`: the tar crate drops a leading `./` from names it
-/// sets, and hallmark's archives keep it. Engines sniff an archive (a layer on load, ADD's
-/// source) for compression by its first bytes, and a first name starting with `BZh` reads as
-/// bzip2: the load fails, or ADD copies the archive instead of unpacking it.
-pub fn append<W: Write>(
-    tar: &mut tar::Builder<W>,
-    header: Header,
-    name: &str,
-    data: impl Read,
-) -> std::io::Result<()> {
-    append_bytes(tar, header, name.as_bytes(), data)
-}
-
-/// [`append`] for a name that need not be UTF-8 (a layer's names are bytes).
-pub fn append_bytes<W: Write>(
-    tar: &mut tar::Builder<W>,
-    mut header: Header,
-    raw: &[u8],
-    data: impl Read,
-) -> std::io::Result<()> {
-    let field = &mut header.as_old_mut().name;
-    if raw.len() > field.len() {
-        // A long name goes first as a `././@LongLink` entry, which is safe to sniff too.
-        use std::os::unix::ffi::OsStrExt;
-        return tar.append_data(&mut header, std::ffi::OsStr::from_bytes(raw), data);
-    }
-    field.fill(0);
-    field[..raw.len()].copy_from_slice(raw);
-    header.set_cksum();
-    tar.append(&header, data)
-}
-
 /// Opens a planned file for copying: its bytes must be the `size` and sha256 they had when
 /// the checksum was computed, or the copy fails (an image never holds other bytes than its
 /// checksum says).
 pub fn open_checked(file: &ContextFile, size: u64) -> std::io::Result<impl Read> {
     Ok(CheckedFile {
-        inner: std::fs::File::open(&file.src)
-            .map_err(|e| std::io::Error::new(e.kind(), format!("{}: {e}", file.src.display())))?
-            .take(size + 1),
+        inner: Hashing::new(
+            std::fs::File::open(&file.src)
+                .map_err(|e| std::io::Error::new(e.kind(), format!("{}: {e}", file.src.display())))?
+                .take(size + 1),
+        ),
         file,
         size,
-        read: 0,
-        hasher: Sha256::new(),
     })
 }
 
 struct CheckedFile<'a, R> {
-    inner: R,
+    inner: Hashing<R>,
     file: &'a ContextFile,
     size: u64,
-    read: u64,
-    hasher: Sha256,
 }
 
 impl<R: Read> Read for CheckedFile<'_, R> {
     fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
         let n = self.inner.read(buf)?;
-        self.read += n as u64;
-        self.hasher.update(&buf[..n]);
-        let changed = self.read > self.size
-            || (n == 0 && hex::encode(self.hasher.clone().finalize()) != self.file.sha256);
+        let changed = self.inner.size() > self.size
+            || (n == 0 && self.inner.digest().hex() != self.file.sha256);
         if changed {
             return Err(std::io::Error::other(format!(
                 "{} changed since its checksum was computed; run the command again",

@@ -295,9 +295,11 @@ impl Engine {
         let _ = self.docker.remove_image(name, Some(options), None).await;
     }
 
-    pub async fn tag(&self, image_id: &str, reference: &str) -> Result<()> {
-        let (repo, tag) = reference.rsplit_once(':').expect("references carry a tag");
-        let options = TagImageOptionsBuilder::new().repo(repo).tag(tag).build();
+    pub async fn tag(&self, image_id: &str, reference: &crate::oci::Reference) -> Result<()> {
+        let options = TagImageOptionsBuilder::new()
+            .repo(reference.name())
+            .tag(reference.tag_or_latest())
+            .build();
         self.docker
             .tag_image(image_id, Some(options))
             .await

@@ -172,6 +172,16 @@ pub enum Error {
         output: String,
     },
 
+    /// An image archive (an engine's export being read into the layer store, or an archive
+    /// written to a file) whose content is not what its format says: the archive and the
+    /// entry are named, not just the io error.
+    #[error("{archive}{}: {message}", entry.as_deref().map(|e| format!(", entry `{e}`")).unwrap_or_default())]
+    Archive {
+        archive: String,
+        entry: Option<String>,
+        message: String,
+    },
+
     /// The user pressed Ctrl-C (SIGINT): the containers hallmark started are removed, no tag
     /// has moved, and nothing unfinished carries a checksum.
     #[error("interrupted: {what}")]
@@ -219,6 +229,7 @@ impl Error {
             | Error::ParentFailed { .. }
             | Error::Template { .. } => 2,
             Error::Io { .. }
+            | Error::Archive { .. }
             | Error::Command { .. }
             | Error::PatchDoesNotApply { .. }
             | Error::Wheel { .. }

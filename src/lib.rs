@@ -3,7 +3,8 @@
 //!
 //! The pipeline runs one way, one module per stage: `spec` + `pins` -> `plan` (graph and
 //! checksum) -> `fetch` (sources, patches, wheels) -> `context` (deterministic tar) ->
-//! `render` (Dockerfile).
+//! `render` (Dockerfile). Image references, digests, OCI archives and the one deterministic tar
+//! writer they all use are typed once in `oci`.
 
 pub mod anchor;
 pub mod assemble;
@@ -21,6 +22,7 @@ pub mod error;
 pub mod fetch;
 pub mod lock;
 pub mod normalize;
+pub mod oci;
 pub mod patches;
 pub mod pins;
 pub mod plan;

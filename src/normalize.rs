@@ -186,17 +186,19 @@ pub fn rewrite_layer<R: Read + Seek>(
     let items = lead_hard_links(items);
     let mut tar = tar::Builder::new(out);
     for item in &items {
-        let mut header = tar::Header::new_gnu();
-        header.set_entry_type(item.kind.entry_type());
-        header.set_mode(item.mode & 0o7777);
-        header.set_uid(item.uid);
-        header.set_gid(item.gid);
-        header.set_mtime(item.mtime.min(source_date));
-        header.set_size(if item.kind == Kind::File {
+        let size = if item.kind == Kind::File {
             item.size
         } else {
             0
-        });
+        };
+        let mut header = crate::oci::tar::owned(
+            item.kind.entry_type(),
+            item.mode & 0o7777,
+            size,
+            item.mtime.min(source_date),
+            item.uid,
+            item.gid,
+        );
         if let Some((major, minor)) = item.device {
             header.set_device_major(major)?;
             header.set_device_minor(minor)?;
@@ -205,7 +207,7 @@ pub fn rewrite_layer<R: Read + Seek>(
             tar.append_pax_extensions([(CAPABILITY, capability.as_slice())])?;
         }
         // `./` first: a layer whose first name starts with `BZh` fails to load
-        // (`context::append`).
+        // (`oci::tar::append`).
         let name = match item.kind {
             Kind::Dir => format!("./{}/", item.path),
             _ => format!("./{}", item.path),
@@ -219,9 +221,9 @@ pub fn rewrite_layer<R: Read + Seek>(
             (Kind::File, _) => {
                 input.seek(SeekFrom::Start(item.data))?;
                 let data = (&mut input).take(item.size);
-                crate::context::append_bytes(&mut tar, header, &bytes(&name), data)?;
+                crate::oci::tar::append_bytes(&mut tar, header, &bytes(&name), data)?;
             }
-            _ => crate::context::append_bytes(&mut tar, header, &bytes(&name), std::io::empty())?,
+            _ => crate::oci::tar::append_bytes(&mut tar, header, &bytes(&name), std::io::empty())?,
         }
     }
     tar.finish()
@@ -687,7 +689,7 @@ mod tests {
                 let e = e.unwrap();
                 let h = e.header();
                 (
-                    // Written as `./path` (context::append): listed as the path.
+                    // Written as `./path` (oci::tar::append): listed as the path.
                     e.path()
                         .unwrap()
                         .display()

@@ -3,6 +3,7 @@
 //! nothing is built or checksummed from it.
 
 use crate::error::{Error, Result};
+use crate::oci::Reference;
 use crate::spec::{LoadedSpec, Parent, parse_toml};
 use crate::values::{Digest, GitCommit, Name, Sha256Hex};
 use serde::{Deserialize, Serialize};
@@ -25,8 +26,9 @@ pub struct Pins {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "kebab-case")]
 pub struct BasePin {
+    /// A bad reference fails parsing here, at its line.
     #[serde(rename = "ref")]
-    pub reference: String,
+    pub reference: Reference,
     pub digest: Digest,
     /// `repo-digest` when the registry's manifest digest is known, `config-digest` for an
     /// image that only exists locally (made with `docker import` or `docker load`).

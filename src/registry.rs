@@ -12,6 +12,7 @@
 use crate::config::RegistryConfig;
 use crate::engine::{self, Engine};
 use crate::error::{Error, Result};
+use crate::oci::Reference;
 use crate::progress::{self, Phases};
 use crate::ship::node;
 use crate::ship::{Action, NodeOutcome, ShipSettings, Shipment, Transfer};
@@ -347,12 +348,21 @@ fn which(names: &[&str]) -> Option<PathBuf> {
     })
 }
 
-/// `name:tag` split at the tag's colon (a registry port's colon comes before a `/`).
-fn repository_and_tag(reference: &str) -> (&str, &str) {
-    match reference.rsplit_once(':') {
-        Some((repository, tag)) if !tag.contains('/') => (repository, tag),
-        _ => (reference, "latest"),
-    }
+/// The shipment's reference, and the same repository and tag under the registry's address.
+fn registry_reference(
+    engine: &Engine,
+    registry: &Registry,
+    shipment: &Shipment,
+) -> Result<(Reference, Reference)> {
+    let reference = Reference::parse(&shipment.reference).map_err(|e| engine.error(e))?;
+    let at_registry = format!(
+        "{}/{}:{}",
+        registry.address,
+        reference.name(),
+        reference.tag_or_latest()
+    );
+    let at_registry = Reference::parse(&at_registry).map_err(|e| engine.error(e))?;
+    Ok((reference, at_registry))
 }
 
 /// Distributes one image to `nodes` (already connected) through `registry`, starting it
@@ -545,12 +555,13 @@ async fn push(
     registry: &Registry,
     shipment: &Shipment,
 ) -> Result<(usize, usize)> {
-    let (repository, tag) = repository_and_tag(&shipment.reference);
-    let target = format!("{}/{repository}", registry.address);
-    builder
-        .tag(&shipment.image_id, &format!("{target}:{tag}"))
-        .await?;
-    let stream = builder.push(&target, tag, registry.credentials.as_ref());
+    let (_, pushed) = registry_reference(builder, registry, shipment)?;
+    builder.tag(&shipment.image_id, &pushed).await?;
+    let stream = builder.push(
+        pushed.name(),
+        pushed.tag_or_latest(),
+        registry.credentials.as_ref(),
+    );
     let (mut sent, mut present) = (0, 0);
     let failure = engine::follow(stream, |info| match info.status.as_deref() {
         Some("Pushed") => sent += 1,
@@ -559,7 +570,11 @@ async fn push(
     })
     .await;
     // The registry's name for the image is hallmark's business, not the builder's.
-    untag(builder, &format!("{target}:{tag}")).await;
+    untag(
+        builder,
+        &format!("{}:{}", pushed.name(), pushed.tag_or_latest()),
+    )
+    .await;
     match failure {
         Some(message) => Err(builder.error(format!(
             "push of {} to the registry at {} failed: {message}",
@@ -606,9 +621,12 @@ async fn pull_and_tag(
     shipment: &Shipment,
     bar: &indicatif::ProgressBar,
 ) -> Result<Pulled> {
-    let (repository, tag) = repository_and_tag(&shipment.reference);
-    let source = format!("{}/{repository}", registry.address);
-    let stream = node.pull(&source, tag, registry.credentials.as_ref());
+    let (reference, pulled) = registry_reference(node, registry, shipment)?;
+    let stream = node.pull(
+        pulled.name(),
+        pulled.tag_or_latest(),
+        registry.credentials.as_ref(),
+    );
     // Per layer: (bytes downloaded, bytes to download), as the engine reports them.
     let mut layer_bytes: HashMap<String, (u64, u64)> = HashMap::new();
     let mut layers = 0;
@@ -632,8 +650,8 @@ async fn pull_and_tag(
             shipment.reference, registry.address
         )));
     }
-    let pulled = format!("{source}:{tag}");
-    node.tag(&pulled, &shipment.reference).await?;
+    let pulled = pulled.to_string();
+    node.tag(&pulled, &reference).await?;
     untag(node, &pulled).await;
     Ok(Pulled {
         layers,

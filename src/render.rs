@@ -109,18 +109,11 @@ pub fn parent_reference(image: &PlannedImage, parent_tag: Option<&str>) -> Strin
             .expect("derived images have a parent tag")
             .to_string(),
         (Parent::External(_), Some(base)) => match base.kind {
-            DigestKind::RepoDigest => {
-                let repository = base
-                    .reference
-                    .rsplit_once(':')
-                    .filter(|(_, tag)| !tag.contains('/'));
-                let repository = repository.map_or(base.reference.as_str(), |(repo, _)| repo);
-                format!("{repository}@{}", base.digest)
-            }
+            DigestKind::RepoDigest => crate::base::repo_digest_reference(base).to_string(),
             // A local-only base: a plain `docker build` finds it by its tag on any image store
             // (a containerd store would look a bare config digest up on Docker Hub);
             // `hallmark build` passes the image it checked as HALLMARK_PARENT (base.rs).
-            DigestKind::ConfigDigest | DigestKind::ImageId => base.reference.clone(),
+            DigestKind::ConfigDigest | DigestKind::ImageId => base.reference.to_string(),
         },
         (Parent::External(_), None) => unreachable!("checked pins"),
     }

@@ -24,9 +24,7 @@ use crate::transfer::{self, ExportStream, OnBuilder};
 use crate::verify;
 use futures_util::StreamExt;
 use node::Decision;
-use sha2::{Digest as _, Sha256};
 use std::collections::BTreeMap;
-use std::io::Write;
 use std::path::Path;
 use std::sync::Arc;
 use std::time::Instant;
@@ -312,128 +310,6 @@ impl Distribute<'_> {
         };
         node::run(work, at_once, &self.phases).await
     }
-}
-
-/// The OCI manifest hallmark writes for `image`, and its digest (the image's id on a
-/// containerd image store).
-pub fn oci_manifest(image: &StoredImage) -> (String, String) {
-    let descriptor = |blob: &crate::store::Blob| serde_json::json!({"mediaType": blob.media_type, "digest": blob.digest, "size": blob.size});
-    let manifest = serde_json::json!({
-        "schemaVersion": 2,
-        "mediaType": "application/vnd.oci.image.manifest.v1+json",
-        "config": descriptor(&image.config),
-        "layers": image.layers.iter().map(|l| descriptor(&l.blob)).collect::<Vec<_>>(),
-    })
-    .to_string();
-    (
-        format!(
-            "sha256:{}",
-            hex::encode(Sha256::digest(manifest.as_bytes()))
-        ),
-        manifest,
-    )
-}
-
-/// `docker.io/library/hello:latest` from `hello:latest`, as the containerd store names images.
-fn qualified(reference: &str) -> String {
-    let first = reference.split('/').next().unwrap_or_default();
-    let has_registry = reference.contains('/')
-        && (first.contains('.') || first.contains(':') || first == "localhost");
-    match (has_registry, reference.contains('/')) {
-        (true, _) => reference.to_string(),
-        (false, true) => format!("docker.io/{reference}"),
-        (false, false) => format!("docker.io/library/{reference}"),
-    }
-}
-
-/// The archive: OCI layout plus docker `manifest.json`, every layer listed, the layers from
-/// `first` on included.
-pub(crate) fn write_archive(
-    store: &LayerStore,
-    image: &StoredImage,
-    reference: &str,
-    first: usize,
-    out: &mut impl Write,
-) -> std::io::Result<()> {
-    let mut tar = tar::Builder::new(out);
-    let add =
-        |tar: &mut tar::Builder<&mut _>, path: &str, size: u64, data: &mut dyn std::io::Read| {
-            let mut header = tar::Header::new_gnu();
-            header.set_mode(0o444);
-            header.set_size(size);
-            header.set_mtime(0);
-            header.set_entry_type(tar::EntryType::Regular);
-            tar.append_data(&mut header, path, data)
-        };
-    let blob_path = |digest: &str| format!("blobs/sha256/{}", digest.trim_start_matches("sha256:"));
-    let layout = br#"{"imageLayoutVersion":"1.0.0"}"#;
-    add(
-        &mut tar,
-        "oci-layout",
-        layout.len() as u64,
-        &mut &layout[..],
-    )?;
-    let mut config = fs_err::File::open(store.blob_path(&image.config.digest))?;
-    add(
-        &mut tar,
-        &blob_path(&image.config.digest),
-        image.config.size,
-        &mut config,
-    )?;
-    for layer in &image.layers[first..] {
-        let mut file = fs_err::File::open(store.blob_path(&layer.blob.digest))?;
-        add(
-            &mut tar,
-            &blob_path(&layer.blob.digest),
-            layer.blob.size,
-            &mut file,
-        )?;
-    }
-    let (manifest_digest, manifest) = oci_manifest(image);
-    add(
-        &mut tar,
-        &blob_path(&manifest_digest),
-        manifest.len() as u64,
-        &mut manifest.as_bytes(),
-    )?;
-    // An empty reference loads the image untagged (assembly tags it after its smoke tests).
-    let annotations = match reference {
-        "" => serde_json::json!({}),
-        _ => {
-            let tag = reference.rsplit_once(':').map_or("latest", |(_, t)| t);
-            serde_json::json!({"io.containerd.image.name": qualified(reference), "org.opencontainers.image.ref.name": tag})
-        }
-    };
-    let index = serde_json::json!({
-        "schemaVersion": 2,
-        "mediaType": "application/vnd.oci.image.index.v1+json",
-        "manifests": [{
-            "mediaType": "application/vnd.oci.image.manifest.v1+json",
-            "digest": manifest_digest,
-            "size": manifest.len(),
-            "annotations": annotations,
-        }],
-    })
-    .to_string();
-    add(
-        &mut tar,
-        "index.json",
-        index.len() as u64,
-        &mut index.as_bytes(),
-    )?;
-    let docker_manifest = serde_json::json!([{
-        "Config": blob_path(&image.config.digest),
-        "RepoTags": if reference.is_empty() { vec![] } else { vec![reference] },
-        "Layers": image.layers.iter().map(|l| blob_path(&l.blob.digest)).collect::<Vec<_>>(),
-    }])
-    .to_string();
-    add(
-        &mut tar,
-        "manifest.json",
-        docker_manifest.len() as u64,
-        &mut docker_manifest.as_bytes(),
-    )?;
-    tar.finish()
 }
 
 fn remembered_full_nodes(state_dir: &Path) -> BTreeMap<String, String> {

@@ -6,7 +6,8 @@
 //! with the line of the offending key.
 
 use crate::error::{Error, Location, Result};
-use crate::values::{ImagePath, Name, RelativePath, reference};
+use crate::oci::reference::{self, Reference};
+use crate::values::{ImagePath, Name, RelativePath};
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
@@ -187,8 +188,14 @@ impl LoadedSpec {
         self.spec.image.name.as_ref().unwrap_or(&self.name).as_str()
     }
 
+    /// `repository:tag`: the reference the built image is tagged with.
+    pub fn image_reference(&self) -> Reference {
+        Reference::tagged(self.repository(), &self.spec.image.tag)
+            .expect("a loaded spec's repository and tag are checked by `validate`")
+    }
+
     pub fn reference(&self) -> String {
-        format!("{}:{}", self.repository(), self.spec.image.tag)
+        self.image_reference().to_string()
     }
 
     pub fn invalid<T>(
@@ -326,7 +333,20 @@ pub fn parse(name: &Name, dir: &Path, path: PathBuf, text: String) -> Result<Loa
     Ok(loaded)
 }
 
+/// The checks the TOML types cannot make, one group of keys at a time; the first problem is
+/// reported at its key.
 fn validate(loaded: &LoadedSpec) -> Result<()> {
+    validate_image(loaded)?;
+    validate_sources(loaded)?;
+    validate_wheels(loaded)?;
+    validate_files(loaded)?;
+    validate_container_and_name(loaded)?;
+    validate_labels_and_env(loaded)?;
+    validate_build(loaded)
+}
+
+/// `from` and `[image]`: the parent, the tag, the source date.
+fn validate_image(loaded: &LoadedSpec) -> Result<()> {
     let spec = &loaded.spec;
     let from = spec.from.get_ref();
     match (&from.image, &from.reference) {
@@ -353,7 +373,7 @@ fn validate(loaded: &LoadedSpec) -> Result<()> {
                     format!("`{reference}` carries a digest; write the tag here, the digest belongs in pins/ (`hallmark lock`)"),
                 );
             }
-            if let Some(why) = reference::reference_error(reference) {
+            if let Err(why) = Reference::parse(reference) {
                 return loaded.invalid(spec.from.span(), "from.ref", why);
             }
         }
@@ -373,6 +393,13 @@ fn validate(loaded: &LoadedSpec) -> Result<()> {
         );
     }
 
+    Ok(())
+}
+
+/// `[[source]]`: unique names, usable git revisions, destinations that do not overwrite
+/// each other.
+fn validate_sources(loaded: &LoadedSpec) -> Result<()> {
+    let spec = &loaded.spec;
     let mut names = BTreeSet::new();
     for (i, source) in spec.sources.iter().enumerate() {
         if !names.insert(source.name.get_ref().clone()) {
@@ -434,6 +461,12 @@ fn validate(loaded: &LoadedSpec) -> Result<()> {
             }
         }
     }
+    Ok(())
+}
+
+/// `[[wheel]]`: each once, at an exact version.
+fn validate_wheels(loaded: &LoadedSpec) -> Result<()> {
+    let spec = &loaded.spec;
     let mut wheels = BTreeSet::new();
     for wheel in &spec.wheels {
         let normalized = wheel
@@ -464,6 +497,12 @@ fn validate(loaded: &LoadedSpec) -> Result<()> {
             );
         }
     }
+    Ok(())
+}
+
+/// `[[file]]` and `[[smoke]]`: one file per destination, smoke tests named once.
+fn validate_files(loaded: &LoadedSpec) -> Result<()> {
+    let spec = &loaded.spec;
     let mut dests = BTreeSet::new();
     for file in &spec.files {
         if file.dest.get_ref().as_str().ends_with('/') {
@@ -502,6 +541,12 @@ fn validate(loaded: &LoadedSpec) -> Result<()> {
             );
         }
     }
+    Ok(())
+}
+
+/// `[container]` and the image's repository name (`[image] name` or the folder's).
+fn validate_container_and_name(loaded: &LoadedSpec) -> Result<()> {
+    let spec = &loaded.spec;
     if let Some(user) = &spec.container.user {
         let ok = !user.is_empty()
             && user
@@ -516,7 +561,12 @@ fn validate(loaded: &LoadedSpec) -> Result<()> {
         }
     }
     let repository = loaded.repository();
-    if let Some(message) = reference::repository_error(repository) {
+    let named = reference::repository_error(repository).or_else(|| {
+        Reference::tagged(repository, &spec.image.tag)
+            .err()
+            .map(|why| format!("`{repository}` cannot be tagged: {why}"))
+    });
+    if let Some(message) = named {
         // Where `name` is set; a folder name has no place in the text.
         return Err(Error::Invalid {
             path: loaded.path.clone(),
@@ -526,6 +576,12 @@ fn validate(loaded: &LoadedSpec) -> Result<()> {
             hint: Some("rename the folder or set `name` in [image]".into()),
         });
     }
+    Ok(())
+}
+
+/// `[labels]`, `[env]`, `[build.args]`: keys and values a Dockerfile line can carry.
+fn validate_labels_and_env(loaded: &LoadedSpec) -> Result<()> {
+    let spec = &loaded.spec;
     for key in spec.labels.keys() {
         if key.is_empty()
             || key
@@ -567,6 +623,12 @@ fn validate(loaded: &LoadedSpec) -> Result<()> {
             }
         }
     }
+    Ok(())
+}
+
+/// `[build]`: steps and apt packages.
+fn validate_build(loaded: &LoadedSpec) -> Result<()> {
+    let spec = &loaded.spec;
     if !spec.build.apt.is_empty() && !spec.build.network {
         return loaded.invalid_at(
             &["build", "apt"],

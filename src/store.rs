@@ -16,6 +16,9 @@
 //! project still marks.
 
 use crate::error::{Error, Result};
+use crate::oci::archive::{self, DockerManifest};
+use crate::oci::digest::hex_of;
+use crate::oci::{Digest, Hashing};
 use serde::{Deserialize, Serialize};
 use sha2::{Digest as _, Sha256};
 use std::collections::{HashMap, HashSet};
@@ -23,18 +26,21 @@ use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 
-pub const LAYER_TAR: &str = "application/vnd.oci.image.layer.v1.tar";
+pub use crate::oci::archive::LAYER_TAR;
+
+/// The files of an archive being read: each name's digest and size.
+type ArchiveFiles = HashMap<String, (Digest, u64)>;
 
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 pub struct Blob {
-    pub digest: String,
+    pub digest: Digest,
     pub size: u64,
     pub media_type: String,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 pub struct StoredLayer {
-    pub diff_id: String,
+    pub diff_id: Digest,
     pub blob: Blob,
 }
 
@@ -47,7 +53,7 @@ pub struct StoredImage {
 
 impl StoredImage {
     pub fn diff_ids(&self) -> Vec<String> {
-        self.layers.iter().map(|l| l.diff_id.clone()).collect()
+        self.layers.iter().map(|l| l.diff_id.to_string()).collect()
     }
 }
 
@@ -94,20 +100,13 @@ fn open_lock(root: &Path) -> std::io::Result<std::fs::File> {
 }
 
 #[derive(Deserialize)]
-#[serde(rename_all = "PascalCase")]
-struct ArchiveManifest {
-    config: String,
-    layers: Vec<String>,
-}
-
-#[derive(Deserialize)]
 struct ConfigRootFs {
     rootfs: RootFs,
 }
 
 #[derive(Deserialize)]
 struct RootFs {
-    diff_ids: Vec<String>,
+    diff_ids: Vec<Digest>,
 }
 
 impl LayerStore {
@@ -167,15 +166,13 @@ impl LayerStore {
     }
 
     pub fn blob_path(&self, digest: &str) -> PathBuf {
-        self.root
-            .join("blobs/sha256")
-            .join(digest.trim_start_matches("sha256:"))
+        self.root.join("blobs/sha256").join(hex_of(digest))
     }
 
     fn record_path(&self, image_id: &str) -> PathBuf {
         self.root
             .join("images")
-            .join(format!("{}.json", image_id.trim_start_matches("sha256:")))
+            .join(format!("{}.json", hex_of(image_id)))
     }
 
     /// The stored image the builder knows as `image_id`, if every blob is still here.
@@ -198,48 +195,43 @@ impl LayerStore {
 
     /// Reads a `docker save` archive as a stream into the store.
     pub fn ingest(&self, archive: impl Read) -> Result<StoredImage> {
-        let invalid = |message: String| Error::Io {
-            path: self.root.clone(),
-            source: std::io::Error::new(
-                std::io::ErrorKind::InvalidData,
-                format!("image archive: {message}"),
-            ),
+        self.ingest_from("the image archive", archive)
+    }
+
+    /// [`ingest`](Self::ingest), naming the archive `source` (`the export of x from node y`)
+    /// in its errors.
+    pub fn ingest_from(&self, source: &str, archive: impl Read) -> Result<StoredImage> {
+        let files = self.read_entries(source, archive)?;
+        self.image_of(source, &files)
+    }
+
+    /// Stores every regular file of the archive; returns each name (links resolved to
+    /// their targets, inside the archive only) with its digest and size.
+    fn read_entries(&self, source: &str, archive: impl Read) -> Result<ArchiveFiles> {
+        let invalid = |entry: Option<&str>, message: String| Error::Archive {
+            archive: source.to_string(),
+            entry: entry.map(str::to_string),
+            message,
         };
-        let mut files: HashMap<String, (String, u64)> = HashMap::new();
+        let mut files: ArchiveFiles = HashMap::new();
         let mut links: Vec<(String, String)> = Vec::new();
         let mut archive = tar::Archive::new(archive);
-        for entry in archive.entries().map_err(|e| invalid(e.to_string()))? {
-            let mut entry = entry.map_err(|e| invalid(e.to_string()))?;
-            let path = normalize(
-                &entry
-                    .path()
-                    .map_err(|e| invalid(e.to_string()))?
-                    .to_string_lossy(),
-            );
+        for entry in archive
+            .entries()
+            .map_err(|e| invalid(None, e.to_string()))?
+        {
+            let mut entry = entry.map_err(|e| invalid(None, e.to_string()))?;
+            let path = normalize(&String::from_utf8_lossy(&entry.path_bytes()));
+            let invalid = |message: String| invalid(Some(&path), message);
             // `docker save` never writes a name twice; with two, which one a reader takes
             // decides what is loaded, so neither is taken.
             if files.contains_key(&path) || links.iter().any(|(p, _)| *p == path) {
-                return Err(invalid(format!("`{path}` appears twice in the archive")));
+                return Err(invalid("appears twice in the archive".into()));
             }
             match entry.header().entry_type() {
                 tar::EntryType::Regular | tar::EntryType::Continuous => {
-                    // An OCI layout names blobs by digest: one the store holds is only hashed
-                    // on the way through (to check the name), not written again.
-                    let known = path
-                        .strip_prefix("blobs/sha256/")
-                        .map(|hex| format!("sha256:{hex}"))
-                        .filter(|d| self.blob_path(d).is_file());
                     let declared = entry.header().size().map_err(|e| invalid(e.to_string()))?;
-                    let stored = match known {
-                        Some(digest) => self.verify_blob(&mut entry, &digest)?,
-                        None => self.store_blob(&mut entry, declared)?,
-                    };
-                    if stored.1 != declared {
-                        return Err(invalid(format!(
-                            "`{path}` is cut short: its header says {declared} bytes, the archive has {}",
-                            stored.1
-                        )));
-                    }
+                    let stored = self.entry_blob(&path, &mut entry, declared, &invalid)?;
                     files.insert(path, stored);
                 }
                 tar::EntryType::Symlink | tar::EntryType::Link => {
@@ -263,39 +255,101 @@ impl LayerStore {
                 files.insert(path, stored);
             }
         }
+        Ok(files)
+    }
+
+    /// Stores one regular entry of `declared` bytes. An OCI layout names blobs by digest:
+    /// one the store holds is only hashed on the way through (to check the name), not
+    /// written again.
+    fn entry_blob(
+        &self,
+        path: &str,
+        entry: &mut impl Read,
+        declared: u64,
+        invalid: &dyn Fn(String) -> Error,
+    ) -> Result<(Digest, u64)> {
+        let known = path
+            .strip_prefix("blobs/sha256/")
+            .and_then(Digest::from_hex)
+            .filter(|d| self.blob_path(d).is_file());
+        let (digest, size) = match known {
+            Some(named) => {
+                let (actual, size) =
+                    Digest::of_reader(entry).map_err(|e| invalid(e.to_string()))?;
+                if actual != named {
+                    return Err(invalid(format!("blob named {named} has digest {actual}")));
+                }
+                (actual, size)
+            }
+            // Nothing is stored from an entry cut short.
+            None => self.add_blob(|out| {
+                let copied = std::io::copy(entry, out)?;
+                if copied != declared {
+                    return Err(std::io::Error::new(
+                        std::io::ErrorKind::UnexpectedEof,
+                        format!("cut short: its header says {declared} bytes, the archive has {copied}"),
+                    ));
+                }
+                Ok(())
+            })
+            .map_err(|e| match e {
+                Error::Io { source, .. } if source.kind() == std::io::ErrorKind::UnexpectedEof => {
+                    invalid(source.to_string())
+                }
+                other => other,
+            })?,
+        };
+        if size != declared {
+            return Err(invalid(format!(
+                "cut short: its header says {declared} bytes, the archive has {size}"
+            )));
+        }
+        Ok((digest, size))
+    }
+
+    /// The image `manifest.json` describes, from the stored entries.
+    fn image_of(&self, source: &str, files: &ArchiveFiles) -> Result<StoredImage> {
+        let invalid = |entry: &str, message: String| Error::Archive {
+            archive: source.to_string(),
+            entry: Some(entry.to_string()),
+            message,
+        };
         let lookup = |path: &str| {
             files
                 .get(&normalize(path))
                 .cloned()
-                .ok_or_else(|| invalid(format!("`{path}` is named but not in the archive")))
+                .ok_or_else(|| invalid(path, "is named but not in the archive".into()))
         };
         let (manifest_digest, _) = lookup("manifest.json")?;
         let manifest_bytes = fs_err::read(self.blob_path(&manifest_digest))
             .map_err(|e| Error::io(self.blob_path(&manifest_digest), e))?;
-        let manifests: Vec<ArchiveManifest> = serde_json::from_slice(&manifest_bytes)
-            .map_err(|e| invalid(format!("manifest.json: {e}")))?;
+        let manifests: Vec<DockerManifest> = serde_json::from_slice(&manifest_bytes)
+            .map_err(|e| invalid("manifest.json", e.to_string()))?;
         let [manifest] = manifests.as_slice() else {
-            return Err(invalid(format!(
-                "expected one image, manifest.json lists {}",
-                manifests.len()
-            )));
+            return Err(invalid(
+                "manifest.json",
+                format!("expected one image, it lists {}", manifests.len()),
+            ));
         };
         let (config_digest, config_size) = lookup(&manifest.config)?;
         let config_bytes = fs_err::read(self.blob_path(&config_digest))
             .map_err(|e| Error::io(self.blob_path(&config_digest), e))?;
         let config: ConfigRootFs = serde_json::from_slice(&config_bytes)
-            .map_err(|e| invalid(format!("image config: {e}")))?;
+            .map_err(|e| invalid(&manifest.config, format!("image config: {e}")))?;
         if config.rootfs.diff_ids.len() != manifest.layers.len() {
-            return Err(invalid(format!(
-                "the config lists {} layers, manifest.json {}",
-                config.rootfs.diff_ids.len(),
-                manifest.layers.len()
-            )));
+            return Err(invalid(
+                "manifest.json",
+                format!(
+                    "the config lists {} layers, manifest.json {}",
+                    config.rootfs.diff_ids.len(),
+                    manifest.layers.len()
+                ),
+            ));
         }
         let mut layers = Vec::new();
         for (diff_id, path) in config.rootfs.diff_ids.iter().zip(&manifest.layers) {
             let (digest, size) = lookup(path)?;
-            let media_type = if &digest == diff_id {
+            let media_type = if digest == *diff_id {
                 LAYER_TAR.to_string()
             } else {
                 self.sniff_compression(&digest)?
@@ -303,10 +357,11 @@ impl LayerStore {
             // An uncompressed layer's digest is its diff ID: anything else is a layer that is
             // not the one the config names. (A compressed one is checked by the engine that
             // loads it.)
-            if media_type == LAYER_TAR && &digest != diff_id {
-                return Err(invalid(format!(
-                    "layer `{path}` has content {digest}, but the config names {diff_id}"
-                )));
+            if media_type == LAYER_TAR && digest != *diff_id {
+                return Err(invalid(
+                    path,
+                    format!("the layer has content {digest}, but the config names {diff_id}"),
+                ));
             }
             layers.push(StoredLayer {
                 diff_id: diff_id.clone(),
@@ -317,15 +372,14 @@ impl LayerStore {
                 },
             });
         }
-        let image = StoredImage {
+        Ok(StoredImage {
             config: Blob {
-                digest: config_digest.clone(),
+                digest: config_digest,
                 size: config_size,
-                media_type: "application/vnd.oci.image.config.v1+json".into(),
+                media_type: archive::CONFIG.into(),
             },
             layers,
-        };
-        Ok(image)
+        })
     }
 
     /// Adds a blob written by `write` (a layer or a config hallmark makes); returns its
@@ -333,21 +387,16 @@ impl LayerStore {
     pub fn add_blob(
         &self,
         write: impl FnOnce(&mut dyn Write) -> std::io::Result<()>,
-    ) -> Result<(String, u64)> {
+    ) -> Result<(Digest, u64)> {
         let tmp_dir = self.root.join("tmp");
         fs_err::create_dir_all(&tmp_dir).map_err(|e| Error::io(&tmp_dir, e))?;
         let tmp = tempfile::NamedTempFile::new_in(&tmp_dir).map_err(|e| Error::io(&tmp_dir, e))?;
-        let mut hashing = HashingWriter {
-            inner: std::io::BufWriter::new(tmp),
-            hasher: Sha256::new(),
-            size: 0,
-        };
+        let mut hashing = Hashing::new(std::io::BufWriter::new(tmp));
         write(&mut hashing)
-            .and_then(|()| hashing.inner.flush())
+            .and_then(|()| hashing.flush())
             .map_err(|e| Error::io(&tmp_dir, e))?;
-        let digest = format!("sha256:{}", hex::encode(hashing.hasher.finalize()));
-        let tmp = hashing
-            .inner
+        let (inner, (digest, size)) = hashing.finish();
+        let tmp = inner
             .into_inner()
             .map_err(|e| Error::io(&tmp_dir, e.into_error()))?;
         let target = self.blob_path(&digest);
@@ -357,7 +406,7 @@ impl LayerStore {
             tmp.persist(&target)
                 .map_err(|e| Error::io(&target, e.error))?;
         }
-        Ok((digest, hashing.size))
+        Ok((digest, size))
     }
 
     /// An image config from the store, parsed.
@@ -427,11 +476,7 @@ impl LayerStore {
                 write_atomically(&dir.join("root"), project.as_os_str().as_encoded_bytes())
                     .map_err(std::io::Error::other)?;
             }
-            std::fs::File::create(
-                dir.join("images")
-                    .join(image_id.trim_start_matches("sha256:")),
-            )
-            .map(drop)
+            std::fs::File::create(dir.join("images").join(hex_of(image_id))).map(drop)
         };
         let _ = marked();
     }
@@ -445,37 +490,6 @@ impl LayerStore {
             [0x1f, 0x8b, ..] => format!("{LAYER_TAR}+gzip"),
             [0x28, 0xb5, 0x2f, 0xfd] => format!("{LAYER_TAR}+zstd"),
             _ => LAYER_TAR.to_string(),
-        })
-    }
-
-    /// Reads `data` through, checking it is the blob `digest` the store already holds.
-    fn verify_blob(&self, data: &mut impl Read, digest: &str) -> Result<(String, u64)> {
-        let (actual, size) =
-            HashingWriter::digest_of(data).map_err(|e| Error::io(&self.root, e))?;
-        if actual != digest {
-            return Err(Error::Io {
-                path: self.blob_path(digest),
-                source: std::io::Error::new(
-                    std::io::ErrorKind::InvalidData,
-                    format!("image archive: blob named {digest} has digest {actual}"),
-                ),
-            });
-        }
-        Ok((actual, size))
-    }
-
-    /// Copies `data` into the store under its sha256; returns `(sha256:<hex>, size)`.
-    /// Fails without storing anything when `data` holds other than `declared` bytes.
-    fn store_blob(&self, data: &mut impl Read, declared: u64) -> Result<(String, u64)> {
-        self.add_blob(|out| {
-            let copied = std::io::copy(data, out)?;
-            if copied != declared {
-                return Err(std::io::Error::new(
-                    std::io::ErrorKind::UnexpectedEof,
-                    format!("image archive: an entry is cut short: {copied} of {declared} bytes"),
-                ));
-            }
-            Ok(())
         })
     }
 
@@ -494,7 +508,7 @@ impl LayerStore {
                 ));
             }
         };
-        let hex = |id: &str| id.trim_start_matches("sha256:").to_string();
+        let hex = |id: &str| hex_of(id).to_string();
         let mut kept: HashSet<String> = keep.iter().map(|id| hex(id)).collect();
         let own = self.project_dir(&project);
         let _ = fs_err::remove_dir_all(own.join("images"));
@@ -548,8 +562,8 @@ impl LayerStore {
         let (mut removed, mut bytes) = (0, 0);
         let blobs = self.root.join("blobs/sha256");
         for entry in fs_err::read_dir(&blobs).into_iter().flatten().flatten() {
-            let digest = format!("sha256:{}", entry.file_name().to_string_lossy());
-            if !used.contains(&digest) {
+            let name = entry.file_name().to_string_lossy().into_owned();
+            if !Digest::from_hex(&name).is_some_and(|digest| used.contains(&digest)) {
                 bytes += entry.metadata().map(|m| m.len()).unwrap_or(0);
                 fs_err::remove_file(entry.path()).map_err(|e| Error::io(entry.path(), e))?;
                 removed += 1;
@@ -557,40 +571,6 @@ impl LayerStore {
         }
         let _ = fs_err::remove_dir_all(self.root.join("tmp"));
         Ok((removed, bytes))
-    }
-}
-
-struct HashingWriter<W: Write> {
-    inner: W,
-    hasher: Sha256,
-    size: u64,
-}
-
-impl HashingWriter<std::io::Sink> {
-    /// The `sha256:<hex>` and size of what `data` reads.
-    fn digest_of(data: &mut impl Read) -> std::io::Result<(String, u64)> {
-        let mut writer = HashingWriter {
-            inner: std::io::sink(),
-            hasher: Sha256::new(),
-            size: 0,
-        };
-        std::io::copy(data, &mut writer)?;
-        Ok((
-            format!("sha256:{}", hex::encode(writer.hasher.finalize())),
-            writer.size,
-        ))
-    }
-}
-
-impl<W: Write> Write for HashingWriter<W> {
-    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        let n = self.inner.write(buf)?;
-        self.hasher.update(&buf[..n]);
-        self.size += n as u64;
-        Ok(n)
-    }
-    fn flush(&mut self) -> std::io::Result<()> {
-        self.inner.flush()
     }
 }
 
@@ -643,7 +623,7 @@ mod tests {
     }
 
     fn sha(bytes: &[u8]) -> String {
-        format!("sha256:{}", hex::encode(Sha256::digest(bytes)))
+        Digest::of(bytes).to_string()
     }
 
     fn image_files(layer: &[u8]) -> (String, String) {
@@ -829,8 +809,11 @@ mod tests {
             ],
             &[],
         );
-        let error = format!("{:?}", store.ingest(bytes.as_slice()).unwrap_err());
-        assert!(error.contains("`layer/layer.tar` appears twice"), "{error}");
+        let error = store.ingest(bytes.as_slice()).unwrap_err().to_string();
+        assert!(
+            error.contains("entry `layer/layer.tar`: appears twice"),
+            "{error}"
+        );
     }
 
     #[test]
@@ -857,8 +840,11 @@ mod tests {
         let mut bytes = archive(&[("layer/layer.tar", &[7u8; 4096])], &[]);
         // The header still says 4096 bytes; the stream ends after 100 of them.
         bytes.truncate(512 + 100);
-        let error = format!("{:?}", store.ingest(bytes.as_slice()).unwrap_err());
-        assert!(error.contains("image archive"), "{error}");
+        let error = store.ingest(bytes.as_slice()).unwrap_err().to_string();
+        assert!(
+            error.contains("the image archive, entry `layer/layer.tar`"),
+            "{error}"
+        );
         // Nothing half-written is left as a blob.
         let blobs = dir.path().join("store/blobs/sha256");
         assert!(!blobs.exists() || fs_err::read_dir(&blobs).unwrap().count() == 0);

@@ -11,7 +11,7 @@ use crate::engine::{self, Engine, StreamReader};
 use crate::error::{Error, Result};
 use crate::progress;
 // The archive format stays in ship.rs until it has a module of its own (oci.rs).
-use crate::ship::{oci_manifest, write_archive};
+use crate::oci::{self, Reference};
 use crate::store::{LayerStore, StoredImage};
 use crate::verify;
 use futures_util::StreamExt;
@@ -269,10 +269,14 @@ pub async fn send(
     let layer_bytes: u64 = image.layers[first..].iter().map(|l| l.blob.size).sum();
     bar.set_length(layer_bytes);
     let written = Arc::new(AtomicU64::new(0));
-    let (store, image_owned, reference_owned) =
-        (Arc::clone(store), image.clone(), reference.to_string());
+    // An empty reference loads the image untagged (assembly tags it after its smoke tests).
+    let tagged = match reference {
+        "" => None,
+        reference => Some(Reference::parse(reference).map_err(|e| node.error(e))?),
+    };
+    let (store, image_owned) = (Arc::clone(store), image.clone());
     let body = engine::body_from_writer(Some(Arc::clone(&written)), move |writer| {
-        write_archive(&store, &image_owned, &reference_owned, first, writer)
+        oci::archive::write(&store, &image_owned, tagged.as_ref(), first, writer)
             .map_err(|e| Error::io(store.root.clone(), e))
     });
     load_into(node, reference, body, &written, bar).await?;
@@ -325,14 +329,14 @@ pub async fn load_made(
         config: crate::store::Blob {
             digest,
             size,
-            media_type: "application/vnd.oci.image.config.v1+json".into(),
+            media_type: oci::archive::CONFIG.into(),
         },
         layers,
     };
     let hidden = indicatif::ProgressBar::hidden();
     send(builder, store, &image, "", first, &hidden).await?;
-    let (manifest_digest, _) = oci_manifest(&image);
-    for id in [image.config.digest.clone(), manifest_digest] {
+    let (manifest_digest, _) = oci::archive::manifest(&image);
+    for id in [image.config.digest.to_string(), manifest_digest.to_string()] {
         if let Some(loaded) = builder.inspect(&id).await? {
             // A containerd store that took the thin archive without the parent's blobs under
             // our digests (Docker 28 answers a stub, Docker 26 leaves it out of its list):

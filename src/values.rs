@@ -51,14 +51,7 @@ checked_string!(
     }
 );
 
-checked_string!(
-    /// A content digest as engines write it: `sha256:` and 64 lowercase hex digits.
-    Digest,
-    |s| match s.strip_prefix("sha256:") {
-        Some(hex) if is_lower_hex(hex, 64) => Ok(()),
-        _ => Err(format!("`{s}` is not a digest: expected `sha256:` and 64 lowercase hex digits")),
-    }
-);
+pub use crate::oci::Digest;
 
 checked_string!(
     /// A bare sha256: 64 lowercase hex digits (wheel hashes, checksums).
@@ -136,115 +129,6 @@ fn check_components(rest: &str, whole: &str) -> Result<(), String> {
     Ok(())
 }
 
-/// Docker's reference grammar (distribution/reference), as every engine applies it to the
-/// names and tags hallmark hands over; a name check passes that the engine then refuses
-/// would cost a build.
-pub mod reference {
-    /// The longest name (domain and path) an engine accepts.
-    const NAME_MAX: usize = 255;
-
-    /// A path component: runs of `[a-z0-9]` joined by `.`, `_`, `__` or one or more `-`.
-    pub fn is_path_component(s: &str) -> bool {
-        let bytes = s.as_bytes();
-        let alnum = |b: u8| b.is_ascii_lowercase() || b.is_ascii_digit();
-        let mut i = 0;
-        loop {
-            let start = i;
-            while i < bytes.len() && alnum(bytes[i]) {
-                i += 1;
-            }
-            if i == start {
-                return false;
-            }
-            if i == bytes.len() {
-                return true;
-            }
-            let separator = i;
-            while i < bytes.len() && !alnum(bytes[i]) {
-                i += 1;
-            }
-            let ok = match &s[separator..i] {
-                "." | "_" | "__" => true,
-                dashes => dashes.bytes().all(|b| b == b'-'),
-            };
-            if !ok {
-                return false;
-            }
-        }
-    }
-
-    /// `host[:port]`: dot-separated labels of `[A-Za-z0-9-]` not starting or ending in `-`.
-    fn is_domain(s: &str) -> bool {
-        let (host, port) = match s.rsplit_once(':') {
-            Some((host, port)) => (host, Some(port)),
-            None => (s, None),
-        };
-        let label_ok = |l: &str| {
-            !l.is_empty()
-                && l.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-')
-                && !l.starts_with('-')
-                && !l.ends_with('-')
-        };
-        let port_ok = port.is_none_or(|p| !p.is_empty() && p.bytes().all(|b| b.is_ascii_digit()));
-        host.split('.').all(label_ok) && port_ok
-    }
-
-    /// A tag: a word character, then up to 127 of word characters, `.` and `-`.
-    pub fn tag_error(tag: &str) -> Option<String> {
-        let word = |b: u8| b.is_ascii_alphanumeric() || b == b'_';
-        let ok = tag.len() <= 128
-            && tag.bytes().next().is_some_and(word)
-            && tag.bytes().all(|b| word(b) || b == b'.' || b == b'-');
-        (!ok).then(|| format!("`{tag}` is not a valid tag: 1 to 128 of `A-Z a-z 0-9 _ . -`, starting with a letter, digit or `_`"))
-    }
-
-    /// A repository name hallmark gives an image: one lowercase path component.
-    pub fn repository_error(name: &str) -> Option<String> {
-        if is_path_component(name) && name.len() <= NAME_MAX {
-            return None;
-        }
-        if name.bytes().any(|b| b.is_ascii_uppercase()) {
-            return Some(format!(
-                "`{name}` has capitals; image repositories are lowercase"
-            ));
-        }
-        Some(format!(
-            "`{name}` is not a valid repository name: lowercase letters and digits, joined by `.`, `_`, `__` or `-` (not at either end)"
-        ))
-    }
-
-    /// `[domain/]path[:tag]`, without a digest. The first component is a domain when it holds
-    /// `.` or `:` or is `localhost` (the rule every engine version agrees on).
-    pub fn reference_error(reference: &str) -> Option<String> {
-        let bad = |why: &str| Some(format!("`{reference}` is not an image reference: {why}"));
-        let (name, tag) = match reference.rsplit_once(':') {
-            Some((name, tag)) if !tag.contains('/') => (name, Some(tag)),
-            _ => (reference, None),
-        };
-        if name.len() > NAME_MAX {
-            return bad("the name is longer than 255 characters");
-        }
-        let mut components: Vec<&str> = name.split('/').collect();
-        if components.len() > 1
-            && (components[0].contains(['.', ':']) || components[0] == "localhost")
-        {
-            if !is_domain(components[0]) {
-                return bad(&format!("`{}` is not a registry host", components[0]));
-            }
-            components.remove(0);
-        }
-        if let Some(component) = components.iter().find(|c| !is_path_component(c)) {
-            return bad(&format!(
-                "`{component}` must be lowercase letters and digits, joined by `.`, `_`, `__` or `-`"
-            ));
-        }
-        match tag.and_then(tag_error) {
-            Some(why) => bad(&why),
-            None => None,
-        }
-    }
-}
-
 impl ImagePath {
     /// True if `self` is `other` or lies below it.
     pub fn is_within(&self, other: &ImagePath) -> bool {
@@ -276,43 +160,6 @@ mod tests {
         assert!(!vllm.is_within(&cutlass));
         let sibling = ImagePath::try_from("/workspace/vllm2".to_string()).unwrap();
         assert!(!sibling.is_within(&vllm));
-    }
-
-    #[test]
-    fn references_follow_the_engines_grammar() {
-        use reference::*;
-        for good in ["a", "a-b", "a--b", "a__b", "a.b", "a_b", "a1", "1a"] {
-            assert!(repository_error(good).is_none(), "{good}");
-        }
-        for bad in ["a-", "-a", "a.", "a..b", "a___b", "a._b", "A", "", "a b"] {
-            assert!(repository_error(bad).is_some(), "{bad}");
-        }
-        for good in ["v1", "_x", "1.0-rc", &"a".repeat(128)] {
-            assert!(tag_error(good).is_none(), "{good}");
-        }
-        for bad in ["-x", ".x", "", "a b", "a/b", &"a".repeat(129)] {
-            assert!(tag_error(bad).is_some(), "{bad}");
-        }
-        for good in [
-            "busybox",
-            "vllm/vllm-openai:v0.11.0",
-            "localhost:5000/a/b:1",
-            "registry.example.org/team/app",
-            "Registry.Example.org/app",
-        ] {
-            assert!(reference_error(good).is_none(), "{good}");
-        }
-        for bad in [
-            "Vllm/openai",
-            "vllm/openai:-x",
-            "a-/b",
-            "a/b:",
-            "-bad.host/a",
-            "host:x/a",
-            &format!("{}:1", "a".repeat(256)),
-        ] {
-            assert!(reference_error(bad).is_some(), "{bad}");
-        }
     }
 
     #[test]

@@ -6,6 +6,7 @@
 use crate::engine::Engine;
 use crate::engine::ImageAnswer;
 use crate::error::Result;
+use crate::oci::Reference;
 use serde::Serialize;
 use sha2::{Digest as _, Sha256};
 
@@ -225,10 +226,7 @@ pub async fn holdings(
 }
 
 /// `hello:latest` for `docker.io/library/hello:latest` (the containerd store's spelling).
+/// A name that is not a reference (`<none>:<none>`) is compared as it is.
 fn familiar(reference: &str) -> String {
-    let short = reference
-        .strip_prefix("docker.io/library/")
-        .or_else(|| reference.strip_prefix("docker.io/"))
-        .unwrap_or(reference);
-    short.to_string()
+    Reference::parse(reference).map_or_else(|_| reference.to_string(), |r| r.familiar())
 }

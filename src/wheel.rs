@@ -10,9 +10,10 @@
 //! not into a stream, and is not published for use outside uv; writing a layer directly keeps
 //! the layer deterministic and never touches the host's filesystem.
 
+use crate::oci::Hashing;
+use crate::oci::tar;
 use base64::Engine as _;
 use serde::{Deserialize, Serialize};
-use sha2::{Digest as _, Sha256};
 use std::collections::BTreeSet;
 use std::io::{Read, Write};
 use std::path::Path;
@@ -476,13 +477,7 @@ impl<W: Write> LayerWriter<'_, W> {
         for part in &parts[..parts.len() - 1] {
             current = format!("{current}/{part}");
             if self.dirs.insert(current.clone()) {
-                let mut header = tar::Header::new_gnu();
-                header.set_entry_type(tar::EntryType::Directory);
-                header.set_mode(0o755);
-                header.set_size(0);
-                header.set_mtime(self.mtime);
-                header.set_uid(0);
-                header.set_gid(0);
+                let mut header = tar::owned(tar::EntryType::Directory, 0o755, 0, self.mtime, 0, 0);
                 self.tar.append_data(
                     &mut header,
                     format!("{}/", current.trim_start_matches('/')),
@@ -502,33 +497,11 @@ impl<W: Write> LayerWriter<'_, W> {
         data: &mut dyn Read,
     ) -> std::io::Result<(String, u64)> {
         self.parents(path)?;
-        let mut header = tar::Header::new_gnu();
-        header.set_entry_type(tar::EntryType::Regular);
-        header.set_mode(mode);
-        header.set_size(size);
-        header.set_mtime(self.mtime);
-        header.set_uid(0);
-        header.set_gid(0);
-        let mut hashing = HashingReader {
-            inner: data,
-            hasher: Sha256::new(),
-        };
+        let mut header = tar::owned(tar::EntryType::Regular, mode, size, self.mtime, 0, 0);
+        let mut hashing = Hashing::new(data);
         self.tar
             .append_data(&mut header, path.trim_start_matches('/'), &mut hashing)?;
-        Ok((record_hash(&hashing.hasher.finalize()), size))
-    }
-}
-
-struct HashingReader<'a> {
-    inner: &'a mut dyn Read,
-    hasher: Sha256,
-}
-
-impl Read for HashingReader<'_> {
-    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
-        let n = self.inner.read(buf)?;
-        self.hasher.update(&buf[..n]);
-        Ok(n)
+        Ok((record_hash(&hashing.sha256()), size))
     }
 }
 
@@ -536,7 +509,8 @@ fn invalid(message: String) -> std::io::Error {
     std::io::Error::new(std::io::ErrorKind::InvalidData, message)
 }
 
-/// Installs the wheel at `wheel` into `tar` for `target`.
+/// Installs the wheel at `wheel` into `tar` for `target`, as pip would: its files under
+/// their install schemes, console scripts for its entry points, and a RECORD of them all.
 pub fn install<W: Write>(
     wheel: &Path,
     target: &PythonTarget,
@@ -556,7 +530,32 @@ pub fn install<W: Write>(
         .collect::<Result<_, _>>()
         .map_err(|e| invalid(format!("{file_name}: {e}")))?;
     entries.sort();
-    let dist_info = entries
+    let wheel = Unpacked {
+        dist_info: dist_info(&entries, &name, file_name)?,
+        file_name,
+        name: &name,
+        target,
+        site: target.purelib.trim_end_matches('/').to_string(),
+    };
+    let mut layer = LayerWriter {
+        tar,
+        mtime,
+        dirs: BTreeSet::new(),
+        roots: vec![
+            wheel.site.clone(),
+            target.include.trim_end_matches('/').to_string(),
+        ],
+    };
+    let mut record = wheel.copy_files(&mut archive, &entries, &mut layer)?;
+    if entries.contains(&format!("{}/entry_points.txt", wheel.dist_info)) {
+        wheel.write_scripts(&mut archive, &mut layer, &mut record)?;
+    }
+    wheel.write_record(&mut layer, record)
+}
+
+/// The wheel's `<name>-<version>.dist-info` folder.
+fn dist_info(entries: &[String], name: &WheelName, file_name: &str) -> std::io::Result<String> {
+    entries
         .iter()
         .filter_map(|e| e.split('/').next())
         .find(|top| {
@@ -564,99 +563,125 @@ pub fn install<W: Write>(
                 && crate::pins::wheel_stem(top.trim_end_matches(".dist-info"))
                     .starts_with(&crate::pins::wheel_stem(&name.distribution))
         })
-        .ok_or_else(|| invalid(format!("{file_name}: no .dist-info folder")))?
-        .to_string();
-    let data_dir = format!("{}.data", dist_info.trim_end_matches(".dist-info"));
-    let site = target.purelib.trim_end_matches('/').to_string();
-    let mut layer = LayerWriter {
-        tar,
-        mtime,
-        dirs: BTreeSet::new(),
-        roots: vec![
-            site.clone(),
-            target.include.trim_end_matches('/').to_string(),
-        ],
-    };
-    let mut record: Vec<(String, String, u64)> = Vec::new();
-    let skip = [
-        format!("{dist_info}/RECORD"),
-        format!("{dist_info}/RECORD.jws"),
-        format!("{dist_info}/RECORD.p7s"),
-        format!("{dist_info}/INSTALLER"),
-    ];
+        .map(str::to_string)
+        .ok_or_else(|| invalid(format!("{file_name}: no .dist-info folder")))
+}
 
-    for entry_name in &entries {
-        let mut entry = archive
-            .by_name(entry_name)
-            .map_err(|e| invalid(format!("{file_name}: {e}")))?;
-        if entry.is_dir() || skip.contains(entry_name) {
-            continue;
-        }
-        safe_relative(entry_name).map_err(|m| invalid(format!("{file_name}: {m}")))?;
-        let executable = entry.unix_mode().is_some_and(|m| m & 0o111 != 0);
-        let (path, is_script) = match entry_name.strip_prefix(&format!("{data_dir}/")) {
-            None => (format!("{site}/{entry_name}"), false),
-            Some(rest) => {
-                let (scheme, below) = rest.split_once('/').ok_or_else(|| {
-                    invalid(format!(
-                        "{file_name}: `{entry_name}` is not in a scheme folder"
-                    ))
-                })?;
-                match scheme {
-                    "purelib" | "platlib" => (format!("{site}/{below}"), false),
-                    "scripts" => (
-                        format!("{}/{below}", target.scripts.trim_end_matches('/')),
-                        true,
-                    ),
-                    "headers" => (
-                        format!(
-                            "{}/{}/{below}",
-                            target.include.trim_end_matches('/'),
-                            name.distribution
-                        ),
-                        false,
-                    ),
-                    "data" => (
-                        format!("{}/{below}", target.data.trim_end_matches('/')),
-                        false,
-                    ),
-                    other => {
-                        return Err(invalid(format!(
-                            "{file_name}: unknown install scheme `{other}`"
-                        )));
-                    }
+/// One RECORD line: the path (relative to site-packages), its hash and size.
+type RecordLine = (String, String, u64);
+
+/// A wheel being installed, and where its files go.
+struct Unpacked<'a> {
+    file_name: &'a str,
+    name: &'a WheelName,
+    target: &'a PythonTarget,
+    dist_info: String,
+    /// site-packages (purelib), without a trailing `/`.
+    site: String,
+}
+
+impl Unpacked<'_> {
+    /// Copies every file of the wheel (but its RECORD, signatures and INSTALLER) to its
+    /// install path; scripts get the target's interpreter in their `#!python` line.
+    fn copy_files<W: Write>(
+        &self,
+        archive: &mut zip::ZipArchive<fs_err::File>,
+        entries: &[String],
+        layer: &mut LayerWriter<'_, W>,
+    ) -> std::io::Result<Vec<RecordLine>> {
+        let file_name = self.file_name;
+        let dist_info = &self.dist_info;
+        let skip = [
+            format!("{dist_info}/RECORD"),
+            format!("{dist_info}/RECORD.jws"),
+            format!("{dist_info}/RECORD.p7s"),
+            format!("{dist_info}/INSTALLER"),
+        ];
+        let mut record = Vec::new();
+        for entry_name in entries {
+            let mut entry = archive
+                .by_name(entry_name)
+                .map_err(|e| invalid(format!("{file_name}: {e}")))?;
+            if entry.is_dir() || skip.contains(entry_name) {
+                continue;
+            }
+            safe_relative(entry_name).map_err(|m| invalid(format!("{file_name}: {m}")))?;
+            let executable = entry.unix_mode().is_some_and(|m| m & 0o111 != 0);
+            let (path, is_script) = self.install_path(entry_name)?;
+            let (hash, size) = if is_script {
+                let mut bytes = Vec::new();
+                entry.read_to_end(&mut bytes)?;
+                if bytes.starts_with(b"#!python") {
+                    let end = bytes
+                        .iter()
+                        .position(|&b| b == b'\n')
+                        .unwrap_or(bytes.len());
+                    bytes = [
+                        format!("#!{}", self.target.executable).as_bytes(),
+                        &bytes[end..],
+                    ]
+                    .concat();
                 }
-            }
-        };
-        let (hash, size) = if is_script {
-            let mut bytes = Vec::new();
-            entry.read_to_end(&mut bytes)?;
-            if bytes.starts_with(b"#!python") {
-                let end = bytes
-                    .iter()
-                    .position(|&b| b == b'\n')
-                    .unwrap_or(bytes.len());
-                bytes = [format!("#!{}", target.executable).as_bytes(), &bytes[end..]].concat();
-            }
-            layer.file(&path, 0o755, bytes.len() as u64, &mut bytes.as_slice())?
-        } else {
-            let size = entry.size();
-            layer.file(
-                &path,
-                if executable { 0o755 } else { 0o644 },
-                size,
-                &mut entry,
-            )?
-        };
-        record.push((relative(&site, &path), hash, size));
+                layer.file(&path, 0o755, bytes.len() as u64, &mut bytes.as_slice())?
+            } else {
+                let size = entry.size();
+                let mode = if executable { 0o755 } else { 0o644 };
+                layer.file(&path, mode, size, &mut entry)?
+            };
+            record.push((relative(&self.site, &path), hash, size));
+        }
+        Ok(record)
     }
 
-    // Console and GUI scripts, as pip writes them.
-    let entry_points = format!("{dist_info}/entry_points.txt");
-    if entries.contains(&entry_points) {
+    /// Where the wheel's `entry_name` is installed, and whether it is a script.
+    fn install_path(&self, entry_name: &str) -> std::io::Result<(String, bool)> {
+        let (site, target, file_name) = (&self.site, self.target, self.file_name);
+        let data_dir = format!("{}.data", self.dist_info.trim_end_matches(".dist-info"));
+        let Some(rest) = entry_name.strip_prefix(&format!("{data_dir}/")) else {
+            return Ok((format!("{site}/{entry_name}"), false));
+        };
+        let (scheme, below) = rest.split_once('/').ok_or_else(|| {
+            invalid(format!(
+                "{file_name}: `{entry_name}` is not in a scheme folder"
+            ))
+        })?;
+        Ok(match scheme {
+            "purelib" | "platlib" => (format!("{site}/{below}"), false),
+            "scripts" => (
+                format!("{}/{below}", target.scripts.trim_end_matches('/')),
+                true,
+            ),
+            "headers" => (
+                format!(
+                    "{}/{}/{below}",
+                    target.include.trim_end_matches('/'),
+                    self.name.distribution
+                ),
+                false,
+            ),
+            "data" => (
+                format!("{}/{below}", target.data.trim_end_matches('/')),
+                false,
+            ),
+            other => {
+                return Err(invalid(format!(
+                    "{file_name}: unknown install scheme `{other}`"
+                )));
+            }
+        })
+    }
+
+    /// Console and GUI scripts for the wheel's entry points, as pip writes them.
+    fn write_scripts<W: Write>(
+        &self,
+        archive: &mut zip::ZipArchive<fs_err::File>,
+        layer: &mut LayerWriter<'_, W>,
+        record: &mut Vec<RecordLine>,
+    ) -> std::io::Result<()> {
+        let (file_name, target) = (self.file_name, self.target);
         let mut text = String::new();
         archive
-            .by_name(&entry_points)
+            .by_name(&format!("{}/entry_points.txt", self.dist_info))
             .map_err(|e| invalid(e.to_string()))?
             .read_to_string(&mut text)?;
         let mut section = "";
@@ -687,23 +712,32 @@ pub fn install<W: Write>(
             );
             let path = format!("{}/{script}", target.scripts.trim_end_matches('/'));
             let (hash, size) = layer.file(&path, 0o755, body.len() as u64, &mut body.as_bytes())?;
-            record.push((relative(&site, &path), hash, size));
+            record.push((relative(&self.site, &path), hash, size));
         }
+        Ok(())
     }
 
-    for (file, body) in [("INSTALLER", "hallmark\n"), ("REQUESTED", "")] {
-        let path = format!("{site}/{dist_info}/{file}");
-        let (hash, size) = layer.file(&path, 0o644, body.len() as u64, &mut body.as_bytes())?;
-        record.push((relative(&site, &path), hash, size));
+    /// INSTALLER, REQUESTED and the RECORD of every file installed.
+    fn write_record<W: Write>(
+        &self,
+        layer: &mut LayerWriter<'_, W>,
+        mut record: Vec<RecordLine>,
+    ) -> std::io::Result<()> {
+        let (site, dist_info) = (&self.site, &self.dist_info);
+        for (file, body) in [("INSTALLER", "hallmark\n"), ("REQUESTED", "")] {
+            let path = format!("{site}/{dist_info}/{file}");
+            let (hash, size) = layer.file(&path, 0o644, body.len() as u64, &mut body.as_bytes())?;
+            record.push((relative(site, &path), hash, size));
+        }
+        let mut text: String = record
+            .iter()
+            .map(|(path, hash, size)| format!("{path},{hash},{size}\n"))
+            .collect();
+        text.push_str(&format!("{dist_info}/RECORD,,\n"));
+        let path = format!("{site}/{dist_info}/RECORD");
+        layer.file(&path, 0o644, text.len() as u64, &mut text.as_bytes())?;
+        Ok(())
     }
-    let mut text: String = record
-        .iter()
-        .map(|(path, hash, size)| format!("{path},{hash},{size}\n"))
-        .collect();
-    text.push_str(&format!("{dist_info}/RECORD,,\n"));
-    let path = format!("{site}/{dist_info}/RECORD");
-    layer.file(&path, 0o644, text.len() as u64, &mut text.as_bytes())?;
-    Ok(())
 }
 
 #[cfg(test)]

@@ -146,6 +146,26 @@ fn corpus() -> Vec<Case> {
             vec!["pins/bad.toml:3", "is not a digest"],
         ),
         case(
+            "bad image reference in pins",
+            vec![
+                spec(FROM),
+                pins(&format!(
+                    "[base]\nref = \"Example/base:1\"\ndigest = \"{DIGEST}\"\n"
+                )),
+            ],
+            vec!["pins/bad.toml:2", "ref", "`Example` must be lowercase"],
+        ),
+        case(
+            "bad tag in a pinned reference",
+            vec![
+                spec(FROM),
+                pins(&format!(
+                    "[base]\nref = \"example/base:-1\"\ndigest = \"{DIGEST}\"\n"
+                )),
+            ],
+            vec!["pins/bad.toml:2", "ref", "`-1` is not a valid tag"],
+        ),
+        case(
             "unknown key in pins",
             vec![spec(FROM), pins(&format!("{}tag = \"x\"\n", base_pin()))],
             vec!["pins/bad.toml:4", "unknown field `tag`"],

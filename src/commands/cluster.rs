@@ -36,7 +36,7 @@ impl Session {
             shipment.related.push(current.loaded.reference());
         }
         if let Some(base) = &current.pins.base {
-            shipment.related.push(base.reference.clone());
+            shipment.related.push(base.reference.to_string());
         }
         Ok(shipment)
     }

@@ -5,6 +5,7 @@ use super::{Session, runtime};
 use crate::cli::Selection;
 use crate::error::{Error, Result};
 use crate::lock::{self, BaseResolver};
+use crate::oci::Reference;
 use crate::pins::{BasePin, DigestKind};
 use crate::plan::Plan;
 use crate::project::cache_dir;
@@ -126,11 +127,8 @@ impl BaseResolver for EngineResolver<'_> {
             let Some(image) = engine.inspect(reference).await? else {
                 return Ok(None);
             };
-            // `host:5000/repo:tag` -> `host:5000/repo`: a colon followed by a `/` is a port.
-            let repository = reference
-                .rsplit_once(':')
-                .filter(|(_, tag)| !tag.contains('/'))
-                .map_or(reference, |(r, _)| r);
+            let parsed = Reference::parse(reference).map_err(Error::usage)?;
+            let repository = parsed.name();
             // Only the classic store's repo digests are a registry's: the containerd store
             // names every image by a manifest digest, one it made at `docker load` too.
             let classic = engine.info().await?.image_store() == "classic";
@@ -149,7 +147,7 @@ impl BaseResolver for EngineResolver<'_> {
             let digest =
                 Digest::try_from(digest).map_err(|e| engine.error(format!("{reference}: {e}")))?;
             Ok(Some(BasePin {
-                reference: reference.to_string(),
+                reference: parsed.clone(),
                 digest,
                 kind,
                 entrypoint: image.strings("Entrypoint"),

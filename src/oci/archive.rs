@@ -1,0 +1,262 @@
+//! The archives hallmark streams into `docker load`: the layout Docker 25+ `docker save`
+//! writes (OCI `oci-layout`, `index.json` and `blobs/sha256/`), plus Docker's own
+//! `manifest.json`, so Docker 20.10 and both image stores load it. The manifest lists every
+//! layer; the archive may carry only those from `first` on (a thin archive for a node that
+//! holds the rest).
+//!
+//! JSON is written with its keys sorted (as it always was): the manifest's digest is the
+//! image's id on a containerd image store, so a byte that moved would make every node load
+//! every image again. `manifest_digest_is_pinned` holds it.
+
+use crate::oci::tar::{self, EntryType};
+use crate::oci::{Digest, Reference};
+use crate::store::{Blob, LayerStore, StoredImage};
+use oci_spec::image::{
+    Descriptor, ImageIndexBuilder, ImageManifestBuilder, MediaType, OciLayoutBuilder,
+};
+use serde::{Deserialize, Serialize};
+use std::collections::HashMap;
+use std::io::Write;
+
+/// An uncompressed layer.
+pub const LAYER_TAR: &str = "application/vnd.oci.image.layer.v1.tar";
+/// The media type of an image config, as hallmark lists it in the manifests it writes.
+pub const CONFIG: &str = "application/vnd.oci.image.config.v1+json";
+
+/// `blobs/sha256/<hex>`: where an OCI layout keeps the blob `digest`.
+pub fn blob_path(digest: &Digest) -> String {
+    format!("blobs/sha256/{}", digest.hex())
+}
+
+/// `value` as JSON text with every object's keys in sorted order, whatever order the types
+/// declare them in (and whether or not serde_json preserves insertion order).
+fn sorted_json(value: &impl Serialize) -> String {
+    fn sort(value: serde_json::Value) -> serde_json::Value {
+        match value {
+            serde_json::Value::Object(map) => {
+                let mut entries: Vec<_> = map.into_iter().collect();
+                entries.sort_by(|a, b| a.0.cmp(&b.0));
+                serde_json::Value::Object(entries.into_iter().map(|(k, v)| (k, sort(v))).collect())
+            }
+            serde_json::Value::Array(items) => {
+                serde_json::Value::Array(items.into_iter().map(sort).collect())
+            }
+            other => other,
+        }
+    }
+    sort(serde_json::to_value(value).expect("OCI types serialize")).to_string()
+}
+
+fn descriptor(blob: &Blob) -> Descriptor {
+    Descriptor::new(
+        MediaType::from(blob.media_type.as_str()),
+        blob.size,
+        oci_digest(&blob.digest),
+    )
+}
+
+fn oci_digest(digest: &Digest) -> oci_spec::image::Digest {
+    digest
+        .as_str()
+        .parse()
+        .expect("a checked sha256 digest is an OCI digest")
+}
+
+/// The OCI manifest hallmark writes for `image`, and its digest (the image's id on a
+/// containerd image store).
+pub fn manifest(image: &StoredImage) -> (Digest, String) {
+    let manifest = ImageManifestBuilder::default()
+        .schema_version(2u32)
+        .media_type(MediaType::ImageManifest)
+        .config(descriptor(&image.config))
+        .layers(
+            image
+                .layers
+                .iter()
+                .map(|l| descriptor(&l.blob))
+                .collect::<Vec<_>>(),
+        )
+        .build()
+        .expect("every field of the manifest is set");
+    let text = sorted_json(&manifest);
+    (Digest::of(&text), text)
+}
+
+/// `index.json`: the one manifest, named `reference` (none: the image loads untagged).
+fn index(manifest_digest: &Digest, manifest_size: u64, reference: Option<&Reference>) -> String {
+    let annotations: HashMap<String, String> = match reference {
+        None => HashMap::new(),
+        Some(reference) => HashMap::from([
+            (
+                "io.containerd.image.name".to_string(),
+                reference.qualified(),
+            ),
+            (
+                "org.opencontainers.image.ref.name".to_string(),
+                reference.tag_or_latest().to_string(),
+            ),
+        ]),
+    };
+    let mut entry = Descriptor::new(
+        MediaType::ImageManifest,
+        manifest_size,
+        oci_digest(manifest_digest),
+    );
+    entry.set_annotations(Some(annotations));
+    let index = ImageIndexBuilder::default()
+        .schema_version(2u32)
+        .media_type(MediaType::ImageIndex)
+        .manifests(vec![entry])
+        .build()
+        .expect("every field of the index is set");
+    sorted_json(&index)
+}
+
+/// Docker's `manifest.json`: one entry per image (hallmark writes and reads one).
+#[derive(Debug, Serialize, Deserialize)]
+#[serde(rename_all = "PascalCase")]
+pub struct DockerManifest {
+    pub config: String,
+    /// `null` in what `docker save` writes for an untagged image; hallmark writes `[]`.
+    #[serde(default)]
+    pub repo_tags: Option<Vec<String>>,
+    pub layers: Vec<String>,
+}
+
+/// Writes the archive for `image` to `out`: every layer listed, the layers from `first` on
+/// included. Blobs are read from `store` as a stream.
+pub fn write(
+    store: &LayerStore,
+    image: &StoredImage,
+    reference: Option<&Reference>,
+    first: usize,
+    out: &mut impl Write,
+) -> std::io::Result<()> {
+    let mut tar = tar::Builder::new(out);
+    let mut add = |path: &str, size: u64, data: &mut dyn std::io::Read| {
+        let header = tar::header(EntryType::Regular, 0o444, size, 0);
+        tar::append(&mut tar, header, path, data)
+    };
+    let layout = sorted_json(
+        &OciLayoutBuilder::default()
+            .image_layout_version("1.0.0")
+            .build()
+            .expect("the layout version is set"),
+    );
+    add("oci-layout", layout.len() as u64, &mut layout.as_bytes())?;
+    let mut config = fs_err::File::open(store.blob_path(&image.config.digest))?;
+    add(
+        &blob_path(&image.config.digest),
+        image.config.size,
+        &mut config,
+    )?;
+    for layer in &image.layers[first..] {
+        let mut file = fs_err::File::open(store.blob_path(&layer.blob.digest))?;
+        add(&blob_path(&layer.blob.digest), layer.blob.size, &mut file)?;
+    }
+    let (manifest_digest, manifest) = manifest(image);
+    add(
+        &blob_path(&manifest_digest),
+        manifest.len() as u64,
+        &mut manifest.as_bytes(),
+    )?;
+    let index = index(&manifest_digest, manifest.len() as u64, reference);
+    add("index.json", index.len() as u64, &mut index.as_bytes())?;
+    let docker_manifest = sorted_json(&[DockerManifest {
+        config: blob_path(&image.config.digest),
+        repo_tags: Some(reference.map(Reference::to_string).into_iter().collect()),
+        layers: image
+            .layers
+            .iter()
+            .map(|l| blob_path(&l.blob.digest))
+            .collect(),
+    }]);
+    add(
+        "manifest.json",
+        docker_manifest.len() as u64,
+        &mut docker_manifest.as_bytes(),
+    )?;
+    tar.finish()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::StoredLayer;
+
+    /// An image of two layers (one uncompressed, one gzip) in a fresh store.
+    fn known_image(store: &LayerStore) -> StoredImage {
+        let blob = |bytes: &[u8], media_type: &str| {
+            let (digest, size) = store.add_blob(|w| w.write_all(bytes)).unwrap();
+            Blob {
+                digest,
+                size,
+                media_type: media_type.into(),
+            }
+        };
+        let layer = |bytes: &[u8], media_type: &str| StoredLayer {
+            diff_id: Digest::of(bytes),
+            blob: blob(bytes, media_type),
+        };
+        StoredImage {
+            config: blob(br#"{"architecture":"amd64","os":"linux"}"#, CONFIG),
+            layers: vec![
+                layer(b"first layer", LAYER_TAR),
+                layer(
+                    b"second layer",
+                    "application/vnd.docker.image.rootfs.diff.tar.gzip",
+                ),
+            ],
+        }
+    }
+
+    /// The values hallmark wrote before the archive code used oci-spec (computed on main
+    /// with the `json!` literals): the manifest digest is the image id on a containerd
+    /// store, so it may never move.
+    /// Docker writes `"RepoTags": null` for an untagged image; reading it failed every
+    /// assembly on the testbed.
+    #[test]
+    fn an_untagged_docker_manifest_reads() {
+        let text = r#"[{"Config":"blobs/sha256/a","RepoTags":null,"Layers":["blobs/sha256/b"]}]"#;
+        let manifests: Vec<DockerManifest> = serde_json::from_str(text).unwrap();
+        assert_eq!(manifests[0].layers, ["blobs/sha256/b"]);
+    }
+
+    #[test]
+    fn manifest_digest_is_pinned() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = LayerStore::open(dir.path());
+        let image = known_image(&store);
+        let (digest, _) = manifest(&image);
+        assert_eq!(
+            digest.as_str(),
+            "sha256:1e1debec25e469edbe8fa5f285c50ec68764773a944f87232c00f0d401b7c84a"
+        );
+        for (reference, first, pinned) in [
+            (
+                "hello:1",
+                0,
+                "sha256:c788c98f161b2081907d5443fdddfb9fcfe938ab41790ad6b87d31c971a49d9f",
+            ),
+            (
+                "",
+                1,
+                "sha256:444e202d715502f9ae49427759dd592e88f19a0ba837a52e2ff390464c7f3437",
+            ),
+            (
+                "host:5000/a/b:2",
+                1,
+                "sha256:c0a6a37f55d1362c17244a16eaa983d80d25a5648a746975369aaa16b2e511b5",
+            ),
+        ] {
+            let reference = (!reference.is_empty()).then(|| Reference::parse(reference).unwrap());
+            let mut out = Vec::new();
+            write(&store, &image, reference.as_ref(), first, &mut out).unwrap();
+            assert_eq!(
+                Digest::of(&out).as_str(),
+                pinned,
+                "{reference:?} from layer {first}"
+            );
+        }
+    }
+}
