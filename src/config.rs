@@ -250,8 +250,8 @@ impl Config {
             message,
             hint: None,
         };
-        // The local engine is found before the tables are checked, as it was before the
-        // address had a type: the first error reported stays the same.
+        // Errors in the order users have seen them: the local engine's discovery, then
+        // duplicate names, then addresses.
         let local = match &file.builder {
             Some(_) => None,
             None => Some(local_engine()?),
