@@ -22,6 +22,7 @@ pub mod error;
 pub mod fetch;
 pub mod lock;
 pub mod normalize;
+pub mod output;
 pub mod patches;
 pub mod pins;
 pub mod plan;
@@ -29,6 +30,7 @@ pub mod project;
 pub mod registry;
 pub mod render;
 pub mod repro;
+pub mod settings;
 pub mod ship;
 pub mod spec;
 pub mod store;
@@ -44,10 +46,10 @@ use std::process::ExitCode;
 pub fn main() -> ExitCode {
     let cli = cli::Cli::parse();
     match commands::run(cli) {
-        Ok(code) => ExitCode::from(code),
+        Ok(status) => status.into(),
         Err(error) => {
             eprint!("{}", error.render());
-            ExitCode::from(error.exit_code())
+            error.exit_status().into()
         }
     }
 }

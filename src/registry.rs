@@ -492,7 +492,7 @@ async fn complete(
         }
         stored.clone().expect("stored")
     };
-    let first = match ship::held_prefix(node, chains, &shipment.related).await {
+    let first = match ship::held_prefix(node, settings.cache, chains, &shipment.related).await {
         Ok(first) => first,
         Err(e) => return NodeOutcome::failed(&node.node, e.to_string()),
     };

@@ -48,6 +48,8 @@ pub struct ShipSettings<'a> {
     pub full: bool,
     pub parallel: bool,
     pub state_dir: &'a Path,
+    /// The user's cache, where `loaded/` notes what hallmark loaded into each engine.
+    pub cache: &'a Path,
     pub progress: bool,
     /// Say on stderr how long each phase took.
     pub verbose: bool,
@@ -220,6 +222,7 @@ pub async fn stored_image(
 /// inspected, which on a node with hundreds of images takes seconds.
 pub(crate) async fn held_prefix(
     engine: &Engine,
+    cache: &Path,
     chains: &[String],
     related: &[String],
 ) -> Result<usize> {
@@ -228,7 +231,7 @@ pub(crate) async fn held_prefix(
         let layers = image.layers();
         let ours = || {
             let id = image.id().unwrap_or_default();
-            loaded(id).is_some_and(|s| s.diff_ids() == layers)
+            loaded(cache, id).is_some_and(|s| s.diff_ids() == layers)
         };
         if blobs && !ours() {
             return 0;
@@ -267,29 +270,25 @@ async fn keeps_blobs(engine: &Engine) -> bool {
 /// the engine's id for the image (on a containerd store, the digest of the manifest the load
 /// wrote), holding its config and layer blobs. Apart from the layer store, so that emptying
 /// or pruning the store does not make the nodes look empty; a few hundred bytes an image.
-fn loaded_path(id: &str) -> Option<std::path::PathBuf> {
+fn loaded_path(cache: &Path, id: &str) -> Option<std::path::PathBuf> {
     let hex = id.strip_prefix("sha256:")?;
     let plain = hex.len() == 64 && hex.bytes().all(|b| b.is_ascii_hexdigit());
-    plain.then(|| {
-        crate::project::cache_dir()
-            .join("loaded")
-            .join(format!("{hex}.json"))
-    })
+    plain.then(|| cache.join("loaded").join(format!("{hex}.json")))
 }
 
 /// What hallmark loaded into an engine that knows it as `id`, if it noted it.
-fn loaded(id: &str) -> Option<StoredImage> {
-    let text = fs_err::read_to_string(loaded_path(id)?).ok()?;
+fn loaded(cache: &Path, id: &str) -> Option<StoredImage> {
+    let text = fs_err::read_to_string(loaded_path(cache, id)?).ok()?;
     serde_json::from_str(&text).ok()
 }
 
 /// After a verified load of `stored` into `node`: notes the node's id for the image, so
 /// that [`held_prefix`] knows which blobs that node's containerd store holds.
-async fn remember_loaded(node: &Engine, reference: &str, stored: &StoredImage) {
+async fn remember_loaded(cache: &Path, node: &Engine, reference: &str, stored: &StoredImage) {
     let Ok(Some(image)) = node.inspect(reference).await else {
         return;
     };
-    let Some(path) = image.id().and_then(loaded_path) else {
+    let Some(path) = image.id().and_then(|id| loaded_path(cache, id)) else {
         return;
     };
     if path.exists() {
@@ -410,7 +409,7 @@ pub async fn distribute(
         if let (Some(i), Some(Ok((layer_bytes, archive_bytes)))) = (direct, loaded) {
             let mut outcome = verified(&nodes[i], shipment, settings, "full").await;
             if outcome.verified {
-                remember_loaded(&nodes[i], &shipment.reference, &stored).await;
+                remember_loaded(settings.cache, &nodes[i], &shipment.reference, &stored).await;
             }
             outcome.layer_bytes = layer_bytes;
             outcome.archive_bytes = archive_bytes;
@@ -538,7 +537,7 @@ pub(crate) async fn decide(
     {
         Ok(h) if h.state == Holding::Current => Decision::Skip,
         Ok(_) if full => Decision::Send { first_missing: 0 },
-        Ok(_) => match held_prefix(node, chains, &shipment.related).await {
+        Ok(_) => match held_prefix(node, settings.cache, chains, &shipment.related).await {
             Ok(first_missing) => Decision::Send { first_missing },
             Err(e) => Decision::Failed(e.to_string()),
         },
@@ -626,7 +625,7 @@ pub(crate) async fn send_and_verify(
     let action = if first == 0 { "full" } else { "thin" };
     let mut outcome = judged(&node.node, holding, shipment, action);
     if outcome.verified {
-        remember_loaded(node, &shipment.reference, image).await;
+        remember_loaded(settings.cache, node, &shipment.reference, image).await;
         if let Some(stub) = stub {
             node.remove_untagged(&stub).await;
         }
