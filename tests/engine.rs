@@ -35,7 +35,7 @@ fn build_json(project: &TestProject, config: &std::path::Path, image: &str) -> s
         image,
     ]);
     run.success();
-    let records: serde_json::Value = serde_json::from_str(&run.stdout()).unwrap();
+    let records: serde_json::Value = support::document(&run.stdout());
     records.as_array().unwrap().last().unwrap().clone()
 }
 
@@ -408,7 +408,7 @@ fn check_repro_names_a_file_that_differs_and_passes_hello() {
     ]);
     run.success();
     assert!(run.stderr().contains("reproducible"), "{}", run.stderr());
-    let records: serde_json::Value = serde_json::from_str(&run.stdout()).unwrap();
+    let records: serde_json::Value = support::document(&run.stdout());
     assert!(
         records
             .as_array()
@@ -731,7 +731,7 @@ fn two_builds_of_one_image_at_once_give_one_build_and_one_adoption() {
             "{}",
             String::from_utf8_lossy(&output.stderr)
         );
-        let report: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap();
+        let report: serde_json::Value = support::document(&String::from_utf8_lossy(&output.stdout));
         records.push(report[0].clone());
     }
     let mut outcomes: Vec<&str> = records
@@ -765,7 +765,7 @@ fn a_failed_build_still_reports_its_parents_in_json_and_its_output_as_plain_text
         "child",
     ]);
     assert_eq!(run.code(), 1, "{}", run.stderr());
-    let records: serde_json::Value = serde_json::from_str(&run.stdout()).unwrap();
+    let records: serde_json::Value = support::document(&run.stdout());
     let outcomes: Vec<&str> = records
         .as_array()
         .unwrap()
@@ -901,7 +901,7 @@ fn local_engine_row(project: &TestProject, env: &[(&str, &str)]) -> (i32, serde_
     let output = command.output().unwrap();
     let stdout = String::from_utf8_lossy(&output.stdout);
     let row = serde_json::from_str::<serde_json::Value>(&stdout)
-        .map(|rows| rows[0].clone())
+        .map(|document| document["nodes"][0].clone())
         .unwrap_or_else(|_| serde_json::json!({"stderr": String::from_utf8_lossy(&output.stderr)}));
     (output.status.code().unwrap(), row)
 }

@@ -242,7 +242,7 @@ fn ssh_cut_mid_stream_fails_that_node_alone_and_a_re_run_converges() {
         "{}",
         String::from_utf8_lossy(&output.stderr)
     );
-    let report: Value = serde_json::from_slice(&output.stdout).unwrap();
+    let report: Value = support::document(&String::from_utf8_lossy(&output.stdout));
     support::assert_fails_alone(&report, "node2", None, &[]);
     assert_eq!(testbed.image_id("node2", &wrap), v1, "node2 kept v1");
 

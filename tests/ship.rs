@@ -157,7 +157,7 @@ fn thin_update_full_copy_skip_and_a_daemon_killed_mid_transfer() {
         "{}",
         String::from_utf8_lossy(&output.stderr)
     );
-    let report: Value = serde_json::from_slice(&output.stdout).unwrap();
+    let report: Value = support::document(&String::from_utf8_lossy(&output.stdout));
     support::assert_fails_alone(&report, &victim, None, &[]);
     testbed.script("restart-node", &["--node", &victim]);
     assert_eq!(

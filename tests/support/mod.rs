@@ -442,9 +442,26 @@ pub fn hallmark_json(
     let mut all = vec!["--config", config.to_str().unwrap(), "--json"];
     all.extend_from_slice(args);
     let run = project.run(&all);
-    let value = serde_json::from_str(&run.stdout())
-        .unwrap_or_else(|_| panic!("not json: {}\n{}", run.stdout(), run.stderr()));
-    (run.code(), value)
+    if serde_json::from_str::<Value>(&run.stdout()).is_err() {
+        panic!("not json: {}\n{}", run.stdout(), run.stderr());
+    }
+    (run.code(), document(&run.stdout()))
+}
+
+/// The rows of a `--json` document (docs/json.md): `{"version": 1, "<rows>": [...]}`, checked
+/// to be version 1 with one field of rows.
+pub fn document(stdout: &str) -> Value {
+    let document: Value =
+        serde_json::from_str(stdout).unwrap_or_else(|e| panic!("not json ({e}): {stdout}"));
+    assert_eq!(document["version"], 1, "{document}");
+    let fields: Vec<_> = document
+        .as_object()
+        .unwrap()
+        .iter()
+        .filter(|(key, _)| *key != "version")
+        .collect();
+    assert_eq!(fields.len(), 1, "one field of rows: {document}");
+    fields[0].1.clone()
 }
 
 /// The row of `node` in a list of per-node rows (`hallmark --json nodes`).
