@@ -589,6 +589,27 @@ fn every_malformed_input_exits_2_naming_file_and_place() {
     assert!(failures.is_empty(), "{}", failures.join("\n---\n"));
 }
 
+/// The whole error report, caret layout included, of every case: a change to what a user
+/// reads shows up as a snapshot diff (tests/snapshots/malformed__every_malformed_error.snap).
+#[test]
+fn every_malformed_error_reads_exactly_as_snapshotted() {
+    let mut report = String::new();
+    for case in corpus() {
+        let project = TestProject::new();
+        for (path, text) in &case.files {
+            project.write(path, text);
+        }
+        let run = project.run(&["check", "bad"]);
+        report.push_str(&format!(
+            "## {} (exit {})\n{}\n",
+            case.name,
+            run.code(),
+            support::without_root(&project, &run.stderr())
+        ));
+    }
+    insta::assert_snapshot!("every_malformed_error", report);
+}
+
 #[test]
 fn a_missing_cluster_file_is_bad_usage() {
     let project = TestProject::new();

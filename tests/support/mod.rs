@@ -41,6 +41,14 @@ impl TestProject {
     }
 }
 
+/// `text` with the project's temporary root written `[project]`, for snapshots.
+pub fn without_root(project: &TestProject, text: &str) -> String {
+    let root = project.root();
+    let canonical = root.canonicalize().unwrap();
+    text.replace(&canonical.display().to_string(), "[project]")
+        .replace(&root.display().to_string(), "[project]")
+}
+
 pub fn hallmark() -> Command {
     Command::new(env!("CARGO_BIN_EXE_hallmark"))
 }
