@@ -671,6 +671,79 @@ fn smoke_runs_the_tagged_image_not_another_with_the_same_label() {
     );
 }
 
+/// The `status` and `verify` tables, exactly: one image current on one node and missing on
+/// the others, then stale everywhere it is once its spec changes. The project's unique names
+/// and the hex of checksums and ids are filtered out; the rest is what the user reads.
+#[test]
+fn status_and_verify_tables_read_exactly_as_snapshotted() {
+    let testbed = Testbed::get();
+    let config = testbed.config();
+    let config_arg = config.to_str().unwrap();
+    let project = support::ship_project(1, "v1");
+    project
+        .run(&["--config", config_arg, "-q", "build", "wrap"])
+        .success();
+    let first = &testbed.nodes()[0];
+    project
+        .run(&[
+            "--config",
+            config_arg,
+            "-q",
+            "distribute",
+            "wrap",
+            "--to",
+            first,
+        ])
+        .success();
+    let filtered = |run: &support::Run| {
+        let mut text = format!(
+            "exit {}\n{}stderr:\n{}",
+            run.code(),
+            run.stdout(),
+            run.stderr()
+        );
+        // Engine addresses name this testbed's own folder.
+        let cluster = std::fs::read_to_string(&config).unwrap();
+        for engine in cluster.lines().filter_map(|l| l.strip_prefix("engine = ")) {
+            text = text.replace(engine.trim_matches('"'), "[engine]");
+        }
+        for image in ["base", "wrap"] {
+            let reference = support::reference(&project, image);
+            let name = reference.trim_end_matches(":latest");
+            text = text.replace(name, &format!("[{image}]"));
+        }
+        support::without_hex(&support::without_root(&project, &text))
+    };
+    insta::assert_snapshot!(
+        "status_one_node_current",
+        filtered(&project.run(&["--config", config_arg, "status"]))
+    );
+    insta::assert_snapshot!(
+        "verify_one_node_current",
+        filtered(&project.run(&["--config", config_arg, "verify", "wrap"]))
+    );
+    let spec = project.read("images/wrap/image.toml");
+    project.write(
+        "images/wrap/image.toml",
+        &spec.replace("VERSION = \"v1\"", "VERSION = \"v2\""),
+    );
+    insta::assert_snapshot!(
+        "status_after_a_spec_change",
+        filtered(&project.run(&["--config", config_arg, "status"]))
+    );
+    insta::assert_snapshot!(
+        "verify_before_the_new_build",
+        filtered(&project.run(&["--config", config_arg, "verify", "wrap"]))
+    );
+    project
+        .run(&["--config", config_arg, "-q", "build", "wrap"])
+        .success();
+    insta::assert_snapshot!(
+        "verify_after_the_new_build",
+        filtered(&project.run(&["--config", config_arg, "verify", "wrap"]))
+    );
+}
+
 #[test]
 fn status_says_unverified_when_the_builder_no_longer_holds_the_image() {
     let testbed = Testbed::get();

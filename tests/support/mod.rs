@@ -49,6 +49,23 @@ pub fn without_root(project: &TestProject, text: &str) -> String {
         .replace(&root.display().to_string(), "[project]")
 }
 
+/// `text` with every run of 12 or more hex digits (checksums, ids, digests) written `[hex]`.
+pub fn without_hex(text: &str) -> String {
+    let mut out = String::new();
+    let mut run = String::new();
+    for c in text.chars().chain(['\n']) {
+        if c.is_ascii_hexdigit() {
+            run.push(c);
+            continue;
+        }
+        out.push_str(if run.len() >= 12 { "[hex]" } else { &run });
+        run.clear();
+        out.push(c);
+    }
+    out.pop();
+    out
+}
+
 pub fn hallmark() -> Command {
     Command::new(env!("CARGO_BIN_EXE_hallmark"))
 }
