@@ -1,5 +1,4 @@
 //! Test fixtures: a project in a temp folder, real git repositories, and the real binary.
-#![allow(dead_code)]
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
@@ -441,7 +440,7 @@ pub fn ship_project(base_mib: u64, suffix: &str) -> TestProject {
     let project = TestProject::new();
     let run = unique();
     project
-        .write("pins/base.toml", include_str!("../../pins/hello.toml"))
+        .write("pins/base.toml", include_str!("../../../pins/hello.toml"))
         .write(
             "images/base/image.toml",
             &format!(

@@ -1,7 +1,7 @@
 //! Assembled images (files, env and metadata on a parent): no container runs, the same
 //! config digest on any engine, nothing exported to ship them.
 
-mod support;
+use crate::support;
 
 use support::{TestProject, Testbed, unique};
 
@@ -9,7 +9,7 @@ fn assembled_project() -> (TestProject, String) {
     let project = TestProject::new();
     let run = unique();
     project
-        .write("pins/tool.toml", include_str!("../pins/hello.toml"))
+        .write("pins/tool.toml", include_str!("../../pins/hello.toml"))
         .write(
             "images/tool/image.toml",
             &format!(

@@ -1,7 +1,7 @@
 //! A corpus of broken specs and pins: each is refused with exit 2 and an error that names
 //! the file and the line or key; none panics.
 
-mod support;
+use crate::support;
 
 use support::{TestProject, one_line_patch};
 

@@ -2,7 +2,7 @@
 //! stores, the last node over ssh; testbed.env says which is which). The tests here change
 //! node state (they kill a daemon), so they run one at a time.
 
-mod support;
+use crate::support;
 
 use serde_json::Value;
 use std::sync::Mutex;

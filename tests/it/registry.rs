@@ -2,7 +2,7 @@
 //! (distribution 2.8), started by hallmark; the four nodes pull it (Docker 26 and 28 on the
 //! containerd store, Docker 20.10 on the classic one, node4 over ssh through `ssh -R`).
 
-mod support;
+use crate::support;
 
 use serde_json::Value;
 use std::io::BufRead;

@@ -1,16 +1,16 @@
 //! Builds on real engines of the testbed (scripts/testbed): nothing here is mocked.
 
-mod support;
+use crate::support;
 
 use support::{GitRepo, TestProject, Testbed, one_line_patch, unique};
 
-const HELLO_PINS: &str = include_str!("../pins/hello.toml");
+const HELLO_PINS: &str = include_str!("../../pins/hello.toml");
 
 /// The repository's `hello`, under a repository name and label of its own, so tests that
 /// share a builder share neither a tag nor a checksum. Returns the project and the tag.
 fn hello_project() -> (TestProject, String) {
     let project = TestProject::new();
-    let spec = include_str!("../images/hello/image.toml");
+    let spec = include_str!("../../images/hello/image.toml");
     let run = unique();
     let spec =
         format!("{spec}\n[image]\nname = \"hello-{run}\"\n\n[labels]\n\"test.run\" = \"{run}\"\n");
@@ -18,7 +18,7 @@ fn hello_project() -> (TestProject, String) {
         .write("images/hello/image.toml", &spec)
         .write(
             "images/hello/hello.sh",
-            include_str!("../images/hello/hello.sh"),
+            include_str!("../../images/hello/hello.sh"),
         )
         .write("pins/hello.toml", HELLO_PINS);
     let script = project.root().join("images/hello/hello.sh");
