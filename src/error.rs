@@ -401,7 +401,30 @@ pub fn plain_text(text: &str) -> String {
 
 #[cfg(test)]
 mod tests {
-    use super::plain_text;
+    use super::{Error, ExitStatus, plain_text};
+
+    #[test]
+    fn exit_statuses_are_the_documented_codes_and_failed_work_outranks_bad_input() {
+        let codes: Vec<u8> = [
+            ExitStatus::Success,
+            ExitStatus::Failure,
+            ExitStatus::BadInput,
+            ExitStatus::Interrupted,
+        ]
+        .into_iter()
+        .map(ExitStatus::code)
+        .collect();
+        assert_eq!(codes, [0, 1, 2, 130]);
+        let interrupted = || Error::Interrupted { what: "x".into() };
+        assert_eq!(interrupted().exit_status(), ExitStatus::Interrupted);
+        assert_eq!(Error::usage("x").exit_status(), ExitStatus::BadInput);
+        let many = Error::Many(vec![
+            interrupted(),
+            Error::usage("x"),
+            Error::io("f", std::io::Error::other("x")),
+        ]);
+        assert_eq!(many.exit_status(), ExitStatus::Failure);
+    }
 
     #[test]
     fn plain_text_drops_colours_titles_and_control_characters() {
