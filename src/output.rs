@@ -15,6 +15,23 @@ struct Document {
     fields: serde_json::Map<String, serde_json::Value>,
 }
 
+/// `{"version": 1, "<key>": rows}`, serialised straight from the rows (a `serde_json::Value`
+/// would sort their keys).
+struct Rows<'a, T: ?Sized> {
+    key: &'a str,
+    rows: &'a T,
+}
+
+impl<T: Serialize + ?Sized> Serialize for Rows<'_, T> {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeMap as _;
+        let mut map = serializer.serialize_map(Some(2))?;
+        map.serialize_entry("version", &JSON_VERSION)?;
+        map.serialize_entry(self.key, self.rows)?;
+        map.end()
+    }
+}
+
 /// A row of a command's table: the same value is one JSON object with `--json`.
 pub trait Row: Serialize {
     /// The table's header line, if the table has one.
@@ -70,9 +87,10 @@ impl Output {
         self.echo() && self.terminal
     }
 
-    /// Prints `{"version": 1, "<key>": value}` on stdout.
+    /// Prints `{"version": 1, "<key>": value}` on stdout, `value`'s keys in its own order.
     pub fn json<T: Serialize + ?Sized>(&self, key: &str, value: &T) {
-        self.document(&[(key, serde_json::to_value(value).expect("json"))]);
+        let document = Rows { key, rows: value };
+        println!("{}", serde_json::to_string_pretty(&document).expect("json"));
     }
 
     /// Prints `{"version": 1, ...fields}` on stdout.
