@@ -113,3 +113,80 @@ pub async fn config_digest(
     let (id, stored) = transfer::stored_image(builder, &store, &id).await?;
     Ok(Some((id, stored.config.digest.to_string())))
 }
+
+/// What `lock` asks the builder: an external base's digest and its Python, when the builder
+/// is reachable and holds the image (`Ok(None)` otherwise: `lock` says what it kept).
+pub struct BuilderResolver<'a> {
+    pub builder: &'a crate::config::NodeConfig,
+    pub ssh_config: Option<&'a Path>,
+    pub cache: &'a Path,
+    pub runtime: &'a tokio::runtime::Runtime,
+}
+
+impl BuilderResolver<'_> {
+    async fn engine(&self) -> Option<Engine> {
+        Engine::connect(self.builder, self.ssh_config).await.ok()
+    }
+}
+
+impl crate::lock::BaseResolver for BuilderResolver<'_> {
+    fn resolve(&self, reference: &str) -> Result<Option<BasePin>> {
+        self.runtime.block_on(async {
+            let Some(engine) = self.engine().await else {
+                return Ok(None);
+            };
+            let Some(image) = engine.inspect(reference).await? else {
+                return Ok(None);
+            };
+            let parsed = Reference::parse(reference).map_err(Error::usage)?;
+            let repository = parsed.name();
+            // Only the classic store's repo digests are a registry's: the containerd store
+            // names every image by a manifest digest, one it made at `docker load` too.
+            let classic = engine.info().await?.image_store() == "classic";
+            let repo_digest = image.repo_digests.iter().filter(|_| classic).find_map(|d| {
+                d.split_once('@')
+                    .filter(|(r, _)| *r == repository || r.ends_with(&format!("/{repository}")))
+                    .map(|(_, digest)| digest.to_string())
+            });
+            let (digest, kind) = match repo_digest {
+                Some(digest) => (digest, DigestKind::RepoDigest),
+                None => match config_digest(&engine, reference, self.cache).await? {
+                    Some((_, config)) => (config, DigestKind::ConfigDigest),
+                    None => return Ok(None),
+                },
+            };
+            let digest = crate::values::Digest::try_from(digest)
+                .map_err(|e| engine.error(format!("{reference}: {e}")))?;
+            Ok(Some(BasePin {
+                reference: parsed.clone(),
+                digest,
+                kind,
+                entrypoint: image.strings("Entrypoint"),
+                cmd: image.strings("Cmd"),
+            }))
+        })
+    }
+
+    fn interpreter(&self, reference: &str) -> Result<Option<crate::wheel::Interpreter>> {
+        self.runtime.block_on(async {
+            let Some(engine) = self.engine().await else {
+                return Ok(None);
+            };
+            if engine.inspect(reference).await?.is_none() {
+                return Ok(None);
+            }
+            // Fails on an image for another machine or without python3: not an answer.
+            Ok(
+                match engine
+                    .run_once(reference, &crate::wheel::probe_command())
+                    .await
+                {
+                    Ok((0, output)) => crate::wheel::parse_probe_answer(&output)
+                        .ok()
+                        .map(|target| target.interpreter),
+                    _ => None,
+                },
+            )
+        })
+    }
+}

@@ -5,7 +5,7 @@
 //! because no maintained crate reads the docker config's credentials.
 //!
 //! The secret goes into the engine request's `X-Registry-Auth` header and nowhere else: it
-//! is never printed, logged or put into an error (tests/registry.rs holds a sentinel).
+//! is never printed, logged or put into an error (tests/it/registry.rs holds a sentinel).
 
 use crate::config::docker_config_dir;
 use crate::error::{Error, Result};

@@ -1,13 +1,52 @@
 //! One error type for the library, one renderer for the binary.
 //!
 //! Every variant carries what an operator needs to find the problem: the file, the key, the
-//! image, the node. `exit_code` maps each to the documented exit codes: 2 for bad input
+//! image, the node. `exit_status` maps each to the documented exit codes: 2 for bad input
 //! (usage, spec, pins, config), 1 for work that failed (git, pip, a patch, an engine).
 
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 
 pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// How a command ended, as README.md ("Using it") documents the exit codes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ExitStatus {
+    /// 0: done, every node current.
+    Success,
+    /// 1: the work failed (a build, a smoke test, a node, an image not reproducible).
+    Failure,
+    /// 2: input the operator must fix (usage, spec, pins, config).
+    BadInput,
+    /// 130: ended by Ctrl-C, the shell's convention for SIGINT (128 + 2).
+    Interrupted,
+}
+
+impl ExitStatus {
+    pub fn code(self) -> u8 {
+        match self {
+            ExitStatus::Success => 0,
+            ExitStatus::Failure => 1,
+            ExitStatus::BadInput => 2,
+            ExitStatus::Interrupted => 130,
+        }
+    }
+
+    /// `Success` if `ok`, else `Failure`.
+    pub fn from_success(ok: bool) -> ExitStatus {
+        if ok {
+            ExitStatus::Success
+        } else {
+            ExitStatus::Failure
+        }
+    }
+}
+
+impl From<ExitStatus> for std::process::ExitCode {
+    fn from(status: ExitStatus) -> std::process::ExitCode {
+        std::process::ExitCode::from(status.code())
+    }
+}
 
 /// A place in a text file: 1-based line and column, plus the line itself for the caret.
 #[derive(Debug, Clone)]
@@ -214,8 +253,8 @@ impl Error {
         }
     }
 
-    /// 2 for input the operator must fix, 1 for work that failed.
-    pub fn exit_code(&self) -> u8 {
+    /// `BadInput` for input the operator must fix, `Failure` for work that failed.
+    pub fn exit_status(&self) -> ExitStatus {
         match self {
             Error::Usage { .. }
             | Error::Parse { .. }
@@ -227,7 +266,7 @@ impl Error {
             | Error::Pin { .. }
             | Error::Lint { .. }
             | Error::ParentFailed { .. }
-            | Error::Template { .. } => 2,
+            | Error::Template { .. } => ExitStatus::BadInput,
             Error::Io { .. }
             | Error::Archive { .. }
             | Error::Command { .. }
@@ -235,10 +274,14 @@ impl Error {
             | Error::Wheel { .. }
             | Error::Engine { .. }
             | Error::BuildFailed { .. }
-            | Error::SmokeFailed { .. } => 1,
-            // The shell's convention for a command ended by SIGINT (128 + 2).
-            Error::Interrupted { .. } => 130,
-            Error::Many(errors) => errors.iter().map(Error::exit_code).min().unwrap_or(1),
+            | Error::SmokeFailed { .. } => ExitStatus::Failure,
+            Error::Interrupted { .. } => ExitStatus::Interrupted,
+            // The lowest code wins: a failed piece of work outranks bad input elsewhere.
+            Error::Many(errors) => errors
+                .iter()
+                .map(Error::exit_status)
+                .min_by_key(|s| s.code())
+                .unwrap_or(ExitStatus::Failure),
         }
     }
 
@@ -369,7 +412,30 @@ pub fn plain_text(text: &str) -> String {
 
 #[cfg(test)]
 mod tests {
-    use super::plain_text;
+    use super::{Error, ExitStatus, plain_text};
+
+    #[test]
+    fn exit_statuses_are_the_documented_codes_and_failed_work_outranks_bad_input() {
+        let codes: Vec<u8> = [
+            ExitStatus::Success,
+            ExitStatus::Failure,
+            ExitStatus::BadInput,
+            ExitStatus::Interrupted,
+        ]
+        .into_iter()
+        .map(ExitStatus::code)
+        .collect();
+        assert_eq!(codes, [0, 1, 2, 130]);
+        let interrupted = || Error::Interrupted { what: "x".into() };
+        assert_eq!(interrupted().exit_status(), ExitStatus::Interrupted);
+        assert_eq!(Error::usage("x").exit_status(), ExitStatus::BadInput);
+        let many = Error::Many(vec![
+            interrupted(),
+            Error::usage("x"),
+            Error::io("f", std::io::Error::other("x")),
+        ]);
+        assert_eq!(many.exit_status(), ExitStatus::Failure);
+    }
 
     #[test]
     fn plain_text_drops_colours_titles_and_control_characters() {

@@ -23,6 +23,7 @@ pub mod fetch;
 pub mod lock;
 pub mod normalize;
 pub mod oci;
+pub mod output;
 pub mod patches;
 pub mod pins;
 pub mod plan;
@@ -31,6 +32,7 @@ pub mod project;
 pub mod registry;
 pub mod render;
 pub mod repro;
+pub mod settings;
 pub mod ship;
 pub mod spec;
 pub mod store;
@@ -46,10 +48,10 @@ use std::process::ExitCode;
 pub fn main() -> ExitCode {
     let cli = cli::Cli::parse();
     match commands::run(cli) {
-        Ok(code) => ExitCode::from(code),
+        Ok(status) => status.into(),
         Err(error) => {
             eprint!("{}", error.render());
-            ExitCode::from(error.exit_code())
+            error.exit_status().into()
         }
     }
 }

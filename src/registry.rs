@@ -532,7 +532,7 @@ async fn complete(
         }
         stored.clone().expect("stored")
     };
-    let first = match transfer::held_prefix(node, chains, &shipment.related).await {
+    let first = match transfer::held_prefix(node, settings.cache, chains, &shipment.related).await {
         Ok(first) => first,
         Err(e) => return NodeOutcome::failed(&node.node, e.to_string()),
     };

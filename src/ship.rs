@@ -34,6 +34,8 @@ pub struct ShipSettings<'a> {
     pub full: bool,
     pub parallel: bool,
     pub state_dir: &'a Path,
+    /// The user's cache, where `loaded/` notes what hallmark loaded into each engine.
+    pub cache: &'a Path,
     pub progress: bool,
     /// Say on stderr how long each phase took.
     pub verbose: bool,
@@ -261,7 +263,8 @@ impl Distribute<'_> {
         };
         let mut outcome = node::judged(&nodes[i].node, holding, shipment, Action::Full(sent));
         if outcome.verified() {
-            transfer::remember_loaded(&nodes[i], &shipment.reference, &stored).await;
+            transfer::remember_loaded(self.settings.cache, &nodes[i], &shipment.reference, &stored)
+                .await;
         }
         outcome.seconds = started.elapsed().as_secs_f64();
         Ok((stored, Some((i, outcome))))

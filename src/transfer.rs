@@ -17,6 +17,7 @@ use crate::verify;
 use futures_util::StreamExt;
 use sha2::{Digest as _, Sha256};
 use std::collections::HashSet;
+use std::path::Path;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -150,13 +151,18 @@ pub async fn stored_image(
 /// The images most likely to share layers are asked first, by name: the image's own tag (an
 /// older build) and its parents. Only if none of them is there are all the node's images
 /// inspected, which on a node with hundreds of images takes seconds.
-pub async fn held_prefix(engine: &Engine, chains: &[String], related: &[String]) -> Result<usize> {
+pub async fn held_prefix(
+    engine: &Engine,
+    cache: &Path,
+    chains: &[String],
+    related: &[String],
+) -> Result<usize> {
     let blobs = keeps_blobs(engine).await;
     let prefix_of = |image: crate::engine::ImageAnswer| {
         let layers = image.layers();
         let ours = || {
             let id = image.id().unwrap_or_default();
-            loaded(id).is_some_and(|s| s.diff_ids() == layers)
+            loaded(cache, id).is_some_and(|s| s.diff_ids() == layers)
         };
         if blobs && !ours() {
             return 0;
@@ -195,29 +201,25 @@ async fn keeps_blobs(engine: &Engine) -> bool {
 /// the engine's id for the image (on a containerd store, the digest of the manifest the load
 /// wrote), holding its config and layer blobs. Apart from the layer store, so that emptying
 /// or pruning the store does not make the nodes look empty; a few hundred bytes an image.
-fn loaded_path(id: &str) -> Option<std::path::PathBuf> {
+fn loaded_path(cache: &Path, id: &str) -> Option<std::path::PathBuf> {
     let hex = id.strip_prefix("sha256:")?;
     let plain = hex.len() == 64 && hex.bytes().all(|b| b.is_ascii_hexdigit());
-    plain.then(|| {
-        crate::project::cache_dir()
-            .join("loaded")
-            .join(format!("{hex}.json"))
-    })
+    plain.then(|| cache.join("loaded").join(format!("{hex}.json")))
 }
 
 /// What hallmark loaded into an engine that knows it as `id`, if it noted it.
-fn loaded(id: &str) -> Option<StoredImage> {
-    let text = fs_err::read_to_string(loaded_path(id)?).ok()?;
+fn loaded(cache: &Path, id: &str) -> Option<StoredImage> {
+    let text = fs_err::read_to_string(loaded_path(cache, id)?).ok()?;
     serde_json::from_str(&text).ok()
 }
 
 /// After a verified load of `stored` into `node`: notes the node's id for the image, so
 /// that [`held_prefix`] knows which blobs that node's containerd store holds.
-pub async fn remember_loaded(node: &Engine, reference: &str, stored: &StoredImage) {
+pub async fn remember_loaded(cache: &Path, node: &Engine, reference: &str, stored: &StoredImage) {
     let Ok(Some(image)) = node.inspect(reference).await else {
         return;
     };
-    let Some(path) = image.id().and_then(loaded_path) else {
+    let Some(path) = image.id().and_then(|id| loaded_path(cache, id)) else {
         return;
     };
     if path.exists() {

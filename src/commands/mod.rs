@@ -1,98 +1,54 @@
-//! Each command turns flags and config into work and prints the result; the library
-//! modules do the work.
+//! One file per verb: each turns the resolved settings (settings.rs) and its own flags into
+//! calls of the library modules, which do the work, and prints typed rows (output.rs).
 
-mod cluster;
-mod images;
-mod offline;
+mod build;
+mod check;
+mod checksum;
+mod distribute;
+mod lock;
+mod nodes;
+mod prune;
+mod render;
+mod smoke;
+mod status;
+mod verify;
 
-use cluster::{distribute_command, nodes_command, prune_command, status_command, verify_command};
-use images::{build_command, smoke_command};
-use offline::{check_command, checksum, lock_command, render_command};
-
-use crate::cli::{Cli, Command, Selection};
-use crate::config::Config;
+use crate::cli::{Cli, Command};
 use crate::config::NodeConfig;
 use crate::engine::Engine;
-use crate::error::{Error, Result};
+use crate::error::{Error, ExitStatus, Result};
 use crate::plan::Plan;
-use crate::project::Project;
+use crate::settings::Settings;
 use crate::values::Name;
 
-pub struct Session {
-    pub project: Project,
-    pub config: Config,
-    pub json: bool,
-    pub quiet: bool,
-    pub verbose: bool,
-}
-
-impl Session {
-    fn note(&self, message: impl AsRef<str>) {
-        if !self.quiet {
-            eprintln!("{}", message.as_ref());
-        }
-    }
-
-    fn selection(&self, selection: &Selection) -> Result<Vec<Name>> {
-        if selection.all || selection.images.is_empty() {
-            return self.project.all_images();
-        }
-        self.names(&selection.images)
-    }
-
-    fn names(&self, raw: &[String]) -> Result<Vec<Name>> {
-        raw.iter().map(|r| self.project.image_name(r)).collect()
-    }
-
-    fn parent_tag(&self, plan: &Plan, name: &Name) -> Option<String> {
-        plan.get(name)
-            .parent
-            .as_ref()
-            .map(|p| plan.get(p).loaded.reference())
-    }
-}
-
-pub fn run(cli: Cli) -> Result<u8> {
-    let project = match &cli.project {
-        Some(dir) => Project::at(dir)?,
-        None => {
-            let cwd = std::env::current_dir().map_err(|e| Error::io(".", e))?;
-            Project::discover(&cwd)?
-        }
-    };
+pub fn run(cli: Cli) -> Result<ExitStatus> {
+    let settings = Settings::resolve(&cli)?;
     // Records this process writes to the shared layer store belong to this project.
-    crate::store::set_project(&project.root);
-    let config = Config::load(cli.config.as_deref(), Some(&project.root))?;
-    let session = Session {
-        project,
-        config,
-        json: cli.json,
-        quiet: cli.quiet,
-        verbose: cli.verbose,
-    };
+    crate::store::set_project(&settings.project.root);
+    let settings = &settings;
     match cli.command {
-        Command::Checksum { selection, explain } => checksum(&session, &selection, explain),
-        Command::Render { image, out } => render_command(&session, &image, out.as_deref()),
-        Command::Check(selection) => check_command(&session, &selection),
-        Command::Lock { images, update } => lock_command(&session, &images, update),
+        Command::Checksum { selection, explain } => checksum::run(settings, &selection, explain),
+        Command::Render { image, out } => render::run(settings, &image, out.as_deref()),
+        Command::Check(selection) => check::run(settings, &selection),
+        Command::Lock { images, update } => lock::run(settings, &images, update),
         Command::Build {
             images,
             force,
             check_repro,
-        } => build_command(&session, &images, force, check_repro),
+        } => build::run(settings, &images, force, check_repro),
         Command::Smoke { image, node, junit } => {
-            smoke_command(&session, &image, node.as_deref(), junit.as_deref())
+            smoke::run(settings, &image, node.as_deref(), junit.as_deref())
         }
         Command::Distribute {
             images,
             to,
             parallel,
             full,
-        } => distribute_command(&session, &images, &to, parallel, full),
-        Command::Verify { images, nodes } => verify_command(&session, &images, &nodes),
-        Command::Status => status_command(&session),
-        Command::Nodes => nodes_command(&session),
-        Command::Prune => prune_command(&session),
+        } => distribute::run(settings, &images, &to, parallel, full),
+        Command::Verify { images, nodes } => verify::run(settings, &images, &nodes),
+        Command::Status => status::run(settings),
+        Command::Nodes => nodes::run(settings),
+        Command::Prune => prune::run(settings),
     }
 }
 
@@ -104,37 +60,56 @@ fn runtime() -> Result<tokio::runtime::Runtime> {
         .map_err(|e| Error::io("tokio runtime", e))
 }
 
-impl Session {
-    async fn engine(&self, node: &NodeConfig) -> Result<Engine> {
-        Engine::connect(node, self.config.ssh_config.as_deref()).await
-    }
+async fn connect(settings: &Settings, node: &NodeConfig) -> Result<Engine> {
+    Engine::connect(node, settings.config.ssh_config.as_deref()).await
+}
 
-    fn node(&self, name: Option<&str>) -> Result<&NodeConfig> {
-        let Some(name) = name else {
-            return Ok(&self.config.builder);
-        };
-        self.config
-            .nodes
-            .iter()
-            .chain([&self.config.builder])
-            .find(|n| n.name.as_str() == name)
-            .ok_or_else(|| Error::Usage {
-                message: format!(
-                    "no node `{name}` in {}",
-                    self.config
-                        .path
-                        .as_ref()
-                        .map_or("the default config".into(), |p| p.display().to_string())
-                ),
-                hint: Some(format!(
-                    "nodes: {}",
-                    self.config
-                        .nodes
-                        .iter()
-                        .map(|n| n.name.as_str())
-                        .collect::<Vec<_>>()
-                        .join(", ")
-                )),
-            })
+/// Connects to each node in turn: first contact with an ssh node (host-key check included)
+/// happens one at a time, so parallel transfers never race on known_hosts.
+async fn connect_all(settings: &Settings, nodes: &[NodeConfig]) -> Vec<Result<Engine>> {
+    let mut engines = Vec::new();
+    for node in nodes {
+        engines.push(connect(settings, node).await);
+    }
+    engines
+}
+
+/// The tag of `name`'s parent spec, which its Dockerfile builds on.
+fn parent_tag(plan: &Plan, name: &Name) -> Option<String> {
+    plan.get(name)
+        .parent
+        .as_ref()
+        .map(|p| plan.get(p).loaded.reference())
+}
+
+/// With `-v`: how many files planning read, and how many it knew unchanged.
+fn hashing_note(settings: &Settings, stats: crate::checksum::HashStats) {
+    settings.output.detail(|| {
+        format!(
+            "files: {} hashed ({} bytes read), {} unchanged since last hashed ({})",
+            stats.hashed_files,
+            stats.hashed_bytes,
+            stats.remembered,
+            settings.state_dir.join("file-hashes").display()
+        )
+    });
+}
+
+/// Runs `work`; on Ctrl-C, drops it, removes the containers it started on `engine` and gives
+/// `Error::Interrupted` (the work's own cleanup would never run once it is dropped).
+async fn until_interrupted<T>(
+    engine: &Engine,
+    what: &str,
+    work: impl std::future::Future<Output = (T, Result<()>)>,
+) -> (T, Result<()>)
+where
+    T: Default,
+{
+    tokio::select! {
+        done = work => done,
+        _ = tokio::signal::ctrl_c() => {
+            engine.remove_live_containers().await;
+            (T::default(), Err(Error::Interrupted { what: format!("{what} on node `{}`", engine.node) }))
+        }
     }
 }

@@ -47,7 +47,8 @@ pub async fn decide(
     match holding(node, shipment, settings).await {
         Ok(h) if h.state == Holding::Current => Decision::Skip,
         Ok(_) if full => Decision::Send { first_missing: 0 },
-        Ok(_) => match transfer::held_prefix(node, chains, &shipment.related).await {
+        Ok(_) => match transfer::held_prefix(node, settings.cache, chains, &shipment.related).await
+        {
             Ok(first_missing) => Decision::Send { first_missing },
             Err(e) => Decision::Failed(e.to_string()),
         },
@@ -132,7 +133,7 @@ pub async fn send_and_verify(
     };
     let outcome = judged(&node.node, holding, shipment, action);
     if outcome.verified() {
-        transfer::remember_loaded(node, &shipment.reference, image).await;
+        transfer::remember_loaded(settings.cache, node, &shipment.reference, image).await;
         if let Some(stub) = stub {
             node.remove_untagged(&stub).await;
         }

@@ -4,7 +4,7 @@
 //! re-run converges. Each test waits for a real sign that the work is under way (a line in
 //! the build log, the node's unpack folder); none sleeps to synchronise.
 
-mod support;
+use crate::support;
 
 use serde_json::Value;
 use std::path::Path;
@@ -96,7 +96,7 @@ fn the_builder_restarted_during_a_build_moves_no_tag_and_a_re_run_builds() {
         )
     };
     project
-        .write("pins/slow.toml", include_str!("../pins/hello.toml"))
+        .write("pins/slow.toml", include_str!("../../pins/hello.toml"))
         .write("images/slow/image.toml", &spec("echo v1 > /v"));
     build(&project, &config, "slow");
     let tag = format!("slow-{run}:latest");
@@ -242,7 +242,7 @@ fn ssh_cut_mid_stream_fails_that_node_alone_and_a_re_run_converges() {
         "{}",
         String::from_utf8_lossy(&output.stderr)
     );
-    let report: Value = serde_json::from_slice(&output.stdout).unwrap();
+    let report: Value = support::document(&String::from_utf8_lossy(&output.stdout));
     support::assert_fails_alone(&report, "node2", None, &[]);
     assert_eq!(testbed.image_id("node2", &wrap), v1, "node2 kept v1");
 

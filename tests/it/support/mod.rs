@@ -1,5 +1,4 @@
 //! Test fixtures: a project in a temp folder, real git repositories, and the real binary.
-#![allow(dead_code)]
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
@@ -39,6 +38,31 @@ impl TestProject {
     pub fn run(&self, args: &[&str]) -> Run {
         run_in(self.root(), args)
     }
+}
+
+/// `text` with the project's temporary root written `[project]`, for snapshots.
+pub fn without_root(project: &TestProject, text: &str) -> String {
+    let root = project.root();
+    let canonical = root.canonicalize().unwrap();
+    text.replace(&canonical.display().to_string(), "[project]")
+        .replace(&root.display().to_string(), "[project]")
+}
+
+/// `text` with every run of 12 or more hex digits (checksums, ids, digests) written `[hex]`.
+pub fn without_hex(text: &str) -> String {
+    let mut out = String::new();
+    let mut run = String::new();
+    for c in text.chars().chain(['\n']) {
+        if c.is_ascii_hexdigit() {
+            run.push(c);
+            continue;
+        }
+        out.push_str(if run.len() >= 12 { "[hex]" } else { &run });
+        run.clear();
+        out.push(c);
+    }
+    out.pop();
+    out
 }
 
 pub fn hallmark() -> Command {
@@ -416,7 +440,7 @@ pub fn ship_project(base_mib: u64, suffix: &str) -> TestProject {
     let project = TestProject::new();
     let run = unique();
     project
-        .write("pins/base.toml", include_str!("../../pins/hello.toml"))
+        .write("pins/base.toml", include_str!("../../../pins/hello.toml"))
         .write(
             "images/base/image.toml",
             &format!(
@@ -442,9 +466,26 @@ pub fn hallmark_json(
     let mut all = vec!["--config", config.to_str().unwrap(), "--json"];
     all.extend_from_slice(args);
     let run = project.run(&all);
-    let value = serde_json::from_str(&run.stdout())
-        .unwrap_or_else(|_| panic!("not json: {}\n{}", run.stdout(), run.stderr()));
-    (run.code(), value)
+    if serde_json::from_str::<Value>(&run.stdout()).is_err() {
+        panic!("not json: {}\n{}", run.stdout(), run.stderr());
+    }
+    (run.code(), document(&run.stdout()))
+}
+
+/// The rows of a `--json` document (docs/json.md): `{"version": 1, "<rows>": [...]}`, checked
+/// to be version 1 with one field of rows.
+pub fn document(stdout: &str) -> Value {
+    let document: Value =
+        serde_json::from_str(stdout).unwrap_or_else(|e| panic!("not json ({e}): {stdout}"));
+    assert_eq!(document["version"], 1, "{document}");
+    let fields: Vec<_> = document
+        .as_object()
+        .unwrap()
+        .iter()
+        .filter(|(key, _)| *key != "version")
+        .collect();
+    assert_eq!(fields.len(), 1, "one field of rows: {document}");
+    fields[0].1.clone()
 }
 
 /// The row of `node` in a list of per-node rows (`hallmark --json nodes`).

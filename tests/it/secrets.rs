@@ -2,7 +2,7 @@
 //! for by a real HTTP server in front of the git source and the wheel index, appears in no
 //! output, file, label, history entry or layer that lock, build and distribute produce.
 
-mod support;
+use crate::support;
 
 use std::io::BufRead;
 use std::path::Path;

@@ -1,7 +1,7 @@
 //! Assembled images (files, env and metadata on a parent): no container runs, the same
 //! config digest on any engine, nothing exported to ship them.
 
-mod support;
+use crate::support;
 
 use support::{TestProject, Testbed, unique};
 
@@ -9,7 +9,7 @@ fn assembled_project() -> (TestProject, String) {
     let project = TestProject::new();
     let run = unique();
     project
-        .write("pins/tool.toml", include_str!("../pins/hello.toml"))
+        .write("pins/tool.toml", include_str!("../../pins/hello.toml"))
         .write(
             "images/tool/image.toml",
             &format!(
@@ -55,7 +55,7 @@ fn build(project: &TestProject, config: &std::path::Path) -> serde_json::Value {
         "tool",
     ]);
     run.success();
-    let records: serde_json::Value = serde_json::from_str(&run.stdout()).unwrap();
+    let records: serde_json::Value = support::document(&run.stdout());
     records[0].clone()
 }
 
@@ -196,7 +196,7 @@ fn two_engines_assemble_the_same_config_digest() {
         "{}",
         String::from_utf8_lossy(&run.stderr)
     );
-    let on_other: serde_json::Value = serde_json::from_slice(&run.stdout).unwrap();
+    let on_other: serde_json::Value = support::document(&String::from_utf8_lossy(&run.stdout));
     // On the classic store the image id is the config digest.
     assert_eq!(on_builder["image_id"], on_other[0]["image_id"]);
     let print = |node: &str| {
@@ -232,7 +232,7 @@ fn shipping_an_assembled_image_exports_nothing() {
     ]);
     run.success();
     assert!(!run.stderr().contains("exported"), "{}", run.stderr());
-    let report: serde_json::Value = serde_json::from_str(&run.stdout()).unwrap();
+    let report: serde_json::Value = support::document(&run.stdout());
     for node in report[0]["nodes"].as_array().unwrap() {
         assert_eq!(node["verified"], true, "{node}");
     }
@@ -298,7 +298,7 @@ run = ["hmtool"]
             "py",
         ]);
         run.success();
-        serde_json::from_str::<serde_json::Value>(&run.stdout()).unwrap()[0].clone()
+        support::document(&run.stdout())[0].clone()
     };
     assert_eq!(record["outcome"], "assembled", "{record}");
     assert_eq!(record["smoke"].as_array().unwrap().len(), 2, "{record}");
@@ -491,7 +491,8 @@ fn two_engines_assemble_the_same_wheel_image() {
             "{}",
             String::from_utf8_lossy(&output.stderr)
         );
-        let records: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap();
+        let records: serde_json::Value =
+            support::document(&String::from_utf8_lossy(&output.stdout));
         assert_eq!(records[0]["outcome"], "assembled");
         records[0]["image_id"].as_str().unwrap().to_string()
     })
@@ -566,7 +567,7 @@ with zipfile.ZipFile(path, "w") as z:
         "py",
     ]);
     build.success();
-    let record: serde_json::Value = serde_json::from_str(&build.stdout()).unwrap();
+    let record: serde_json::Value = support::document(&build.stdout());
     assert_eq!(record[0]["outcome"], "assembled", "{record}");
     let imported = testbed.run_container(
         "builder",
@@ -605,7 +606,7 @@ fn prune_in_one_project_keeps_the_layers_of_another() {
     };
     let built = |project: &TestProject| {
         let out = hallmark(project, &["--json", "build", "tool"]);
-        let records: serde_json::Value = serde_json::from_str(&out).unwrap();
+        let records: serde_json::Value = support::document(&out);
         assert_eq!(records[0]["outcome"], "assembled", "{records}");
         records[0]["image_id"].as_str().unwrap().to_string()
     };
@@ -658,7 +659,7 @@ fn build_named(project: &TestProject, config: &std::path::Path, image: &str) -> 
         image,
     ]);
     run.success();
-    let records: serde_json::Value = serde_json::from_str(&run.stdout()).unwrap();
+    let records: serde_json::Value = support::document(&run.stdout());
     records[0].clone()
 }
 

@@ -2,7 +2,7 @@
 //! (distribution 2.8), started by hallmark; the four nodes pull it (Docker 26 and 28 on the
 //! containerd store, Docker 20.10 on the classic one, node4 over ssh through `ssh -R`).
 
-mod support;
+use crate::support;
 
 use serde_json::Value;
 use std::io::BufRead;
@@ -66,7 +66,7 @@ fn nodes_pull_from_the_registry_verify_and_a_node_that_cannot_reach_it_fails_alo
         "{}",
         run_v.stderr()
     );
-    let report: Value = serde_json::from_str(&run_v.stdout()).unwrap();
+    let report: Value = support::document(&run_v.stdout());
     for node in nodes_of(&report) {
         let expected = if node["node"] == "node2" {
             "pulled"
@@ -169,7 +169,7 @@ fn a_registry_left_by_a_killed_hallmark_is_stopped_and_one_cache_serves_one_dist
         run.stderr()
     );
     assert!(!serving(&leftover), "the leftover registry is gone");
-    let report: Value = serde_json::from_str(&run.stdout()).unwrap();
+    let report: Value = support::document(&run.stdout());
     for node in nodes_of(&report) {
         assert_eq!(node["verified"], true, "{node}");
     }
@@ -313,7 +313,7 @@ fn an_operators_registry_gets_the_docker_configs_credentials_and_no_output_shows
     .unwrap();
     let (code, report) = distribute("node2");
     assert_eq!(code, 0, "{report}");
-    let report: Value = serde_json::from_str(&report).unwrap();
+    let report: Value = support::document(&report);
     assert_eq!(nodes_of(&report)[0]["action"], "pulled", "{report}");
     // A credential helper (the docker CLI's protocol) wins over `auths`.
     let helper = helpers.path().join("docker-credential-hmtest");

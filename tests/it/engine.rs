@@ -1,16 +1,16 @@
 //! Builds on real engines of the testbed (scripts/testbed): nothing here is mocked.
 
-mod support;
+use crate::support;
 
 use support::{GitRepo, TestProject, Testbed, one_line_patch, unique};
 
-const HELLO_PINS: &str = include_str!("../pins/hello.toml");
+const HELLO_PINS: &str = include_str!("../../pins/hello.toml");
 
 /// The repository's `hello`, under a repository name and label of its own, so tests that
 /// share a builder share neither a tag nor a checksum. Returns the project and the tag.
 fn hello_project() -> (TestProject, String) {
     let project = TestProject::new();
-    let spec = include_str!("../images/hello/image.toml");
+    let spec = include_str!("../../images/hello/image.toml");
     let run = unique();
     let spec =
         format!("{spec}\n[image]\nname = \"hello-{run}\"\n\n[labels]\n\"test.run\" = \"{run}\"\n");
@@ -18,7 +18,7 @@ fn hello_project() -> (TestProject, String) {
         .write("images/hello/image.toml", &spec)
         .write(
             "images/hello/hello.sh",
-            include_str!("../images/hello/hello.sh"),
+            include_str!("../../images/hello/hello.sh"),
         )
         .write("pins/hello.toml", HELLO_PINS);
     let script = project.root().join("images/hello/hello.sh");
@@ -35,7 +35,7 @@ fn build_json(project: &TestProject, config: &std::path::Path, image: &str) -> s
         image,
     ]);
     run.success();
-    let records: serde_json::Value = serde_json::from_str(&run.stdout()).unwrap();
+    let records: serde_json::Value = support::document(&run.stdout());
     records.as_array().unwrap().last().unwrap().clone()
 }
 
@@ -408,7 +408,7 @@ fn check_repro_names_a_file_that_differs_and_passes_hello() {
     ]);
     run.success();
     assert!(run.stderr().contains("reproducible"), "{}", run.stderr());
-    let records: serde_json::Value = serde_json::from_str(&run.stdout()).unwrap();
+    let records: serde_json::Value = support::document(&run.stdout());
     assert!(
         records
             .as_array()
@@ -671,6 +671,79 @@ fn smoke_runs_the_tagged_image_not_another_with_the_same_label() {
     );
 }
 
+/// The `status` and `verify` tables, exactly: one image current on one node and missing on
+/// the others, then stale everywhere it is once its spec changes. The project's unique names
+/// and the hex of checksums and ids are filtered out; the rest is what the user reads.
+#[test]
+fn status_and_verify_tables_read_exactly_as_snapshotted() {
+    let testbed = Testbed::get();
+    let config = testbed.config();
+    let config_arg = config.to_str().unwrap();
+    let project = support::ship_project(1, "v1");
+    project
+        .run(&["--config", config_arg, "-q", "build", "wrap"])
+        .success();
+    let first = &testbed.nodes()[0];
+    project
+        .run(&[
+            "--config",
+            config_arg,
+            "-q",
+            "distribute",
+            "wrap",
+            "--to",
+            first,
+        ])
+        .success();
+    let filtered = |run: &support::Run| {
+        let mut text = format!(
+            "exit {}\n{}stderr:\n{}",
+            run.code(),
+            run.stdout(),
+            run.stderr()
+        );
+        // Engine addresses name this testbed's own folder.
+        let cluster = std::fs::read_to_string(&config).unwrap();
+        for engine in cluster.lines().filter_map(|l| l.strip_prefix("engine = ")) {
+            text = text.replace(engine.trim_matches('"'), "[engine]");
+        }
+        for image in ["base", "wrap"] {
+            let reference = support::reference(&project, image);
+            let name = reference.trim_end_matches(":latest");
+            text = text.replace(name, &format!("[{image}]"));
+        }
+        support::without_hex(&support::without_root(&project, &text))
+    };
+    insta::assert_snapshot!(
+        "status_one_node_current",
+        filtered(&project.run(&["--config", config_arg, "status"]))
+    );
+    insta::assert_snapshot!(
+        "verify_one_node_current",
+        filtered(&project.run(&["--config", config_arg, "verify", "wrap"]))
+    );
+    let spec = project.read("images/wrap/image.toml");
+    project.write(
+        "images/wrap/image.toml",
+        &spec.replace("VERSION = \"v1\"", "VERSION = \"v2\""),
+    );
+    insta::assert_snapshot!(
+        "status_after_a_spec_change",
+        filtered(&project.run(&["--config", config_arg, "status"]))
+    );
+    insta::assert_snapshot!(
+        "verify_before_the_new_build",
+        filtered(&project.run(&["--config", config_arg, "verify", "wrap"]))
+    );
+    project
+        .run(&["--config", config_arg, "-q", "build", "wrap"])
+        .success();
+    insta::assert_snapshot!(
+        "verify_after_the_new_build",
+        filtered(&project.run(&["--config", config_arg, "verify", "wrap"]))
+    );
+}
+
 #[test]
 fn status_says_unverified_when_the_builder_no_longer_holds_the_image() {
     let testbed = Testbed::get();
@@ -731,7 +804,7 @@ fn two_builds_of_one_image_at_once_give_one_build_and_one_adoption() {
             "{}",
             String::from_utf8_lossy(&output.stderr)
         );
-        let report: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap();
+        let report: serde_json::Value = support::document(&String::from_utf8_lossy(&output.stdout));
         records.push(report[0].clone());
     }
     let mut outcomes: Vec<&str> = records
@@ -765,7 +838,7 @@ fn a_failed_build_still_reports_its_parents_in_json_and_its_output_as_plain_text
         "child",
     ]);
     assert_eq!(run.code(), 1, "{}", run.stderr());
-    let records: serde_json::Value = serde_json::from_str(&run.stdout()).unwrap();
+    let records: serde_json::Value = support::document(&run.stdout());
     let outcomes: Vec<&str> = records
         .as_array()
         .unwrap()
@@ -901,7 +974,7 @@ fn local_engine_row(project: &TestProject, env: &[(&str, &str)]) -> (i32, serde_
     let output = command.output().unwrap();
     let stdout = String::from_utf8_lossy(&output.stdout);
     let row = serde_json::from_str::<serde_json::Value>(&stdout)
-        .map(|rows| rows[0].clone())
+        .map(|document| document["nodes"][0].clone())
         .unwrap_or_else(|_| serde_json::json!({"stderr": String::from_utf8_lossy(&output.stderr)}));
     (output.status.code().unwrap(), row)
 }

@@ -4,7 +4,7 @@
 //! a library function), a node's forged image in tests/ship.rs
 //! (`verify_fails_on_a_node_whose_content_differs_under_the_same_label`).
 
-mod support;
+use crate::support;
 
 use std::path::Path;
 use support::{GitRepo, TestProject, one_line_patch};

@@ -2,7 +2,7 @@
 //! back; the node's engine socket is forwarded on that checked connection, or reached through
 //! `docker system dial-stdio` where the node's sshd forbids socket forwarding.
 
-mod support;
+use crate::support;
 
 use serde_json::Value;
 use std::path::{Path, PathBuf};

@@ -1,120 +1,28 @@
-//! Commands that make and try images on the builder: build, smoke.
+//! `hallmark smoke`: an image's smoke tests on a node (default: the builder), with a JUnit
+//! report for CI.
 
-use super::{Session, runtime};
-use crate::build::{self, BuildSettings};
-use crate::check;
+use super::{connect, runtime, until_interrupted};
+use crate::build;
 use crate::engine::Engine;
-use crate::error::{Error, Result};
+use crate::error::{Error, ExitStatus, Result};
 use crate::plan::{Plan, PlannedImage};
-use crate::project::cache_dir;
+use crate::settings::Settings;
 use crate::values::Name;
 
-pub(super) fn build_command(
-    session: &Session,
-    images: &[String],
-    force: bool,
-    check_repro: bool,
-) -> Result<u8> {
-    let names = session.names(images)?;
-    let plan = Plan::new(&session.project, &names)?;
-    // The lints cost nothing and a wrong ENTRYPOINT costs a deployment: refuse before building.
-    let mut problems: Vec<Error> = plan
-        .order
-        .iter()
-        .flat_map(|n| check::lints(&plan, plan.get(n)))
-        .collect();
-    match problems.len() {
-        0 => {}
-        1 => return Err(problems.remove(0)),
-        _ => return Err(Error::Many(problems)),
-    }
-    let state_dir = session.project.state_dir();
-    let settings = BuildSettings {
-        checksum_label: &session.config.checksum_label,
-        cache: &cache_dir(),
-        state_dir: &state_dir,
-        force,
-        echo: !session.quiet && !session.json,
-    };
-    let mut differences = Vec::new();
-    let (records, outcome) = runtime()?.block_on(async {
-        let engine = session.engine(&session.config.builder).await?;
-        let work = async {
-            if !check_repro {
-                return build::build_all(&engine, &plan, &settings).await;
-            }
-            let mut records = Vec::new();
-            for name in &names {
-                let (mut pair, found) =
-                    match crate::repro::check(&engine, &plan, name, &settings).await {
-                        Ok(done) => done,
-                        Err(error) => return (records, Err(error)),
-                    };
-                for record in &mut pair {
-                    record.reproducible = Some(found.is_empty());
-                    record.differences = found.clone();
-                }
-                differences.extend(found.into_iter().map(|d| format!("{name}: {d}")));
-                records.extend(pair);
-            }
-            (records, Ok(()))
-        };
-        Ok::<_, Error>(until_interrupted(&engine, "the build", work).await)
-    })?;
-    if session.json {
-        println!("{}", serde_json::to_string_pretty(&records).expect("json"));
-    }
-    outcome?;
-    for record in &records {
-        let smoke = match record.smoke.len() {
-            0 => String::new(),
-            n => format!(", {n} smoke test(s) passed"),
-        };
-        session.note(format!(
-            "{} {}  {} ({}, {:.1} s{smoke})",
-            record.checksum,
-            record.reference,
-            record.outcome,
-            short_id(&record.image_id),
-            record.seconds
-        ));
-    }
-    if check_repro {
-        if differences.is_empty() {
-            session.note("reproducible: two builds from scratch gave the same image");
-        } else {
-            for difference in &differences {
-                eprintln!("differs: {difference}");
-            }
-            eprintln!(
-                "error: not reproducible: {} difference(s) between two builds from scratch",
-                differences.len()
-            );
-            return Ok(1);
-        }
-    }
-    Ok(0)
-}
-
-fn short_id(id: &str) -> &str {
-    let hex = id.strip_prefix("sha256:").unwrap_or(id);
-    &hex[..hex.len().min(12)]
-}
-
-pub(super) fn smoke_command(
-    session: &Session,
+pub(super) fn run(
+    settings: &Settings,
     image: &str,
     node: Option<&str>,
     junit: Option<&std::path::Path>,
-) -> Result<u8> {
-    let name = session.project.image_name(image)?;
-    let plan = Plan::new(&session.project, std::slice::from_ref(&name))?;
+) -> Result<ExitStatus> {
+    let name = settings.project.image_name(image)?;
+    let plan = Plan::new(&settings.project, std::slice::from_ref(&name))?;
     let planned = plan.get(&name);
-    let node = session.node(node)?;
+    let node = settings.node(node)?;
     let mut results = Vec::new();
     let outcome = runtime()?.block_on(async {
-        let engine = session.engine(node).await?;
-        let id = tagged_image(&engine, planned, &session.config.checksum_label).await?;
+        let engine = connect(settings, node).await?;
+        let id = tagged_image(&engine, planned, &settings.checksum_label).await?;
         let work = async { ((), build::smoke(&engine, planned, &id, &mut results).await) };
         until_interrupted(&engine, "the smoke tests", work).await.1
     });
@@ -124,14 +32,16 @@ pub(super) fn smoke_command(
         let xml = junit_xml(&name, &node.name, &results, &outcome);
         fs_err::write(path, xml).map_err(|e| Error::io(path, e))?;
     }
-    if session.json {
-        println!("{}", serde_json::to_string_pretty(&results).expect("json"));
+    if settings.output.json {
+        settings.output.json("results", &results);
     }
     outcome?;
     for result in &results {
-        session.note(format!("passed  {} ({:.1} s)", result.name, result.seconds));
+        settings
+            .output
+            .note(format!("passed  {} ({:.1} s)", result.name, result.seconds));
     }
-    Ok(0)
+    Ok(ExitStatus::Success)
 }
 
 /// The image `smoke` tests: the one the tag names, if it carries the expected checksum. An
@@ -157,25 +67,6 @@ async fn tagged_image(engine: &Engine, planned: &PlannedImage, label: &str) -> R
         .id()
         .map(str::to_string)
         .ok_or_else(|| engine.error(format!("{reference} has no image id")))
-}
-
-/// Runs `work`; on Ctrl-C, drops it, removes the containers it started on `engine` and gives
-/// `Error::Interrupted` (the work's own cleanup would never run once it is dropped).
-async fn until_interrupted<T>(
-    engine: &Engine,
-    what: &str,
-    work: impl std::future::Future<Output = (T, Result<()>)>,
-) -> (T, Result<()>)
-where
-    T: Default,
-{
-    tokio::select! {
-        done = work => done,
-        _ = tokio::signal::ctrl_c() => {
-            engine.remove_live_containers().await;
-            (T::default(), Err(Error::Interrupted { what: format!("{what} on node `{}`", engine.node) }))
-        }
-    }
 }
 
 /// Text as XML 1.0 character data or attribute value: markup escaped, and the characters

@@ -1,8 +1,9 @@
 //! Shipping on the testbed: a builder and four nodes (Docker 20.10, 26 and 28, both image
-//! stores, the last node over ssh; testbed.env says which is which). The tests here change
-//! node state (they kill a daemon), so they run one at a time.
+//! stores, the last node over ssh; testbed.env says which is which). The tests here that
+//! count on the default testbed's node state run one at a time; the one that kills a daemon
+//! has a testbed of its own, since the other suites of the crate run beside these.
 
-mod support;
+use crate::support;
 
 use serde_json::Value;
 use std::sync::Mutex;
@@ -28,10 +29,12 @@ fn layer_count(testbed: &Testbed, node: &str, image: &str) -> usize {
         .unwrap()
 }
 
+/// On a testbed of its own: it kills a node's daemon, which every other suite of the crate,
+/// running at the same time, would see go down.
 #[test]
 fn thin_update_full_copy_skip_and_a_daemon_killed_mid_transfer() {
-    let _serial = NODES.lock().unwrap_or_else(|e| e.into_inner());
-    let testbed = Testbed::get();
+    let own = support::OwnTestbed::up(&["--nodes", "4"]);
+    let testbed: &Testbed = &own;
     let config = testbed.config();
     let project = project(256, "v1");
     let (base, wrap) = (reference(&project, "base"), reference(&project, "wrap"));
@@ -157,7 +160,7 @@ fn thin_update_full_copy_skip_and_a_daemon_killed_mid_transfer() {
         "{}",
         String::from_utf8_lossy(&output.stderr)
     );
-    let report: Value = serde_json::from_slice(&output.stdout).unwrap();
+    let report: Value = support::document(&String::from_utf8_lossy(&output.stdout));
     support::assert_fails_alone(&report, &victim, None, &[]);
     testbed.script("restart-node", &["--node", &victim]);
     assert_eq!(

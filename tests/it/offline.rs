@@ -1,6 +1,6 @@
 //! The offline core, driven through the real binary: checksum, render, check, lock.
 
-mod support;
+use crate::support;
 
 use support::{GitRepo, TestProject, one_line_patch, run_in};
 

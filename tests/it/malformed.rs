@@ -1,7 +1,7 @@
 //! A corpus of broken specs and pins: each is refused with exit 2 and an error that names
 //! the file and the line or key; none panics.
 
-mod support;
+use crate::support;
 
 use support::{TestProject, one_line_patch};
 
@@ -607,6 +607,27 @@ fn every_malformed_input_exits_2_naming_file_and_place() {
         }
     }
     assert!(failures.is_empty(), "{}", failures.join("\n---\n"));
+}
+
+/// The whole error report, caret layout included, of every case: a change to what a user
+/// reads shows up as a snapshot diff (tests/snapshots/malformed__every_malformed_error.snap).
+#[test]
+fn every_malformed_error_reads_exactly_as_snapshotted() {
+    let mut report = String::new();
+    for case in corpus() {
+        let project = TestProject::new();
+        for (path, text) in &case.files {
+            project.write(path, text);
+        }
+        let run = project.run(&["check", "bad"]);
+        report.push_str(&format!(
+            "## {} (exit {})\n{}\n",
+            case.name,
+            run.code(),
+            support::without_root(&project, &run.stderr())
+        ));
+    }
+    insta::assert_snapshot!("every_malformed_error", report);
 }
 
 #[test]

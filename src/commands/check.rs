@@ -1,0 +1,45 @@
+//! `hallmark check`: specs, pins, patch series and lints; no engine needed.
+
+use super::hashing_note;
+use crate::cli::Selection;
+use crate::error::{Error, ExitStatus, Result};
+use crate::settings::Settings;
+use serde::Serialize;
+
+/// An image that passed; with `--json`, the problems are the errors' messages.
+#[derive(Serialize)]
+struct Passed {
+    checksum: String,
+    image: String,
+    ok: bool,
+}
+
+pub(super) fn run(settings: &Settings, selection: &Selection) -> Result<ExitStatus> {
+    let names = settings.selection(selection)?;
+    let (passed, problems, hashing) =
+        crate::check::check(&settings.project, &names, &settings.cache);
+    hashing_note(settings, hashing);
+    if settings.output.json {
+        let passed: Vec<_> = passed
+            .iter()
+            .map(|(n, c)| Passed {
+                checksum: c.to_string(),
+                image: n.to_string(),
+                ok: true,
+            })
+            .collect();
+        let problems: Vec<_> = problems.iter().map(|e| e.to_string()).collect();
+        settings.output.document(&[
+            ("passed", serde_json::to_value(&passed).expect("json")),
+            ("problems", serde_json::to_value(&problems).expect("json")),
+        ]);
+    } else {
+        for (name, _) in &passed {
+            settings.output.note(format!("ok  {name}"));
+        }
+    }
+    if problems.is_empty() {
+        return Ok(ExitStatus::Success);
+    }
+    Err(Error::Many(problems))
+}

@@ -1,0 +1,189 @@
+//! `hallmark distribute`: ships images from the builder to the nodes, each node by its
+//! transport (ship.rs streams archives, registry.rs pushes once and has the nodes pull).
+
+use super::{connect, connect_all, runtime};
+use crate::config::{NodeConfig, Transport};
+use crate::engine::Engine;
+use crate::error::{Error, ExitStatus, Result};
+use crate::output::Row;
+use crate::plan::{Plan, PlannedImage};
+use crate::registry;
+use crate::settings::Settings;
+use crate::ship::{self, NodeOutcome, ShipSettings};
+use crate::store::LayerStore;
+use serde::Serialize;
+use std::sync::Arc;
+
+pub(super) fn run(
+    settings: &Settings,
+    images: &[String],
+    to: &[String],
+    parallel: bool,
+    full: bool,
+) -> Result<ExitStatus> {
+    let names = settings.names(images)?;
+    let plan = Plan::new(&settings.project, &names)?;
+    let nodes = settings.selected_nodes(to)?;
+    let ship_settings = ShipSettings {
+        checksum_label: &settings.checksum_label,
+        full,
+        parallel,
+        state_dir: &settings.state_dir,
+        cache: &settings.cache,
+        verbose: settings.output.verbose,
+        progress: settings.output.progress(),
+    };
+    let store = Arc::new(LayerStore::open(&settings.cache));
+    let shipped = runtime()?.block_on(async {
+        let builder = connect(settings, &settings.config.builder).await?;
+        let targets = Targets::connect(settings, &nodes).await;
+        let mut shipped = Vec::new();
+        for name in &names {
+            let image = plan.get(name);
+            let shipment = shipment(settings, &builder, &plan, image).await?;
+            let outcomes = targets
+                .ship(settings, &builder, &store, &shipment, &ship_settings)
+                .await?;
+            shipped.push(Shipped {
+                image: name.to_string(),
+                nodes: outcomes,
+                reference: shipment.reference,
+            });
+        }
+        Ok::<_, Error>(shipped)
+    })?;
+    // The table says what was done; with `-q` the exit code alone says whether it worked.
+    if settings.output.json || !settings.output.quiet {
+        settings.output.table("images", &shipped);
+    }
+    let failed = shipped.iter().flat_map(|s| &s.nodes).any(|o| !o.verified());
+    Ok(ExitStatus::from_success(!failed))
+}
+
+/// One image's outcome on every node, in the cluster file's order.
+#[derive(Serialize)]
+struct Shipped {
+    image: String,
+    nodes: Vec<NodeOutcome>,
+    reference: String,
+}
+
+impl Row for Shipped {
+    fn header() -> Option<String> {
+        Some(format!(
+            "{:<12} {:<10} {:<8} {:>12} {:>8} {:>9}  {}",
+            "image", "node", "action", "bytes sent", "seconds", "verified", "error"
+        ))
+    }
+
+    fn lines(&self) -> Vec<String> {
+        self.nodes
+            .iter()
+            .map(|o| {
+                format!(
+                    "{:<12} {:<10} {:<8} {:>12} {:>8.2} {:>9}  {}",
+                    self.image,
+                    o.node,
+                    o.action,
+                    o.archive_bytes(),
+                    o.seconds,
+                    if o.verified() { "yes" } else { "no" },
+                    o.error().unwrap_or("")
+                )
+            })
+            .collect()
+    }
+}
+
+/// The selected nodes, connected and grouped by transport; each image goes to both groups.
+struct Targets<'a> {
+    nodes: &'a [NodeConfig],
+    by_stream: Vec<Engine>,
+    by_registry: Vec<Engine>,
+    /// Nodes that could not be reached, with why: a failed outcome for every image.
+    unreachable: Vec<(String, String)>,
+}
+
+impl<'a> Targets<'a> {
+    async fn connect(settings: &Settings, nodes: &'a [NodeConfig]) -> Targets<'a> {
+        let mut targets = Targets {
+            nodes,
+            by_stream: Vec::new(),
+            by_registry: Vec::new(),
+            unreachable: Vec::new(),
+        };
+        for (node, engine) in nodes.iter().zip(connect_all(settings, nodes).await) {
+            match engine {
+                Err(e) => targets
+                    .unreachable
+                    .push((node.name.to_string(), e.to_string())),
+                Ok(engine) => match settings.config.transport_of(node) {
+                    Transport::Registry => targets.by_registry.push(engine),
+                    Transport::Stream => targets.by_stream.push(engine),
+                },
+            }
+        }
+        targets
+    }
+
+    /// Ships `shipment` to every node; the outcomes in the cluster file's order.
+    async fn ship(
+        &self,
+        settings: &Settings,
+        builder: &Engine,
+        store: &Arc<LayerStore>,
+        shipment: &ship::Shipment,
+        ship_settings: &ShipSettings<'_>,
+    ) -> Result<Vec<NodeOutcome>> {
+        let mut outcomes = if self.by_stream.is_empty() {
+            Vec::new()
+        } else {
+            ship::distribute(builder, &self.by_stream, store, shipment, ship_settings).await?
+        };
+        if !self.by_registry.is_empty() {
+            outcomes.extend(
+                registry::distribute(
+                    builder,
+                    &self.by_registry,
+                    &settings.config.registry,
+                    &settings.cache,
+                    store,
+                    shipment,
+                    ship_settings,
+                )
+                .await,
+            );
+        }
+        for (node, error) in &self.unreachable {
+            outcomes.push(NodeOutcome::failed(node, error.clone()));
+        }
+        outcomes.sort_by_key(|o| self.nodes.iter().position(|n| n.name.as_str() == o.node));
+        Ok(outcomes)
+    }
+}
+
+/// The builder's image for `image`, checked against its checksum, with the names of the
+/// images most likely to share its layers: its parents, up to the external base.
+pub(super) async fn shipment(
+    settings: &Settings,
+    builder: &Engine,
+    plan: &Plan,
+    image: &PlannedImage,
+) -> Result<ship::Shipment> {
+    let mut shipment = ship::shipment(
+        builder,
+        &image.loaded.reference(),
+        &settings.checksum_label,
+        image.checksum.as_str(),
+    )
+    .await?;
+    let mut current = image;
+    while let Some(parent) = &current.parent {
+        current = plan.get(parent);
+        shipment.related.push(current.loaded.reference());
+    }
+    if let Some(base) = &current.pins.base {
+        shipment.related.push(base.reference.to_string());
+    }
+    Ok(shipment)
+}

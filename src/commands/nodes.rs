@@ -1,0 +1,105 @@
+//! `hallmark nodes`: each node (the builder first): reachable, engine version, image store,
+//! images. Exit 1 if any is down.
+
+use super::{connect, runtime};
+use crate::config::NodeConfig;
+use crate::error::{Error, ExitStatus, Result};
+use crate::output::{Row, cell};
+use crate::settings::Settings;
+use serde::Serialize;
+
+/// A node as hallmark reaches it; the keys are `--json`'s (docs/json.md).
+#[derive(Serialize)]
+struct NodeRow {
+    node: String,
+    engine: String,
+    reachable: bool,
+    /// Why it could not be reached.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    error: Option<String>,
+    #[serde(flatten, skip_serializing_if = "Option::is_none")]
+    up: Option<Up>,
+}
+
+/// What a reachable engine says of itself (`null` where it does not say).
+#[derive(Serialize)]
+struct Up {
+    via: &'static str,
+    version: Option<String>,
+    api: Option<String>,
+    api_used: String,
+    image_store: Option<&'static str>,
+    driver: Option<String>,
+    images: Option<i64>,
+    data_root: Option<String>,
+}
+
+impl Row for NodeRow {
+    fn lines(&self) -> Vec<String> {
+        vec![match &self.up {
+            Some(up) => format!(
+                "{:<10} {:<8} {:<10} api {:<6} {:<11} {} images  {} ({})",
+                self.node,
+                "ok",
+                cell(&up.version),
+                cell(&up.api),
+                cell(&up.image_store),
+                cell(&up.images),
+                self.engine,
+                up.via
+            ),
+            None => format!(
+                "{:<10} {:<8} {}",
+                self.node,
+                "down",
+                self.error.as_deref().unwrap_or_default()
+            ),
+        }]
+    }
+}
+
+pub(super) fn run(settings: &Settings) -> Result<ExitStatus> {
+    let builder = &settings.config.builder;
+    let nodes: Vec<&NodeConfig> = std::iter::once(builder)
+        .chain(settings.config.nodes.iter().filter(|n| *n != builder))
+        .collect();
+    let rows = runtime()?.block_on(async {
+        let mut rows = Vec::new();
+        for node in nodes {
+            rows.push(node_row(settings, node).await);
+        }
+        Ok::<_, Error>(rows)
+    })?;
+    settings.output.table("nodes", &rows);
+    Ok(ExitStatus::from_success(rows.iter().all(|r| r.reachable)))
+}
+
+async fn node_row(settings: &Settings, node: &NodeConfig) -> NodeRow {
+    let row = |reachable, error, up| NodeRow {
+        node: node.name.to_string(),
+        engine: node.engine.to_string(),
+        reachable,
+        error,
+        up,
+    };
+    let engine = match connect(settings, node).await {
+        Ok(engine) => engine,
+        Err(e) => return row(false, Some(e.to_string()), None),
+    };
+    let some = |s: &String| Some(s.clone()).filter(|s| !s.is_empty());
+    let info = engine.info().await.ok();
+    row(
+        true,
+        None,
+        Some(Up {
+            via: engine.via(),
+            version: some(&engine.version.version),
+            api: some(&engine.version.api_version),
+            api_used: engine.api_version().to_string(),
+            image_store: info.as_ref().map(|i| i.image_store()),
+            driver: info.as_ref().and_then(|i| some(&i.driver)),
+            images: info.as_ref().and_then(|i| i.images),
+            data_root: info.as_ref().and_then(|i| some(&i.docker_root_dir)),
+        }),
+    )
+}

@@ -1,0 +1,54 @@
+//! `hallmark prune`: removes from the layer store what neither this project's images on the
+//! builder nor any other project sharing the cache uses, then the registry's garbage.
+
+use super::{connect, runtime};
+use crate::error::{Error, ExitStatus, Result};
+use crate::plan::Plan;
+use crate::registry;
+use crate::settings::Settings;
+use crate::store::LayerStore;
+
+pub(super) fn run(settings: &Settings) -> Result<ExitStatus> {
+    let names = settings.project.image_names()?;
+    let plan = Plan::new(&settings.project, &names)?;
+    let keep = runtime()?.block_on(async {
+        let builder = connect(settings, &settings.config.builder).await?;
+        let mut keep = Vec::new();
+        for name in &names {
+            if let Some(image) = builder.inspect(&plan.get(name).loaded.reference()).await? {
+                keep.extend(image.id().map(str::to_string));
+            }
+        }
+        Ok::<_, Error>(keep)
+    })?;
+    // Alone with the store: no command using it may lose a blob it has not recorded yet.
+    let cache = &settings.cache;
+    let root = &settings.project.root;
+    let store = match LayerStore::for_prune(cache, root, false)? {
+        Some(store) => store,
+        None => {
+            settings
+                .output
+                .note("waiting for other hallmark commands to finish with the layer store");
+            LayerStore::for_prune(cache, root, true)?.expect("waited for the lock")
+        }
+    };
+    let (removed, bytes) = store.prune(&keep)?;
+    drop(store);
+    settings.output.note(format!(
+        "removed {removed} blobs, {bytes} bytes, from the layer store (kept what other projects use)"
+    ));
+    let collected = match registry::collect_garbage(cache, false)? {
+        registry::Garbage::Busy => {
+            settings
+                .output
+                .note("waiting for the distribute using the registry to finish");
+            registry::collect_garbage(cache, true)?
+        }
+        done => done,
+    };
+    if let registry::Garbage::Collected(collected) = collected {
+        settings.output.note(collected);
+    }
+    Ok(ExitStatus::Success)
+}

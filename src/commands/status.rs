@@ -1,0 +1,60 @@
+//! `hallmark status`: every image of the project on every node: current, stale, mismatch,
+//! unverified, missing, incomplete, unreachable.
+
+use super::verify::{holdings_of_nodes, image_rows};
+use super::{connect, connect_all, runtime};
+use crate::error::{Error, ExitStatus, Result};
+use crate::plan::Plan;
+use crate::settings::Settings;
+use crate::verify::{self, Holding};
+use futures_util::StreamExt as _;
+
+pub(super) fn run(settings: &Settings) -> Result<ExitStatus> {
+    let names = settings.project.image_names()?;
+    let plan = Plan::new(&settings.project, &names)?;
+    let nodes = settings.config.nodes.clone();
+    let label = &settings.checksum_label;
+    let rows = runtime()?.block_on(async {
+        let connected = connect_all(settings, &nodes).await;
+        let builder = connect(settings, &settings.config.builder).await.ok();
+        // The builder's fingerprint is the reference; without it, the label alone is known.
+        let expected = futures_util::stream::iter(names.iter().map(|name| {
+            let image = plan.get(name);
+            let builder = builder.as_ref();
+            async move {
+                let held = builder?.inspect(&image.loaded.reference()).await.ok()??;
+                (verify::label(&held, label) == Some(image.checksum.as_str()))
+                    .then(|| verify::fingerprint(&held))
+            }
+        }))
+        .buffered(8)
+        .collect::<Vec<Option<String>>>()
+        .await;
+        let wanted: Vec<verify::Wanted> = names
+            .iter()
+            .zip(&expected)
+            .map(|(name, expected)| {
+                let image = plan.get(name);
+                verify::Wanted {
+                    reference: image.loaded.reference(),
+                    checksum: image.checksum.to_string(),
+                    fingerprint: expected.clone().unwrap_or_default(),
+                }
+            })
+            .collect();
+        let mut columns = holdings_of_nodes(settings, &nodes, &connected, &wanted).await;
+        for column in &mut columns {
+            for (holding, expected) in column.iter_mut().zip(&expected) {
+                // Without the builder's image, a matching label is all there is: the
+                // content is not checked, so the node is not `current`.
+                if expected.is_none() && holding.state == Holding::Mismatch {
+                    holding.state = Holding::Unverified;
+                    holding.detail = Some("the label matches; the content is not checked: the builder does not hold the image".into());
+                }
+            }
+        }
+        Ok::<_, Error>(image_rows(&names, columns))
+    })?;
+    settings.output.table("holdings", &rows);
+    Ok(ExitStatus::Success)
+}

@@ -1,0 +1,121 @@
+//! `hallmark verify`: exit 0 only if every node holds the expected image (label and
+//! content fingerprint). The holdings table is `status`'s too.
+
+use super::distribute::shipment;
+use super::{connect, connect_all, runtime};
+use crate::config::NodeConfig;
+use crate::engine::Engine;
+use crate::error::{Error, ExitStatus, Result};
+use crate::output::{Row, cell};
+use crate::plan::Plan;
+use crate::settings::Settings;
+use crate::values::Name;
+use crate::verify::{self, Holding, NodeHolding};
+use futures_util::StreamExt as _;
+use serde::Serialize;
+
+pub(super) fn run(settings: &Settings, images: &[String], nodes: &[String]) -> Result<ExitStatus> {
+    let names = settings.names(images)?;
+    let plan = Plan::new(&settings.project, &names)?;
+    let nodes = settings.selected_nodes(nodes)?;
+    let rows = runtime()?.block_on(async {
+        let builder = connect(settings, &settings.config.builder).await?;
+        let connected = connect_all(settings, &nodes).await;
+        let shipments = futures_util::stream::iter(
+            names
+                .iter()
+                .map(|name| shipment(settings, &builder, &plan, plan.get(name))),
+        )
+        .buffered(8)
+        .collect::<Vec<_>>()
+        .await;
+        let mut wanted = Vec::new();
+        for shipment in shipments {
+            let shipment = shipment?;
+            wanted.push(verify::Wanted {
+                reference: shipment.reference,
+                checksum: shipment.checksum,
+                fingerprint: shipment.fingerprint,
+            });
+        }
+        let columns = holdings_of_nodes(settings, &nodes, &connected, &wanted).await;
+        Ok::<_, Error>(image_rows(&names, columns))
+    })?;
+    settings.output.table("holdings", &rows);
+    let all_current = rows.iter().all(|r| r.holding.state == Holding::Current);
+    Ok(ExitStatus::from_success(all_current))
+}
+
+/// What one node holds of one image: a line of the `verify` and `status` tables.
+#[derive(Serialize)]
+pub(super) struct HoldingRow {
+    pub image: String,
+    #[serde(flatten)]
+    pub holding: NodeHolding,
+}
+
+impl Row for HoldingRow {
+    fn lines(&self) -> Vec<String> {
+        let h = &self.holding;
+        vec![format!(
+            "{:<20} {:<10} {:<12} {}",
+            self.image,
+            h.node,
+            cell(&h.state),
+            h.detail.as_deref().unwrap_or("")
+        )]
+    }
+}
+
+/// What every node holds of `wanted`: the nodes asked at once, one column per node.
+pub(super) async fn holdings_of_nodes(
+    settings: &Settings,
+    nodes: &[NodeConfig],
+    connected: &[Result<Engine>],
+    wanted: &[verify::Wanted],
+) -> Vec<Vec<NodeHolding>> {
+    let label = &settings.checksum_label;
+    futures_util::future::join_all(
+        nodes
+            .iter()
+            .zip(connected)
+            .map(|(node, engine)| async move {
+                match engine {
+                    Ok(engine) => verify::holdings(engine, label, wanted)
+                        .await
+                        .into_iter()
+                        .map(|h| h.unwrap_or_else(|e| unreachable_holding(node, e)))
+                        .collect(),
+                    Err(e) => wanted
+                        .iter()
+                        .map(|_| unreachable_holding(node, e.to_string()))
+                        .collect(),
+                }
+            }),
+    )
+    .await
+}
+
+/// Rows image by image, each image's nodes in order, from one column per node.
+pub(super) fn image_rows(names: &[Name], columns: Vec<Vec<NodeHolding>>) -> Vec<HoldingRow> {
+    let mut rows = Vec::new();
+    for (i, name) in names.iter().enumerate() {
+        for column in &columns {
+            rows.push(HoldingRow {
+                image: name.to_string(),
+                holding: column[i].clone(),
+            });
+        }
+    }
+    rows
+}
+
+fn unreachable_holding(node: &NodeConfig, error: impl ToString) -> NodeHolding {
+    NodeHolding {
+        node: node.name.to_string(),
+        state: Holding::Unreachable,
+        checksum: None,
+        fingerprint: None,
+        detail: Some(error.to_string()),
+    }
+}

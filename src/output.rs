@@ -1,0 +1,143 @@
+//! What commands print: typed rows on stdout, as a table or, with `--json`, as one JSON
+//! document; notes on stderr. docs/json.md describes every document; each carries
+//! `"version"`, raised when a shape changes in a way a reader would notice.
+
+use serde::Serialize;
+
+/// The `"version"` of every `--json` document.
+pub const JSON_VERSION: u32 = 1;
+
+/// The version first, then the command's fields.
+#[derive(Serialize)]
+struct Document {
+    version: u32,
+    #[serde(flatten)]
+    fields: serde_json::Map<String, serde_json::Value>,
+}
+
+/// `{"version": 1, "<key>": rows}`, serialised straight from the rows (a `serde_json::Value`
+/// would sort their keys).
+struct Rows<'a, T: ?Sized> {
+    key: &'a str,
+    rows: &'a T,
+}
+
+impl<T: Serialize + ?Sized> Serialize for Rows<'_, T> {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeMap as _;
+        let mut map = serializer.serialize_map(Some(2))?;
+        map.serialize_entry("version", &JSON_VERSION)?;
+        map.serialize_entry(self.key, self.rows)?;
+        map.end()
+    }
+}
+
+/// A row of a command's table: the same value is one JSON object with `--json`.
+pub trait Row: Serialize {
+    /// The table's header line, if the table has one.
+    fn header() -> Option<String> {
+        None
+    }
+    /// The row's lines in the table (a row may stand for several lines, or none).
+    fn lines(&self) -> Vec<String>;
+}
+
+/// `--json`, `-q`, `-v`, resolved once (settings.rs).
+#[derive(Debug, Clone, Copy)]
+pub struct Output {
+    pub json: bool,
+    pub quiet: bool,
+    pub verbose: bool,
+    /// stderr is a terminal: progress lines can redraw themselves there.
+    terminal: bool,
+}
+
+impl Output {
+    pub fn new(json: bool, quiet: bool, verbose: bool, terminal: bool) -> Output {
+        Output {
+            json,
+            quiet,
+            verbose,
+            terminal,
+        }
+    }
+
+    /// A line on stderr, unless `-q`.
+    pub fn note(&self, message: impl AsRef<str>) {
+        if !self.quiet {
+            eprintln!("{}", message.as_ref());
+        }
+    }
+
+    /// A note only `-v` asks for.
+    pub fn detail(&self, message: impl FnOnce() -> String) {
+        if self.verbose {
+            self.note(message());
+        }
+    }
+
+    /// Whether a build's log streams to stderr: not with `-q`, nor with `--json` (whose
+    /// reader wants stdout alone, and a quiet stderr).
+    pub fn echo(&self) -> bool {
+        !self.quiet && !self.json
+    }
+
+    /// Whether transfers draw progress on stderr: as [`Output::echo`], on a terminal only.
+    pub fn progress(&self) -> bool {
+        self.echo() && self.terminal
+    }
+
+    /// Prints `{"version": 1, "<key>": value}` on stdout, `value`'s keys in its own order.
+    pub fn json<T: Serialize + ?Sized>(&self, key: &str, value: &T) {
+        let document = Rows { key, rows: value };
+        println!("{}", serde_json::to_string_pretty(&document).expect("json"));
+    }
+
+    /// Prints `{"version": 1, ...fields}` on stdout.
+    pub fn document(&self, fields: &[(&str, serde_json::Value)]) {
+        let document = Document {
+            version: JSON_VERSION,
+            fields: fields
+                .iter()
+                .map(|(key, value)| (key.to_string(), value.clone()))
+                .collect(),
+        };
+        println!("{}", serde_json::to_string_pretty(&document).expect("json"));
+    }
+
+    /// `rows` on stdout: a JSON document under `key` with `--json`, else a table.
+    pub fn table<R: Row>(&self, key: &str, rows: &[R]) {
+        if self.json {
+            return self.json(key, rows);
+        }
+        if let Some(header) = R::header() {
+            println!("{header}");
+        }
+        for row in rows {
+            for line in row.lines() {
+                println!("{line}");
+            }
+        }
+    }
+}
+
+/// A value in a table cell as the JSON document has it: a string plain, anything else
+/// (numbers, `null`) as JSON.
+pub fn cell<T: Serialize>(value: &T) -> String {
+    match serde_json::to_value(value).expect("json") {
+        serde_json::Value::String(s) => s,
+        other => other.to_string(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cells_read_as_the_json_does() {
+        assert_eq!(cell(&Some("26.1")), "26.1");
+        assert_eq!(cell(&None::<String>), "null");
+        assert_eq!(cell(&Some(3)), "3");
+    }
+}

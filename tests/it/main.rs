@@ -1,0 +1,14 @@
+//! The integration tests: one crate (one link), a module per suite, `support` shared.
+//! A suite alone: `cargo test --locked --test it engine::` (offline::, malformed::, ship::...).
+
+mod assemble;
+mod engine;
+mod faults;
+mod hostile;
+mod malformed;
+mod offline;
+mod registry;
+mod secrets;
+mod ship;
+mod ssh;
+mod support;
