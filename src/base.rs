@@ -125,7 +125,9 @@ pub struct BuilderResolver<'a> {
 
 impl BuilderResolver<'_> {
     async fn engine(&self) -> Option<Engine> {
-        Engine::connect(self.builder, self.ssh_config).await.ok()
+        Engine::connect(self.builder, self.ssh_config, self.cache)
+            .await
+            .ok()
     }
 }
 

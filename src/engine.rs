@@ -66,7 +66,12 @@ pub struct Engine {
 }
 
 impl Engine {
-    pub async fn connect(node: &NodeConfig, ssh_config: Option<&Path>) -> Result<Engine> {
+    /// Connects to `node`'s engine; an ssh node's control master is kept in `cache`.
+    pub async fn connect(
+        node: &NodeConfig,
+        ssh_config: Option<&Path>,
+        cache: &Path,
+    ) -> Result<Engine> {
         let fail = |message: String| Error::Engine {
             node: node.name.to_string(),
             endpoint: node.engine.to_string(),
@@ -83,7 +88,7 @@ impl Engine {
                 ))
             })?,
             Kind::Ssh { destination, port } => {
-                let bridge = SshBridge::new(destination, port.as_deref(), ssh_config)
+                let bridge = SshBridge::new(destination, port.as_deref(), ssh_config, cache)
                     .map_err(|e| fail(format!("cannot start ssh: {e}")))?;
                 return Engine::connect_ssh(node, bridge).await;
             }

@@ -90,7 +90,7 @@ impl Output {
     /// Prints `{"version": 1, "<key>": value}` on stdout, `value`'s keys in its own order.
     pub fn json<T: Serialize + ?Sized>(&self, key: &str, value: &T) {
         let document = Rows { key, rows: value };
-        println!("{}", serde_json::to_string_pretty(&document).expect("json"));
+        stdout(&serde_json::to_string_pretty(&document).expect("json"));
     }
 
     /// Prints `{"version": 1, ...fields}` on stdout.
@@ -102,7 +102,7 @@ impl Output {
                 .map(|(key, value)| (key.to_string(), value.clone()))
                 .collect(),
         };
-        println!("{}", serde_json::to_string_pretty(&document).expect("json"));
+        stdout(&serde_json::to_string_pretty(&document).expect("json"));
     }
 
     /// `rows` on stdout: a JSON document under `key` with `--json`, else a table.
@@ -111,13 +111,31 @@ impl Output {
             return self.json(key, rows);
         }
         if let Some(header) = R::header() {
-            println!("{header}");
+            stdout(&header);
         }
         for row in rows {
             for line in row.lines() {
-                println!("{line}");
+                stdout(&line);
             }
         }
+    }
+}
+
+/// `text` and a newline on stdout. A reader that went away (`hallmark status | head`) ends
+/// the printing, not the command: `println!` would panic on the broken pipe, and the command's
+/// work (a build, a distribute) is done by then; its exit status still says how it went.
+pub fn stdout(text: &str) {
+    stdout_exactly(&format!("{text}\n"));
+}
+
+/// `text` on stdout as it is (a rendered Dockerfile, a checksum document), as [`stdout`].
+pub fn stdout_exactly(text: &str) {
+    use std::io::Write;
+    match std::io::stdout().lock().write_all(text.as_bytes()) {
+        Err(e) if e.kind() != std::io::ErrorKind::BrokenPipe => {
+            eprintln!("hallmark: cannot write to stdout: {e}")
+        }
+        _ => {}
     }
 }
 

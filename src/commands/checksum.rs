@@ -28,7 +28,7 @@ pub(super) fn run(settings: &Settings, selection: &Selection, explain: bool) -> 
     // `--json` takes precedence over `--explain` (docs/checksum.md).
     if explain && !settings.output.json {
         for name in &names {
-            print!("{}", plan.get(name).document);
+            crate::output::stdout_exactly(&plan.get(name).document);
         }
         return Ok(ExitStatus::Success);
     }

@@ -61,7 +61,7 @@ fn runtime() -> Result<tokio::runtime::Runtime> {
 }
 
 async fn connect(settings: &Settings, node: &NodeConfig) -> Result<Engine> {
-    Engine::connect(node, settings.config.ssh_config.as_deref()).await
+    Engine::connect(node, settings.config.ssh_config.as_deref(), &settings.cache).await
 }
 
 /// Connects to each node in turn: first contact with an ssh node (host-key check included)

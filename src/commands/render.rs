@@ -20,7 +20,7 @@ pub(super) fn run(
         planned.checksum.as_str(),
         parent_tag(&plan, &name).as_deref(),
     )?;
-    print!("{dockerfile}");
+    crate::output::stdout_exactly(&dockerfile);
     if crate::assemble::assemblable(&planned.loaded.spec) {
         settings.output.note(format!(
             "hallmark: `{name}` only adds files and metadata to its parent: `hallmark build` assembles it without running a build (the Dockerfile above gives the same content)"

@@ -53,8 +53,13 @@ fn loopback_forward(port: u16) -> Vec<String> {
 /// folder only the user can enter; in `fallback` (the bridge's own temporary folder, the
 /// master then ending with hallmark) if the cache is unusable or its path too long for a
 /// unix socket (ssh adds 17 bytes while it sets one up; the limit is 108).
-fn control_path(host: &str, ssh_config: Option<&Path>, fallback: &Path) -> (PathBuf, bool) {
-    let dir = crate::project::cache_dir().join("ssh");
+fn control_path(
+    host: &str,
+    ssh_config: Option<&Path>,
+    cache: &Path,
+    fallback: &Path,
+) -> (PathBuf, bool) {
+    let dir = cache.join("ssh");
     let key = format!(
         "{host}\n{}",
         ssh_config
@@ -84,6 +89,7 @@ impl SshBridge {
         destination: &str,
         port: Option<&str>,
         ssh_config: Option<&Path>,
+        cache: &Path,
     ) -> std::io::Result<SshBridge> {
         let dir = tempfile::Builder::new().prefix("hallmark-ssh").tempdir()?;
         let host = match port {
@@ -97,7 +103,7 @@ impl SshBridge {
         if let Some(port) = port {
             control.extend(["-p".into(), port.to_string()]);
         }
-        let (control_path, persist) = control_path(&host, ssh_config, dir.path());
+        let (control_path, persist) = control_path(&host, ssh_config, cache, dir.path());
         control.extend([
             "-o".into(),
             format!("ControlPath={}", control_path.display()),

@@ -104,6 +104,34 @@ fn checksum_prints_one_line_per_image() {
 }
 
 #[test]
+fn a_reader_that_went_away_ends_the_printing_not_the_command() {
+    // `hallmark checksum --all | head -1`: the pipe's reader is gone before hallmark writes,
+    // so every write fails with EPIPE (Rust ignores SIGPIPE). `println!` panicked here.
+    let (project, _, _) = fixture();
+    for args in [
+        &["checksum", "--all"][..],
+        &["checksum", "--explain", "app"],
+        &["--json", "checksum", "--all"],
+        &["render", "app"],
+    ] {
+        let (reader, writer) = std::io::pipe().unwrap();
+        drop(reader);
+        let output = support::hallmark()
+            .args(args)
+            .current_dir(project.root())
+            .env("HALLMARK_CACHE", project.root().join(".test-cache"))
+            .env_remove("DOCKER_HOST")
+            .env_remove("DOCKER_CONTEXT")
+            .stdout(writer)
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert!(!stderr.contains("panicked"), "{args:?}: {stderr}");
+        assert_eq!(output.status.code(), Some(0), "{args:?}: {stderr}");
+    }
+}
+
+#[test]
 fn checksum_is_the_sha256_of_the_explained_document() {
     let (project, _, _) = fixture();
     let document = project
