@@ -232,17 +232,7 @@ impl Config {
                 registry: RegistryConfig::default(),
             });
         };
-        let text = match fs_err::read(&path) {
-            Ok(bytes) => crate::spec::text_of(&path, bytes)?,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-                return Err(Error::Usage {
-                    message: format!("the cluster file {} does not exist", path.display()),
-                    hint: Some("`--config FILE` names a cluster file; without it, hallmark.toml at the project root is read".into()),
-                });
-            }
-            Err(e) => return Err(Error::io(&path, e)),
-        };
-        let file: ConfigFile = parse_toml(&path, &text)?;
+        let file = read_cluster_file(&path)?;
         let invalid = |key: &str, message: String| Error::Invalid {
             path: path.clone(),
             location: None,
@@ -251,38 +241,8 @@ impl Config {
             hint: None,
         };
         // Errors in the order users have seen them: the local engine's discovery, then
-        // duplicate names, then addresses.
-        let local = match &file.builder {
-            Some(_) => None,
-            None => Some(local_engine()?),
-        };
-        for (i, node) in file.nodes.iter().enumerate() {
-            if file.nodes[..i].iter().any(|n| n.name == node.name) {
-                return Err(invalid(
-                    "node.name",
-                    format!("node `{}` is listed twice", node.name),
-                ));
-            }
-        }
-        let node = |table: NodeTable| -> Result<NodeConfig> {
-            let engine = Address::parse(&table.engine, None)
-                .map_err(|e| invalid("engine", format!("node `{}`: {e}", table.name)))?;
-            Ok(NodeConfig {
-                name: table.name,
-                engine,
-                transport: table.transport,
-            })
-        };
-        let nodes: Vec<NodeConfig> = file.nodes.into_iter().map(node).collect::<Result<_>>()?;
-        let builder = match (file.builder, local) {
-            (Some(table), _) => node(table)?,
-            (None, local) => local.expect("found above"),
-        };
-        let nodes = if nodes.is_empty() {
-            vec![builder.clone()]
-        } else {
-            nodes
-        };
+        // duplicate names, then addresses, then the label and the registry.
+        let (builder, nodes) = engines(file.builder, file.nodes, &invalid)?;
         let label = file
             .checksum_label
             .unwrap_or_else(|| DEFAULT_CHECKSUM_LABEL.into());
@@ -296,20 +256,7 @@ impl Config {
                 format!("`{label}` is not a label key"),
             ));
         }
-        if let Some(address) = &file.registry.address {
-            let ok = address.rsplit_once(':').is_some_and(|(host, port)| {
-                !host.is_empty() && !host.contains('/') && port.parse::<u16>().is_ok()
-            });
-            if !ok {
-                return Err(invalid(
-                    "registry.address",
-                    format!("`{address}` is not host:port"),
-                ));
-            }
-        }
-        if file.registry.pulls == Some(0) {
-            return Err(invalid("registry.pulls", "must be at least 1".into()));
-        }
+        check_registry(&file.registry, &invalid)?;
         let base = path.parent().unwrap_or(Path::new("."));
         Ok(Config {
             ssh_config: file.ssh_config.map(|p| base.join(p)),
@@ -321,4 +268,82 @@ impl Config {
             registry: file.registry,
         })
     }
+}
+
+/// The cluster file's text, parsed (a missing file is a usage error: `--config` named it).
+fn read_cluster_file(path: &Path) -> Result<ConfigFile> {
+    let text = match fs_err::read(path) {
+        Ok(bytes) => crate::spec::text_of(path, bytes)?,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            return Err(Error::Usage {
+                message: format!("the cluster file {} does not exist", path.display()),
+                hint: Some("`--config FILE` names a cluster file; without it, hallmark.toml at the project root is read".into()),
+            });
+        }
+        Err(e) => return Err(Error::io(path, e)),
+    };
+    parse_toml(path, &text)
+}
+
+/// The builder (the cluster file's, else the local engine) and the nodes (the builder alone
+/// when none is listed), each address parsed once.
+fn engines(
+    builder: Option<NodeTable>,
+    tables: Vec<NodeTable>,
+    invalid: &impl Fn(&str, String) -> Error,
+) -> Result<(NodeConfig, Vec<NodeConfig>)> {
+    let local = match &builder {
+        Some(_) => None,
+        None => Some(local_engine()?),
+    };
+    for (i, node) in tables.iter().enumerate() {
+        if tables[..i].iter().any(|n| n.name == node.name) {
+            return Err(invalid(
+                "node.name",
+                format!("node `{}` is listed twice", node.name),
+            ));
+        }
+    }
+    let node = |table: NodeTable| -> Result<NodeConfig> {
+        let engine = Address::parse(&table.engine, None)
+            .map_err(|e| invalid("engine", format!("node `{}`: {e}", table.name)))?;
+        Ok(NodeConfig {
+            name: table.name,
+            engine,
+            transport: table.transport,
+        })
+    };
+    let nodes: Vec<NodeConfig> = tables.into_iter().map(node).collect::<Result<_>>()?;
+    let builder = match (builder, local) {
+        (Some(table), _) => node(table)?,
+        (None, local) => local.expect("found above"),
+    };
+    let nodes = if nodes.is_empty() {
+        vec![builder.clone()]
+    } else {
+        nodes
+    };
+    Ok((builder, nodes))
+}
+
+/// `[registry]`: an address is `host:port`, at least one pull at a time.
+fn check_registry(
+    registry: &RegistryConfig,
+    invalid: &impl Fn(&str, String) -> Error,
+) -> Result<()> {
+    if let Some(address) = &registry.address {
+        let ok = address.rsplit_once(':').is_some_and(|(host, port)| {
+            !host.is_empty() && !host.contains('/') && port.parse::<u16>().is_ok()
+        });
+        if !ok {
+            return Err(invalid(
+                "registry.address",
+                format!("`{address}` is not host:port"),
+            ));
+        }
+    }
+    if registry.pulls == Some(0) {
+        return Err(invalid("registry.pulls", "must be at least 1".into()));
+    }
+    Ok(())
 }
