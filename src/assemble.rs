@@ -25,9 +25,10 @@ use crate::wheel::{self, PythonTarget};
 use serde_json::{Value, json};
 use std::sync::Arc;
 
-/// True when nothing in the spec needs a container to run.
+/// True when nothing in the spec needs a container to run, but for its compile stages
+/// (`compile.rs`), whose wheels are assembled like pinned ones.
 pub fn assemblable(spec: &ImageSpec) -> bool {
-    spec.sources.is_empty()
+    (spec.sources.is_empty() || !spec.compiles.is_empty())
         && spec.build.apt.is_empty()
         && spec.build.run.is_empty()
         && spec.build.expect_files.is_empty()
@@ -54,11 +55,13 @@ pub async fn assemble(
     let mut layers = parent_image.layers.clone();
     let mut history = Vec::new();
     // New layers are placed in the parent's tree as the engine's ADD would place them.
-    let mut anchor = if image.files.is_empty() && image.pins.wheels.is_empty() {
-        None
-    } else {
-        Some(Anchor::new(Tree::of(store, &parent_image)?, mtime))
-    };
+    let compiled = crate::compile::stored_wheels(store, image)?;
+    let mut anchor =
+        if image.files.is_empty() && image.pins.wheels.is_empty() && compiled.is_empty() {
+            None
+        } else {
+            Some(Anchor::new(Tree::of(store, &parent_image)?, mtime))
+        };
     if let (false, Some(anchor)) = (image.files.is_empty(), anchor.as_mut()) {
         let archive = FilesArchive::new(&image.files, mtime)?;
         let mut misplaced = None;
@@ -83,7 +86,8 @@ pub async fn assemble(
         let created_by = format!("hallmark: ADD files.tar / ({} files)", image.files.len());
         history.push(json!({"created": created, "created_by": created_by, "comment": "assembled by hallmark"}));
     }
-    if let (false, Some(anchor)) = (image.pins.wheels.is_empty(), anchor.as_mut()) {
+    let no_wheels = image.pins.wheels.is_empty() && compiled.is_empty();
+    if let (false, Some(anchor)) = (no_wheels, anchor.as_mut()) {
         let target = python_target(builder, store, &parent_id, parent).await?;
         let mut wheels = Vec::new();
         for pin in &image.pins.wheels {
@@ -99,6 +103,20 @@ pub async fn assemble(
             let name = wheel::parse_name(&pin.file).map_err(wheel_error)?;
             wheel::check_compatible(&name, &target).map_err(wheel_error)?;
             wheels.push(fetch::ensure_wheel(cache, image.name().as_str(), pin)?);
+        }
+        for path in &compiled {
+            let file = path.file_name().unwrap_or_default().to_string_lossy();
+            let name = wheel::parse_name(&file).and_then(|name| {
+                wheel::check_compatible(&name, &target)?;
+                Ok(name)
+            });
+            if let Err(message) = name {
+                return Err(builder.error(format!(
+                    "the wheel {file} compiled for `{}` does not fit its parent: {message}",
+                    image.name()
+                )));
+            }
+            wheels.push(path.clone());
         }
         anchor.next_layer();
         let (digest, size) = store.add_blob(|out| {
@@ -121,12 +139,18 @@ pub async fn assemble(
             })
         })?;
         layers.push(uncompressed_layer(digest, size));
-        let installed: Vec<String> = image
+        let mut installed: Vec<String> = image
             .pins
             .wheels
             .iter()
             .map(|w| format!("{}=={}", w.name, w.version))
             .collect();
+        installed.extend(compiled.iter().map(|p| {
+            p.file_name()
+                .unwrap_or_default()
+                .to_string_lossy()
+                .into_owned()
+        }));
         history.push(json!({"created": created, "created_by": format!("hallmark: pip install {}", installed.join(" ")), "comment": "assembled by hallmark"}));
     }
     history.push(json!({"created": created, "created_by": "hallmark: config (env, labels, entrypoint, cmd)", "comment": "assembled by hallmark", "empty_layer": true}));

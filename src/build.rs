@@ -242,6 +242,7 @@ async fn build_into(
 
     let (made, by_hallmark) = if assemble::assemblable(spec) {
         record.outcome = "assembled";
+        crate::compile::compile_all(engine, &store, image, &parent(), settings).await?;
         let id = assemble::assemble(
             engine,
             &store,

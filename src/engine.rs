@@ -26,6 +26,8 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
+pub mod containers;
+
 /// Per-request timeout: long enough for a multi-hour build step.
 const TIMEOUT_SECS: u64 = 24 * 3600;
 

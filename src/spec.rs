@@ -34,6 +34,9 @@ pub struct ImageSpec {
     pub container: Container,
     #[serde(default, rename = "smoke")]
     pub smokes: Vec<Smoke>,
+    /// Compile stages (`compile.rs`); left out of the canonical spec when there are none.
+    #[serde(default, rename = "compile", skip_serializing_if = "Vec::is_empty")]
+    pub compiles: Vec<crate::compile::CompileStage>,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -604,5 +607,5 @@ fn validate(loaded: &LoadedSpec) -> Result<()> {
             );
         }
     }
-    Ok(())
+    crate::compile::validate(loaded)
 }
