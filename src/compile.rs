@@ -10,6 +10,7 @@
 //! container. Only the Engine API's containers and volumes are used (create, put archive,
 //! start, logs, wait, get archive, remove): no classic builder, no BuildKit.
 
+pub mod caches;
 mod run;
 
 pub use run::{check_repro, compile_all, stored_wheels};

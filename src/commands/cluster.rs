@@ -428,5 +428,6 @@ pub(super) fn prune_command(session: &Session) -> Result<u8> {
     if let registry::Garbage::Collected(collected) = collected {
         session.note(collected);
     }
+    super::caches::trim_caches(session, &plan)?;
     Ok(0)
 }

@@ -1,6 +1,7 @@
 //! Each command turns flags and config into work and prints the result; the library
 //! modules do the work.
 
+mod caches;
 mod cluster;
 mod images;
 mod offline;
@@ -93,6 +94,7 @@ pub fn run(cli: Cli) -> Result<u8> {
         Command::Status => status_command(&session),
         Command::Nodes => nodes_command(&session),
         Command::Prune => prune_command(&session),
+        Command::Caches => caches::caches_command(&session),
     }
 }
 
