@@ -33,7 +33,7 @@ pub const CACHE_LABEL: &str = "hallmark.cache";
 pub const CAP_LABEL: &str = "hallmark.cache-cap";
 /// The image the volume was first used with: `prune` trims the cache in a container of it.
 pub const CACHE_IMAGE_LABEL: &str = "hallmark.cache-image";
-/// Labels of a compile container: the stage's checksum, and the image it is for.
+/// Labels of a compile container: the stage's checksum, and the reference of the image it is for.
 pub const STAGE_LABEL: &str = "hallmark.compile";
 pub const STAGE_IMAGE_LABEL: &str = "hallmark.compile.image";
 

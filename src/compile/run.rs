@@ -245,7 +245,7 @@ async fn run_stage(
         "WorkingDir": stage.spec.workdir.as_ref().map_or("/", |w| w.as_str()),
         "Labels": {
             STAGE_LABEL: stage.checksum.as_str(),
-            STAGE_IMAGE_LABEL: image.name().as_str(),
+            STAGE_IMAGE_LABEL: image.loaded.reference(),
         },
         "NetworkDisabled": !stage.spec.network,
         "HostConfig": {"NetworkMode": network, "Mounts": mounts},
