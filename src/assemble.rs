@@ -119,10 +119,24 @@ pub async fn assemble(
             wheels.push(path.clone());
         }
         anchor.next_layer();
+        // Distributions the parent has: uninstalled by whiteouts first, as pip would.
+        let replaced = crate::compile::replace::installed(store, &parent_image, &target, &wheels)?;
         let (digest, size) = store.add_blob(|out| {
             let (reader, writer) = std::io::pipe()?;
             std::thread::scope(|scope| {
                 let installer = scope.spawn(|| {
+                    if !replaced.is_empty() {
+                        let mut tar = tar::Builder::new(tempfile::tempfile()?);
+                        for wheel in &wheels {
+                            wheel::install(wheel, &target, mtime, &mut tar)?;
+                        }
+                        let installed = tar.into_inner()?;
+                        let mut tar = tar::Builder::new(writer);
+                        crate::compile::replace::write_replacing(
+                            &replaced, &target, installed, mtime, &mut tar,
+                        )?;
+                        return tar.into_inner().map(drop);
+                    }
                     let mut tar = tar::Builder::new(writer);
                     for wheel in &wheels {
                         wheel::install(wheel, &target, mtime, &mut tar)?;

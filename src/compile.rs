@@ -11,6 +11,7 @@
 //! start, logs, wait, get archive, remove): no classic builder, no BuildKit.
 
 pub mod caches;
+pub mod replace;
 mod run;
 
 pub use run::{check_repro, compile_all, stored_wheels};

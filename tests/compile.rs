@@ -403,3 +403,100 @@ fn a_warm_and_an_empty_cache_compile_give_the_same_image_and_check_repro_passes(
         checked.stderr()
     );
 }
+
+/// Issue 16 item 1: the parent already has the distribution installed (as the vllm-openai
+/// base ships vLLM). The assembled layer replaces it as pip would: the old RECORD's files are
+/// gone (whiteouts), one dist-info remains, `pip show` and `pip check` agree.
+#[test]
+fn a_compiled_wheel_replaces_the_distribution_the_parent_has_installed() {
+    let testbed = Testbed::get();
+    let project = TestProject::new();
+    let run = unique();
+    let upstream = GitRepo::new(project.root(), "upstream");
+    let old = upstream.commit(
+        &[
+            (
+                "setup.py",
+                "from setuptools import setup, Extension\nsetup(name=\"hmext\", version=\"0.1.0\", py_modules=[\"hmold\"], ext_modules=[Extension(\"hmext\", [\"hmext.c\", \"other.c\"])])\n",
+            ),
+            ("hmold.py", "OLD = True\n"),
+            ("hmext.c", HMEXT_C),
+            ("other.c", "long other(void) { return 100; }\n"),
+            ("value.h", "#define HM_VALUE 1\n"),
+        ],
+        "0.1.0",
+    );
+    upstream.git(&["rm", "--quiet", "hmold.py"]);
+    let new = upstream.commit(
+        &[
+            ("setup.py", SETUP_PY.replace("0.1.0", "0.2.0").as_str()),
+            ("value.h", "#define HM_VALUE 2\n"),
+        ],
+        "0.2.0",
+    );
+    let spec = |name: &str, from: &str, rev: &str| {
+        format!(
+            r#"[image]
+name = "{name}-{run}"
+
+[from]
+{from}
+
+[[source]]
+name = "hmext"
+git = "{url}"
+rev = "{rev}"
+dest = "/src/hmext"
+
+[[compile]]
+name = "hmext"
+sources = ["hmext"]
+toolchain = "hallmark-testbed/toolchain:bookworm"
+run = [{WHEEL_STEP}]
+wheels = ["hmext"]
+"#,
+            url = upstream.url()
+        )
+    };
+    project
+        .write(
+            "images/old/image.toml",
+            &spec("old", "ref = \"hallmark-testbed/python:bookworm\"", &old),
+        )
+        .write(
+            "images/new/image.toml",
+            &spec("new", "image = \"old\"", &new),
+        );
+    let config = testbed.config();
+    let config = config.to_str().unwrap();
+    project.run(&["--config", config, "lock"]).success();
+    project.run(&["--config", config, "build", "new"]).success();
+
+    let reference = format!("new-{run}:latest");
+    let python =
+        |code: &str| testbed.run_container("builder", &reference, &["python3", "-c", code]);
+    assert_eq!(python("import hmext; print(hmext.value())"), "102");
+    let shown = testbed.run_container(
+        "builder",
+        &reference,
+        &["python3", "-m", "pip", "show", "-f", "hmext"],
+    );
+    assert!(shown.contains("Version: 0.2.0"), "{shown}");
+    assert!(!shown.contains("hmold"), "{shown}");
+    testbed.run_container("builder", &reference, &["python3", "-m", "pip", "check"]);
+    let left = testbed.run_container(
+        "builder",
+        &reference,
+        &[
+            "sh",
+            "-c",
+            "ls -d /usr/local/lib/python3.11/dist-packages/hmext* /usr/local/lib/python3.11/dist-packages/hmold* 2>/dev/null | sed 's|.*/||'",
+        ],
+    );
+    assert_eq!(
+        left.lines().filter(|l| l.contains("dist-info")).count(),
+        1,
+        "{left}"
+    );
+    assert!(!left.contains("hmold"), "{left}");
+}
