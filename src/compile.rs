@@ -222,8 +222,8 @@ pub fn validate(loaded: &LoadedSpec) -> Result<()> {
             if let Some(cap) = &settings.cap
                 && parse_size(cap).is_none()
             {
-                return loaded.invalid(
-                    stage.name.span(),
+                return at(
+                    &["compile", name.as_str(), "caches", cache, "cap"],
                     &format!("compile.caches.{cache}.cap"),
                     format!("`{cap}` is not a size: write `500M`, `5G` or bytes"),
                 );

@@ -500,3 +500,48 @@ wheels = ["hmext"]
     );
     assert!(!left.contains("hmold"), "{left}");
 }
+
+/// Bad `[[compile]]` tables are refused by `check` with exit 2, naming the file, line and key.
+#[test]
+fn malformed_compile_stages_are_refused_with_their_key() {
+    let cases = [
+        (
+            "[[compile]]\nname = \"x\"\nsources = [\"nope\"]\nrun = [\"true\"]\nwheels = [\"x\"]\n",
+            "compile.sources",
+            "no [[source]] named `nope`",
+        ),
+        (
+            "[[source]]\nname = \"s\"\ngit = \"/tmp/x\"\nrev = \"main\"\ndest = \"/src/s\"\n\n[[compile]]\nname = \"x\"\nrun = [\"true\"]\nwheels = [\"x\"]\n",
+            "source",
+            "built by no [[compile]] stage",
+        ),
+        (
+            "[[compile]]\nname = \"x\"\nrun = [\"true\"]\nwheels = [\"x\"]\n\n[compile.caches.cc]\npath = \"/c\"\ncap = \"lots\"\n",
+            "compile.caches.cc.cap",
+            "`lots` is not a size",
+        ),
+        (
+            "[[compile]]\nname = \"x\"\nrun = [\"true\"]\nwheels = [\"x\"]\ntoolchain = \"tools@sha256:0000000000000000000000000000000000000000000000000000000000000000\"\n",
+            "compile.toolchain",
+            "carries a digest",
+        ),
+        (
+            "[[compile]]\nname = \"x\"\nrun = [\"true\"]\nwheels = [\"x\"]\ncache = \"typo\"\n",
+            "cache",
+            "unknown field `cache`",
+        ),
+    ];
+    for (table, key, message) in cases {
+        let project = TestProject::new();
+        project.write(
+            "images/bad/image.toml",
+            &format!("[from]\nref = \"busybox:latest\"\n\n{table}"),
+        );
+        let run = project.run(&["check", "bad"]);
+        assert_eq!(run.code(), 2, "{}", run.stderr());
+        let stderr = run.stderr();
+        assert!(stderr.contains("images/bad/image.toml:"), "{stderr}");
+        assert!(stderr.contains(key), "{key}: {stderr}");
+        assert!(stderr.contains(message), "{message}: {stderr}");
+    }
+}
