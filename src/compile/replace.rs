@@ -16,7 +16,7 @@ use std::io::{Read, Seek, Write};
 use std::path::PathBuf;
 
 /// A distribution installed in the parent: its dist-info folder (absolute) and RECORD text.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
 pub struct Installed {
     pub dist_info: String,
     pub record: String,
@@ -54,6 +54,26 @@ pub fn installed(
         return Ok(Vec::new());
     }
     let site = clean(&target.purelib);
+    // The parent's layers are read once per parent and set of names (a 20 GB base takes a
+    // while): the answer is kept in the store by the parent's config digest.
+    let key = crate::checksum::sha256_hex(
+        format!(
+            "{site}\n{}",
+            wanted.iter().cloned().collect::<Vec<_>>().join("\n")
+        )
+        .as_bytes(),
+    );
+    let kept = store.root.join("python").join(format!(
+        "{}-installed-{}.json",
+        image.config.digest.trim_start_matches("sha256:"),
+        &key[..16]
+    ));
+    if let Some(found) = fs_err::read(&kept)
+        .ok()
+        .and_then(|bytes| serde_json::from_slice(&bytes).ok())
+    {
+        return Ok(found);
+    }
     // Path (relative) of each RECORD -> its text, as the layers leave them.
     let mut records: BTreeMap<String, String> = BTreeMap::new();
     for layer in &image.layers {
@@ -100,13 +120,18 @@ pub fn installed(
         };
         scan(&mut records).map_err(|e| Error::io(&path, e))?;
     }
-    Ok(records
+    let found: Vec<Installed> = records
         .into_iter()
         .map(|(path, record)| Installed {
             dist_info: format!("/{}", path.trim_end_matches("/RECORD")),
             record,
         })
-        .collect())
+        .collect();
+    let dir = kept.parent().expect("a folder");
+    fs_err::create_dir_all(dir).map_err(|e| Error::io(dir, e))?;
+    let text = serde_json::to_vec(&found).expect("json");
+    fs_err::write(&kept, text).map_err(|e| Error::io(&kept, e))?;
+    Ok(found)
 }
 
 /// The first field of a RECORD row (CSV: a path with a comma is quoted).
