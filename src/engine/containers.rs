@@ -156,7 +156,8 @@ impl Engine {
     pub async fn volumes_labelled(&self, key: &str) -> Result<Vec<VolumeUsage>> {
         let usage: DataUsage = self
             .transport
-            .get("/system/df")
+            // Volumes only where the engine can (API 1.42+); older engines ignore the query.
+            .get("/system/df?type=volume")
             .await
             .map_err(|e| self.error(format!("reading disk usage: {e}")))?
             .unwrap_or_default();
