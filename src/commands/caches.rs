@@ -2,7 +2,7 @@
 
 use super::{Session, runtime};
 use crate::compile::caches::{self, CacheRow};
-use crate::error::{Error, Result};
+use crate::error::Result;
 use crate::plan::Plan;
 
 fn size(bytes: Option<u64>) -> String {
@@ -58,7 +58,7 @@ pub(super) fn trim_caches(session: &Session, plan: &Plan) -> Result<()> {
     let caps = caches::caps_of(plan.images.values().map(|i| &i.loaded.spec));
     let rows = runtime()?.block_on(async {
         let builder = session.engine(&session.config.builder).await?;
-        Ok::<_, Error>(caches::trim(&builder, &caps).await?)
+        caches::trim(&builder, &caps).await
     })?;
     for row in rows {
         session.note(format!(

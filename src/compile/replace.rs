@@ -227,7 +227,7 @@ pub fn write_replacing<W: Write>(
         let path = entry.path_bytes().into_owned();
         let path = String::from_utf8_lossy(&path).into_owned();
         match entry.link_name()? {
-            Some(target) => out.append_link(&mut header, &path, target.into_owned())?,
+            Some(target) => out.append_link(&mut header, &path, target)?,
             None => out.append_data(&mut header, &path, &mut entry)?,
         }
     }
