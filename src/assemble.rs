@@ -56,7 +56,10 @@ pub async fn assemble(
     let mut layers = parent_image.layers.clone();
     let mut history = Vec::new();
     // New layers are placed in the parent's tree as the engine's ADD would place them.
-    let mut anchor = if image.files.is_empty() && image.pins.wheels.is_empty() {
+    // Wheels the image's compile stages made (compile.rs), kept under each stage's checksum.
+    let compiled = crate::compile::stored_wheels(store, image)?;
+    let no_wheels = image.pins.wheels.is_empty() && compiled.is_empty();
+    let mut anchor = if image.files.is_empty() && no_wheels {
         None
     } else {
         Some(Anchor::new(Tree::of(store, &parent_image)?, mtime))
@@ -67,15 +70,27 @@ pub async fn assemble(
         let count = image.files.len();
         history.push(step(format!("hallmark: ADD files.tar / ({count} files)")));
     }
-    if let (false, Some(anchor)) = (image.pins.wheels.is_empty(), anchor.as_mut()) {
+    if let (false, Some(anchor)) = (no_wheels, anchor.as_mut()) {
         let target = python_target(builder, store, &parent_id, parent).await?;
-        layers.push(wheels_layer(store, cache, image, &target, anchor)?);
-        let installed: Vec<String> = image
+        let mut wheels = pinned_wheels(cache, image, &target)?;
+        wheels.extend(compiled_wheels(builder, image, &target, &compiled)?);
+        // Distributions the parent has: uninstalled by whiteouts first, as pip would.
+        let replaced = crate::compile::replace::installed(store, &parent_image, &target, &wheels)?;
+        layers.push(wheels_layer(
+            store, image, &target, anchor, &wheels, &replaced,
+        )?);
+        let mut installed: Vec<String> = image
             .pins
             .wheels
             .iter()
             .map(|w| format!("{}=={}", w.name, w.version))
             .collect();
+        installed.extend(compiled.iter().map(|p| {
+            p.file_name()
+                .unwrap_or_default()
+                .to_string_lossy()
+                .into_owned()
+        }));
         history.push(step(format!(
             "hallmark: pip install {}",
             installed.join(" ")
@@ -119,16 +134,12 @@ fn files_layer(
     Ok(uncompressed_layer(digest, size))
 }
 
-/// The layer of the pinned wheels, installed as pip would for the parent's Python (`target`)
-/// and placed in the parent's tree.
-fn wheels_layer(
-    store: &LayerStore,
+/// The pinned wheels' files (fetched into the cache), each checked against the parent's Python.
+fn pinned_wheels(
     cache: &std::path::Path,
     image: &PlannedImage,
     target: &PythonTarget,
-    anchor: &mut Anchor,
-) -> Result<StoredLayer> {
-    let mtime = image.loaded.spec.image.source_date_epoch;
+) -> Result<Vec<std::path::PathBuf>> {
     let mut wheels = Vec::new();
     for pin in &image.pins.wheels {
         let wheel_error = |message: String| {
@@ -144,15 +155,66 @@ fn wheels_layer(
         wheel::check_compatible(&name, target).map_err(wheel_error)?;
         wheels.push(fetch::ensure_wheel(cache, image.name().as_str(), pin)?);
     }
+    Ok(wheels)
+}
+
+/// The compile stages' wheels, each checked against the parent's Python.
+fn compiled_wheels(
+    builder: &Engine,
+    image: &PlannedImage,
+    target: &PythonTarget,
+    compiled: &[std::path::PathBuf],
+) -> Result<Vec<std::path::PathBuf>> {
+    for path in compiled {
+        let file = path.file_name().unwrap_or_default().to_string_lossy();
+        let name = wheel::parse_name(&file).and_then(|name| {
+            wheel::check_compatible(&name, target)?;
+            Ok(name)
+        });
+        if let Err(message) = name {
+            return Err(builder.error(format!(
+                "the wheel {file} compiled for `{}` does not fit its parent: {message}",
+                image.name()
+            )));
+        }
+    }
+    Ok(compiled.to_vec())
+}
+
+/// The layer of `wheels`, installed as pip would for the parent's Python (`target`) and
+/// placed in the parent's tree; the distributions in `replaced` (the parent's) whited out.
+fn wheels_layer(
+    store: &LayerStore,
+    image: &PlannedImage,
+    target: &PythonTarget,
+    anchor: &mut Anchor,
+    wheels: &[std::path::PathBuf],
+    replaced: &[crate::compile::replace::Installed],
+) -> Result<StoredLayer> {
+    let mtime = image.loaded.spec.image.source_date_epoch;
     anchor.next_layer();
     let (digest, size) = store.add_blob(|out| {
         let (reader, writer) = std::io::pipe()?;
         std::thread::scope(|scope| {
             let installer = scope.spawn(|| {
-                let mut tar = tar::Builder::new(writer);
-                for wheel in &wheels {
+                if replaced.is_empty() {
+                    let mut tar = tar::Builder::new(writer);
+                    for wheel in wheels {
+                        wheel::install(wheel, target, mtime, &mut tar)?;
+                    }
+                    return tar.into_inner().map(drop);
+                }
+                // The new files first, in a temporary file: the whiteouts must leave out
+                // what the new distributions write again.
+                let mut tar = tar::Builder::new(tempfile::tempfile()?);
+                for wheel in wheels {
                     wheel::install(wheel, target, mtime, &mut tar)?;
                 }
+                let installed = tar.into_inner()?;
+                let mut tar = tar::Builder::new(writer);
+                crate::compile::replace::write_replacing(
+                    replaced, target, installed, mtime, &mut tar,
+                )?;
                 tar.into_inner().map(drop)
             });
             let mut tar = tar::Builder::new(out);

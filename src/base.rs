@@ -27,13 +27,7 @@ pub async fn on_builder(
     let Some(pin) = &image.pins.base else {
         return Ok(None);
     };
-    let found = match pin.kind {
-        DigestKind::RepoDigest => {
-            let reference = repo_digest_reference(pin).to_string();
-            builder.inspect(&reference).await?.map(|_| reference)
-        }
-        DigestKind::ConfigDigest | DigestKind::ImageId => local(builder, pin, cache).await?,
-    };
+    let found = pinned_on_builder(builder, pin, cache).await?;
     found.map(Some).ok_or_else(|| Error::Engine {
         node: builder.node.clone(),
         endpoint: builder.endpoint.clone(),
@@ -58,6 +52,22 @@ pub async fn on_builder(
                 pin.reference
             ),
         }),
+    })
+}
+
+/// The builder's reference for the image `pin` names (a base, or a compile stage's
+/// toolchain); `None` when the builder does not hold it.
+pub async fn pinned_on_builder(
+    builder: &Engine,
+    pin: &BasePin,
+    cache: &Path,
+) -> Result<Option<String>> {
+    Ok(match pin.kind {
+        DigestKind::RepoDigest => {
+            let reference = repo_digest_reference(pin).to_string();
+            builder.inspect(&reference).await?.map(|_| reference)
+        }
+        DigestKind::ConfigDigest | DigestKind::ImageId => local(builder, pin, cache).await?,
     })
 }
 

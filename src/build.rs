@@ -294,6 +294,14 @@ impl Job<'_> {
     /// runs.
     async fn assembled(&self, record: &mut BuildRecord) -> Result<Made> {
         record.outcome = "assembled";
+        crate::compile::compile_all(
+            self.engine,
+            &self.store,
+            self.image,
+            &self.parent(),
+            self.settings,
+        )
+        .await?;
         let id = assemble::assemble(
             self.engine,
             &self.store,

@@ -112,6 +112,8 @@ pub enum Command {
     /// Each node: reachable, engine version, image store, images.
     Nodes,
     /// Remove layers from the layer store that neither this project's images on the builder
-    /// nor any other project sharing the cache uses.
+    /// nor any other project sharing the cache uses; trim compile caches to their caps.
     Prune,
+    /// The compile caches on the builder: volume, size, cap.
+    Caches,
 }

@@ -325,6 +325,39 @@ pub fn write<W: Write>(
     tar.builder.into_inner().map_err(io)
 }
 
+/// Writes the patched trees of `sources` (each below its path, relative to `/`) as one
+/// normalised tar: what a compile stage's container gets at `/` before it starts.
+pub fn write_sources<W: Write>(
+    sources: &[(String, fetch::FetchedSource)],
+    mtime: u64,
+    out: W,
+) -> Result<W> {
+    let mut tar = ContextTar {
+        builder: tar::Builder::new(out),
+        mtime,
+        dirs: BTreeSet::new(),
+    };
+    for (prefix, source) in sources {
+        let io = |e: std::io::Error| Error::io(&source.repo, e);
+        tar.parents(&format!("{prefix}/")).map_err(io)?;
+        let mut child = fetch::archive(&source.repo, &source.tree)?;
+        let stdout = child.stdout.take().expect("piped");
+        let spliced = tar.splice(prefix, stdout);
+        let output = child.wait_with_output().map_err(io)?;
+        if !output.status.success() {
+            return Err(Error::Command {
+                command: format!("git archive {}", source.tree),
+                context: Some(format!("archiving source `{}`", source.name)),
+                stderr: String::from_utf8_lossy(&output.stderr).into_owned(),
+            });
+        }
+        spliced.map_err(io)?;
+    }
+    tar.builder
+        .into_inner()
+        .map_err(|e| Error::io("the sources' tar", e))
+}
+
 /// Writes the context into a folder (for `render --out`), streaming through a pipe.
 pub fn unpack_into(
     image: &PlannedImage,

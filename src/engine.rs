@@ -44,6 +44,8 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use transport::{Dial, Transport, escape};
 
+pub mod containers;
+
 /// Per-request timeout: long enough for a multi-hour build step.
 const TIMEOUT_SECS: u64 = 24 * 3600;
 

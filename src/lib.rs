@@ -14,6 +14,7 @@ pub mod check;
 pub mod checksum;
 pub mod cli;
 pub mod commands;
+pub mod compile;
 pub mod config;
 pub mod context;
 pub mod credentials;

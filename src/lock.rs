@@ -66,6 +66,44 @@ pub fn lock(
         });
     }
 
+    for stage in &loaded.spec.compiles {
+        let Some(reference) = stage.toolchain.as_ref().map(|t| t.get_ref()) else {
+            continue;
+        };
+        if new
+            .toolchains
+            .iter()
+            .any(|t| t.reference == reference.as_str())
+        {
+            continue;
+        }
+        let current = old
+            .toolchains
+            .iter()
+            .find(|t| t.reference == reference.as_str());
+        let pin = match (current, update) {
+            (Some(pin), false) => pin.clone(),
+            _ => match (bases.resolve(reference)?, current) {
+                (Some(pin), _) => {
+                    changes.push(format!("toolchain {reference} -> {}", pin.digest));
+                    pin
+                }
+                (None, Some(hand)) => hand.clone(),
+                (None, None) => {
+                    return Err(Error::Pin {
+                        image: image.to_string(),
+                        path: pins::path_for(&project.root, image),
+                        what: format!(
+                            "cannot pin the toolchain `{reference}` of compile stage `{}`: no reachable engine holds it; load it on the builder, or write `[[toolchain]]` with `ref` and `digest` in this file by hand",
+                            stage.name.get_ref()
+                        ),
+                    });
+                }
+            },
+        };
+        new.toolchains.push(pin);
+    }
+
     for source in &loaded.spec.sources {
         let name = source.name.get_ref();
         let kept = old

@@ -21,6 +21,9 @@ pub struct Pins {
     pub python: Option<crate::wheel::Interpreter>,
     #[serde(default, rename = "wheel", skip_serializing_if = "Vec::is_empty")]
     pub wheels: Vec<WheelPin>,
+    /// The toolchain images of compile stages, pinned as bases are.
+    #[serde(default, rename = "toolchain", skip_serializing_if = "Vec::is_empty")]
+    pub toolchains: Vec<BasePin>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

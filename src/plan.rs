@@ -53,6 +53,8 @@ pub struct PlannedImage {
     pub patches: Vec<SourcePatches>,
     pub files: Vec<ContextFile>,
     pub template: Template,
+    /// Compile stages, in the spec's order, each with its own checksum.
+    pub compiles: Vec<crate::compile::PlannedStage>,
     pub checksum: InputChecksum,
     /// The text the checksum is the sha256 of.
     pub document: String,
@@ -258,11 +260,12 @@ fn plan_one(
     );
     doc.spec(&canonical);
     doc.line(format!("template {}", sha256_hex(template.text.as_bytes())));
-    match (&parent, &pins.base) {
-        (Some((name, checksum)), _) => doc.line(format!("parent {name} {checksum}")),
-        (None, Some(base)) => doc.line(format!("base {} {}", base.reference, base.digest)),
+    let parent_line = match (&parent, &pins.base) {
+        (Some((name, checksum)), _) => format!("parent {name} {checksum}"),
+        (None, Some(base)) => format!("base {} {}", base.reference, base.digest),
         (None, None) => unreachable!("pins::check requires a base pin for an external parent"),
-    }
+    };
+    doc.line(parent_line.clone());
     for (pin, source_patches) in pins.sources.iter().zip(&patches) {
         doc.line(format!("source {} {}", pin.name, pin.commit));
         for set in &source_patches.sets {
@@ -288,8 +291,20 @@ fn plan_one(
             file.sha256
         ));
     }
+    let compiles = crate::compile::plan(
+        &loaded,
+        &pins,
+        &all_pins,
+        &patches,
+        &parent_line,
+        &pins::path_for(&project.root, &loaded.name),
+    )?;
+    for stage in &compiles {
+        doc.line(format!("compile {} {}", stage.name, stage.checksum));
+    }
     let document = doc.text();
     Ok(PlannedImage {
+        compiles,
         checksum: InputChecksum::of(&document),
         document,
         parent: parent.map(|(name, _)| name),

@@ -227,9 +227,11 @@ pub fn dockerfile(
         args: pairs(&spec.build.args, false),
         env: pairs(&spec.env, false),
         apt: spec.build.apt.clone(),
+        // Compiled sources reach the image as wheels, not as a tree.
         sources: spec
             .sources
             .iter()
+            .filter(|_| spec.compiles.is_empty())
             .map(|s| Copy {
                 context_path: format!("sources/{}", s.name.get_ref()),
                 dest: quote(s.dest.get_ref().as_str()),

@@ -55,8 +55,26 @@ pub async fn check(
         &forced,
     )
     .await?;
-    let second = build::build_one(engine, image, parent_tag.as_deref(), parent_id, &forced).await?;
-    let differences = if first.image_id == second.image_id {
+    let second = build::build_one(
+        engine,
+        image,
+        parent_tag.as_deref(),
+        parent_id.clone(),
+        &forced,
+    )
+    .await?;
+    // Compile stages' wheels are kept by checksum, so the builds above reused them: each
+    // stage is compiled twice more, with empty caches, and its wheels compared.
+    let mut compiled = Vec::new();
+    if !image.compiles.is_empty() {
+        let parent = match parent_id {
+            Some(id) => Some(id),
+            None => crate::base::on_builder(engine, image, settings.cache).await?,
+        };
+        let parent = parent.unwrap_or_else(|| first.image_id.clone());
+        compiled = crate::compile::check_repro(engine, image, &parent, settings).await?;
+    }
+    let mut differences = if first.image_id == second.image_id {
         Vec::new()
     } else {
         let store = Arc::new(LayerStore::open(settings.cache));
@@ -64,6 +82,7 @@ pub async fn check(
         let (_, b) = transfer::stored_image(engine, &store, &second.image_id).await?;
         compare(&store, &a, &b)?
     };
+    differences.extend(compiled);
     Ok((vec![first, second], differences))
 }
 

@@ -35,6 +35,9 @@ pub struct ImageSpec {
     pub container: Container,
     #[serde(default, rename = "smoke")]
     pub smokes: Vec<Smoke>,
+    /// Compile stages (`compile.rs`); left out of the canonical spec when there are none.
+    #[serde(default, rename = "compile", skip_serializing_if = "Vec::is_empty")]
+    pub compiles: Vec<crate::compile::CompileStage>,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -666,5 +669,5 @@ fn validate_build(loaded: &LoadedSpec) -> Result<()> {
             );
         }
     }
-    Ok(())
+    crate::compile::validate(loaded)
 }

@@ -2,6 +2,7 @@
 //! calls of the library modules, which do the work, and prints typed rows (output.rs).
 
 mod build;
+mod caches;
 mod check;
 mod checksum;
 mod distribute;
@@ -49,6 +50,7 @@ pub fn run(cli: Cli) -> Result<ExitStatus> {
         Command::Status => status::run(settings),
         Command::Nodes => nodes::run(settings),
         Command::Prune => prune::run(settings),
+        Command::Caches => caches::run(settings),
     }
 }
 

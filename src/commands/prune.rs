@@ -50,5 +50,6 @@ pub(super) fn run(settings: &Settings) -> Result<ExitStatus> {
     if let registry::Garbage::Collected(collected) = collected {
         settings.output.note(collected);
     }
+    super::caches::trim(settings, &plan)?;
     Ok(ExitStatus::Success)
 }

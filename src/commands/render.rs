@@ -20,8 +20,16 @@ pub(super) fn run(
         planned.checksum.as_str(),
         parent_tag(&plan, &name).as_deref(),
     )?;
+    crate::output::stdout_exactly(&crate::compile::describe(
+        &planned.compiles,
+        &planned.loaded,
+    ));
     crate::output::stdout_exactly(&dockerfile);
-    if crate::assemble::assemblable(&planned.loaded.spec) {
+    if !planned.compiles.is_empty() {
+        settings.output.note(format!(
+            "hallmark: `{name}` is assembled: its compile stages run in containers on the builder (`hallmark build`), their wheels are installed into a layer of their own (the Dockerfile above installs the pinned wheels only)"
+        ));
+    } else if crate::assemble::assemblable(&planned.loaded.spec) {
         settings.output.note(format!(
             "hallmark: `{name}` only adds files and metadata to its parent: `hallmark build` assembles it without running a build (the Dockerfile above gives the same content)"
         ));

@@ -2,6 +2,7 @@
 //! A suite alone: `cargo test --locked --test it engine::` (offline::, malformed::, ship::...).
 
 mod assemble;
+mod compile;
 mod engine;
 mod faults;
 mod hostile;

@@ -1,0 +1,179 @@
+//! Containers and volumes as compile stages use them: a container created from a toolchain
+//! with named volumes for caches, a tar streamed in, its output followed, a folder streamed
+//! out, and the container removed whatever happens. Every container created here is recorded
+//! in the engine's `live` list until removed, so an interrupt (Ctrl-C) removes it too.
+
+use super::Engine;
+use super::answers::{ContainerCreated, ContainerExit};
+use super::transport::escape;
+use crate::error::Result;
+use bollard::query_parameters::{
+    DownloadFromContainerOptionsBuilder, LogsOptionsBuilder, RemoveVolumeOptionsBuilder,
+    UploadToContainerOptionsBuilder,
+};
+use futures_util::{Stream, StreamExt};
+use serde::Deserialize;
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+/// A volume hallmark made, as `/system/df` reports it.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(default)]
+pub struct VolumeUsage {
+    #[serde(rename = "Name")]
+    pub name: String,
+    #[serde(rename = "Labels")]
+    pub labels: Option<BTreeMap<String, String>>,
+    #[serde(rename = "UsageData")]
+    pub usage: Option<VolumeUsageData>,
+}
+
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(default)]
+pub struct VolumeUsageData {
+    /// Bytes, or -1 when the engine did not measure it.
+    #[serde(rename = "Size")]
+    pub size: i64,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(default)]
+struct DataUsage {
+    #[serde(rename = "Volumes")]
+    volumes: Option<Vec<VolumeUsage>>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(default)]
+struct VolumeAnswer {
+    #[serde(rename = "Name")]
+    name: String,
+}
+
+impl Engine {
+    /// Creates a container from `body` (the API's create document), recorded as live before
+    /// the creation's future can be dropped; returns its id.
+    pub async fn create_container(&self, body: serde_json::Value) -> Result<String> {
+        let (transport, live) = (self.transport.clone(), Arc::clone(&self.live));
+        let image = body["Image"].as_str().unwrap_or_default().to_string();
+        tokio::spawn(async move {
+            let mut live = live.lock().await;
+            let created: ContainerCreated = transport
+                .post("/containers/create", Some(&body))
+                .await?
+                .ok_or_else(|| format!("no such image: {image}"))?;
+            live.push(created.id.clone());
+            Ok::<_, String>(created.id)
+        })
+        .await
+        .map_err(|e| e.to_string())
+        .and_then(|created| created)
+        .map_err(|e| self.error(format!("creating a container: {e}")))
+    }
+
+    /// Unpacks the tar `body` streams into the container's file system at `path`.
+    pub async fn put_archive(
+        &self,
+        id: &str,
+        path: &str,
+        body: impl Stream<Item = bytes::Bytes> + Send + 'static,
+    ) -> Result<()> {
+        let options = UploadToContainerOptionsBuilder::new().path(path).build();
+        self.docker
+            .upload_to_container(id, Some(options), bollard::body_stream(body))
+            .await
+            .map_err(|e| self.error(format!("streaming files into container {id}: {e}")))
+    }
+
+    pub async fn start_container(&self, id: &str) -> Result<()> {
+        self.docker
+            .start_container(id, None::<bollard::query_parameters::StartContainerOptions>)
+            .await
+            .map_err(|e| self.error(format!("starting container {id}: {e}")))
+    }
+
+    /// The container's output as it comes (stdout and stderr together), from its start.
+    pub fn follow_logs(
+        &self,
+        id: &str,
+    ) -> impl Stream<Item = std::result::Result<String, String>> + use<> {
+        let options = LogsOptionsBuilder::new()
+            .stdout(true)
+            .stderr(true)
+            .follow(true)
+            .build();
+        self.docker
+            .logs(id, Some(options))
+            .map(|chunk| chunk.map(|c| c.to_string()).map_err(|e| e.to_string()))
+    }
+
+    /// Waits for the container to stop; its exit code.
+    pub async fn wait_container(&self, id: &str) -> Result<i64> {
+        let exit: ContainerExit = self
+            .transport
+            .post(&format!("/containers/{}/wait", escape(id, "")), None)
+            .await
+            .map_err(|e| self.error(format!("waiting for container {id}: {e}")))?
+            .ok_or_else(|| self.error(format!("container {id} vanished")))?;
+        if let Some(error) = exit.error() {
+            return Err(self.error(format!("waiting for container {id}: {error}")));
+        }
+        Ok(exit.status_code)
+    }
+
+    /// The tar of `path` in the container, streamed.
+    pub fn get_archive(
+        &self,
+        id: &str,
+        path: &str,
+    ) -> impl Stream<Item = std::result::Result<bytes::Bytes, String>> + use<> {
+        let options = DownloadFromContainerOptionsBuilder::new()
+            .path(path)
+            .build();
+        self.docker
+            .download_from_container(id, Some(options))
+            .map(|chunk| chunk.map_err(|e| e.to_string()))
+    }
+
+    /// Removes a container `create_container` made (forced), and forgets it.
+    pub async fn remove_created(&self, id: &str) {
+        self.remove_container(id).await;
+    }
+
+    /// Creates the named volume with `labels`, or finds it (creating an existing name is a
+    /// no-op for the engine).
+    pub async fn ensure_volume(&self, name: &str, labels: &BTreeMap<String, String>) -> Result<()> {
+        let body = serde_json::json!({"Name": name, "Labels": labels});
+        let _: Option<VolumeAnswer> = self
+            .transport
+            .post("/volumes/create", Some(&body))
+            .await
+            .map_err(|e| self.error(format!("creating volume {name}: {e}")))?;
+        Ok(())
+    }
+
+    /// Every volume carrying the label `key`, with its size as the engine measures it.
+    pub async fn volumes_labelled(&self, key: &str) -> Result<Vec<VolumeUsage>> {
+        let usage: DataUsage = self
+            .transport
+            // Volumes only where the engine can (API 1.42+); older engines ignore the query.
+            .get("/system/df?type=volume")
+            .await
+            .map_err(|e| self.error(format!("reading disk usage: {e}")))?
+            .unwrap_or_default();
+        Ok(usage
+            .volumes
+            .unwrap_or_default()
+            .into_iter()
+            .filter(|v| v.labels.as_ref().is_some_and(|l| l.contains_key(key)))
+            .collect())
+    }
+
+    pub async fn remove_volume(&self, name: &str) -> Result<()> {
+        let options = RemoveVolumeOptionsBuilder::new().force(true).build();
+        self.docker
+            .remove_volume(name, Some(options))
+            .await
+            .map_err(|e| self.error(format!("removing volume {name}: {e}")))
+    }
+}
