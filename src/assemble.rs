@@ -27,9 +27,10 @@ use crate::wheel::{self, PythonTarget};
 use serde_json::{Value, json};
 use std::sync::Arc;
 
-/// True when nothing in the spec needs a container to run.
+/// True when nothing in the spec needs a container to run, but for its compile stages
+/// (`compile.rs`), whose wheels are assembled like pinned ones.
 pub fn assemblable(spec: &ImageSpec) -> bool {
-    spec.sources.is_empty()
+    (spec.sources.is_empty() || !spec.compiles.is_empty())
         && spec.build.apt.is_empty()
         && spec.build.run.is_empty()
         && spec.build.expect_files.is_empty()

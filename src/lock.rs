@@ -34,162 +34,39 @@ pub fn lock(
 ) -> Result<LockReport> {
     let loaded = project.load_spec(image)?;
     let old = pins::read(&project.root, image)?;
+    let mut locking = Locking {
+        project,
+        image,
+        update,
+        bases,
+        old: &old,
+        changes: Vec::new(),
+    };
     let mut new = Pins::default();
-    let mut changes = Vec::new();
-
     if let Parent::External(reference) = loaded.spec.parent() {
-        let current = old.base.as_ref().filter(|b| b.reference == reference);
-        new.base = Some(match (current, update) {
-            (Some(base), false) => {
-                changes.push(format!("base {reference}: kept the digest written in pins/ ({}); `--update` asks the engine", base.digest));
-                base.clone()
-            }
-            _ => match (bases.resolve(reference)?, current) {
-                (Some(base), _) => {
-                    changes.push(format!("base {reference} -> {}", base.digest));
-                    base
-                }
-                (None, Some(hand)) => {
-                    changes.push(format!("base {reference}: no engine holds it; kept the digest written in pins/ ({})", hand.digest));
-                    hand.clone()
-                }
-                (None, None) => {
-                    return Err(Error::Pin {
-                        image: image.to_string(),
-                        path: pins::path_for(&project.root, image),
-                        what: format!(
-                            "cannot pin the base `{reference}`: no reachable engine holds it; load it on the builder, or write `[base]` with `ref` and `digest` in this file by hand"
-                        ),
-                    });
-                }
-            },
-        });
+        new.base = Some(locking.base(reference)?);
     }
-
     for stage in &loaded.spec.compiles {
         let Some(reference) = stage.toolchain.as_ref().map(|t| t.get_ref()) else {
             continue;
         };
-        if new
+        if !new
             .toolchains
             .iter()
             .any(|t| t.reference == reference.as_str())
         {
-            continue;
+            let pin = locking.toolchain(reference, stage.name.get_ref().as_str())?;
+            new.toolchains.push(pin);
         }
-        let current = old
-            .toolchains
-            .iter()
-            .find(|t| t.reference == reference.as_str());
-        let pin = match (current, update) {
-            (Some(pin), false) => pin.clone(),
-            _ => match (bases.resolve(reference)?, current) {
-                (Some(pin), _) => {
-                    changes.push(format!("toolchain {reference} -> {}", pin.digest));
-                    pin
-                }
-                (None, Some(hand)) => hand.clone(),
-                (None, None) => {
-                    return Err(Error::Pin {
-                        image: image.to_string(),
-                        path: pins::path_for(&project.root, image),
-                        what: format!(
-                            "cannot pin the toolchain `{reference}` of compile stage `{}`: no reachable engine holds it; load it on the builder, or write `[[toolchain]]` with `ref` and `digest` in this file by hand",
-                            stage.name.get_ref()
-                        ),
-                    });
-                }
-            },
-        };
-        new.toolchains.push(pin);
     }
-
     for source in &loaded.spec.sources {
-        let name = source.name.get_ref();
-        let kept = old
-            .sources
-            .iter()
-            .find(|p| &p.name == name && p.git == source.git && p.rev == source.rev)
-            .filter(|_| !update);
-        let pin = match kept {
-            Some(pin) => pin.clone(),
-            None => {
-                let commit = fetch::resolve_rev(&source.git, &source.rev)?;
-                changes.push(format!("source {name}: {} -> {commit}", source.rev));
-                SourcePin {
-                    name: name.clone(),
-                    git: source.git.clone(),
-                    rev: source.rev.clone(),
-                    commit,
-                }
-            }
-        };
-        new.sources.push(pin);
+        new.sources.push(locking.source(source)?);
     }
-
     if !loaded.spec.wheels.is_empty() {
-        new.python = interpreter(project, &loaded, &old, update, bases, &mut changes)?;
+        new.python = interpreter(project, &loaded, &old, update, bases, &mut locking.changes)?;
     }
     for wheel in &loaded.spec.wheels {
-        let name = wheel.name.get_ref();
-        // A pin chosen for another Python or machine is chosen again.
-        let fits = |pin: &WheelPin| match (&new.python, wheel::parse_name(&pin.file)) {
-            (Some(python), Ok(file)) => python.accepts(&file),
-            (None, _) => true,
-            (Some(_), Err(_)) => false,
-        };
-        let kept = old
-            .wheels
-            .iter()
-            .find(|p| {
-                wheel_stem(p.name.as_str()) == wheel_stem(name.as_str())
-                    && p.version == wheel.version
-                    && fits(p)
-            })
-            .filter(|_| !update);
-        let pin = match kept {
-            Some(pin) => pin.clone(),
-            None => {
-                let target = new
-                    .python
-                    .as_ref()
-                    .map(Interpreter::pip_options)
-                    .unwrap_or_default();
-                let path = fetch::download_wheel(
-                    cache,
-                    image.as_str(),
-                    name.as_str(),
-                    &wheel.version,
-                    &target,
-                )?;
-                let sha = path
-                    .parent()
-                    .and_then(|d| d.file_name())
-                    .expect("cache layout <sha>/<file>");
-                let pin = WheelPin {
-                    name: name.clone(),
-                    version: wheel.version.clone(),
-                    file: path
-                        .file_name()
-                        .expect("a file")
-                        .to_string_lossy()
-                        .into_owned(),
-                    sha256: Sha256Hex::try_from(sha.to_string_lossy().into_owned())
-                        .expect("cache dirs are sha256"),
-                };
-                check_wheel_fits(
-                    image,
-                    &pins::path_for(&project.root, image),
-                    &pin,
-                    new.python.as_ref(),
-                )?;
-                changes.push(format!(
-                    "wheel {name}=={}: {} sha256 {}",
-                    wheel.version, pin.file, pin.sha256
-                ));
-                pin
-            }
-        };
+        let pin = locking.wheel(wheel, new.python.as_ref(), cache)?;
         new.wheels.push(pin);
     }
 
@@ -198,8 +75,169 @@ pub fn lock(
     }
     Ok(LockReport {
         image: image.clone(),
-        changes,
+        changes: locking.changes,
     })
+}
+
+/// One image's locking: the pins it had, and what changed so far.
+struct Locking<'a> {
+    project: &'a Project,
+    image: &'a Name,
+    update: bool,
+    bases: &'a dyn BaseResolver,
+    old: &'a Pins,
+    changes: Vec<String>,
+}
+
+impl Locking<'_> {
+    fn unpinnable(&self, what: String) -> Error {
+        Error::Pin {
+            image: self.image.to_string(),
+            path: pins::path_for(&self.project.root, self.image),
+            what,
+        }
+    }
+
+    /// The external base: the digest pinned (unless `--update`), else the engine's, else
+    /// the one written by hand.
+    fn base(&mut self, reference: &str) -> Result<BasePin> {
+        let current = self.old.base.as_ref().filter(|b| b.reference == reference);
+        Ok(match (current, self.update) {
+            (Some(base), false) => {
+                self.changes.push(format!("base {reference}: kept the digest written in pins/ ({}); `--update` asks the engine", base.digest));
+                base.clone()
+            }
+            _ => match (self.bases.resolve(reference)?, current) {
+                (Some(base), _) => {
+                    self.changes
+                        .push(format!("base {reference} -> {}", base.digest));
+                    base
+                }
+                (None, Some(hand)) => {
+                    self.changes.push(format!("base {reference}: no engine holds it; kept the digest written in pins/ ({})", hand.digest));
+                    hand.clone()
+                }
+                (None, None) => {
+                    return Err(self.unpinnable(format!(
+                        "cannot pin the base `{reference}`: no reachable engine holds it; load it on the builder, or write `[base]` with `ref` and `digest` in this file by hand"
+                    )));
+                }
+            },
+        })
+    }
+
+    /// A compile stage's toolchain image, pinned as a base is.
+    fn toolchain(&mut self, reference: &str, stage: &str) -> Result<BasePin> {
+        let current = self
+            .old
+            .toolchains
+            .iter()
+            .find(|t| t.reference == reference);
+        Ok(match (current, self.update) {
+            (Some(pin), false) => pin.clone(),
+            _ => match (self.bases.resolve(reference)?, current) {
+                (Some(pin), _) => {
+                    self.changes
+                        .push(format!("toolchain {reference} -> {}", pin.digest));
+                    pin
+                }
+                (None, Some(hand)) => hand.clone(),
+                (None, None) => {
+                    return Err(self.unpinnable(format!(
+                        "cannot pin the toolchain `{reference}` of compile stage `{stage}`: no reachable engine holds it; load it on the builder, or write `[[toolchain]]` with `ref` and `digest` in this file by hand"
+                    )));
+                }
+            },
+        })
+    }
+
+    /// A source's commit: the one pinned for the same repository and rev (unless
+    /// `--update`), else the rev resolved now.
+    fn source(&mut self, source: &crate::spec::Source) -> Result<SourcePin> {
+        let name = source.name.get_ref();
+        let kept = self
+            .old
+            .sources
+            .iter()
+            .find(|p| &p.name == name && p.git == source.git && p.rev == source.rev)
+            .filter(|_| !self.update);
+        if let Some(pin) = kept {
+            return Ok(pin.clone());
+        }
+        let commit = fetch::resolve_rev(&source.git, &source.rev)?;
+        self.changes
+            .push(format!("source {name}: {} -> {commit}", source.rev));
+        Ok(SourcePin {
+            name: name.clone(),
+            git: source.git.clone(),
+            rev: source.rev.clone(),
+            commit,
+        })
+    }
+
+    /// A wheel's file: the one pinned for the same version that fits `python` (unless
+    /// `--update`: a pin chosen for another Python or machine is chosen again), else the one
+    /// pip downloads for `python` now.
+    fn wheel(
+        &mut self,
+        wheel: &crate::spec::Wheel,
+        python: Option<&Interpreter>,
+        cache: &std::path::Path,
+    ) -> Result<WheelPin> {
+        let name = wheel.name.get_ref();
+        let fits = |pin: &WheelPin| match (python, wheel::parse_name(&pin.file)) {
+            (Some(python), Ok(file)) => python.accepts(&file),
+            (None, _) => true,
+            (Some(_), Err(_)) => false,
+        };
+        let kept = self
+            .old
+            .wheels
+            .iter()
+            .find(|p| {
+                wheel_stem(p.name.as_str()) == wheel_stem(name.as_str())
+                    && p.version == wheel.version
+                    && fits(p)
+            })
+            .filter(|_| !self.update);
+        if let Some(pin) = kept {
+            return Ok(pin.clone());
+        }
+        let target = python.map(Interpreter::pip_options).unwrap_or_default();
+        let path = fetch::download_wheel(
+            cache,
+            self.image.as_str(),
+            name.as_str(),
+            &wheel.version,
+            &target,
+        )?;
+        let sha = path
+            .parent()
+            .and_then(|d| d.file_name())
+            .expect("cache layout <sha>/<file>");
+        let pin = WheelPin {
+            name: name.clone(),
+            version: wheel.version.clone(),
+            file: path
+                .file_name()
+                .expect("a file")
+                .to_string_lossy()
+                .into_owned(),
+            sha256: Sha256Hex::try_from(sha.to_string_lossy().into_owned())
+                .expect("cache dirs are sha256"),
+        };
+        check_wheel_fits(
+            self.image,
+            &pins::path_for(&self.project.root, self.image),
+            &pin,
+            python,
+        )?;
+        self.changes.push(format!(
+            "wheel {name}=={}: {} sha256 {}",
+            wheel.version, pin.file, pin.sha256
+        ));
+        Ok(pin)
+    }
 }
 
 /// The Python an image's wheels are chosen for: the one pinned (unless `--update`, or it is

@@ -11,7 +11,7 @@ use crate::spec::{LoadedSpec, Parent};
 use crate::values::Name;
 use std::collections::BTreeMap;
 use std::os::unix::fs::PermissionsExt;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 pub const DEFAULT_TEMPLATE: &str = include_str!("../templates/Dockerfile.hbs");
 
@@ -320,98 +320,18 @@ fn plan_one(
 fn collect_files(loaded: &LoadedSpec, hashes: &mut FileHashes) -> Result<Vec<ContextFile>> {
     let mut files = Vec::new();
     for copy in &loaded.spec.files {
-        let src = loaded.dir.join(copy.src.get_ref().as_str());
-        let dest = copy
-            .dest
-            .get_ref()
-            .as_str()
-            .trim_end_matches('/')
-            .to_string();
-        let metadata = match std::fs::symlink_metadata(&src) {
-            Ok(metadata) => metadata,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-                return loaded.invalid(
-                    copy.src.span(),
-                    "file.src",
-                    format!("{} does not exist", src.display()),
-                );
-            }
-            // A symlink loop or a file on the way: the spec names a path that cannot be.
-            Err(e) => {
-                return loaded.invalid(
-                    copy.src.span(),
-                    "file.src",
-                    format!("{} cannot be resolved: {e}", src.display()),
-                );
-            }
-        };
-        // `src` has no `..` (checked when parsed), but a symlink on the way could still lead
-        // out of the spec folder: resolve it and compare.
-        let real = match std::fs::canonicalize(&src) {
-            Ok(real) => real,
-            Err(e) => {
-                return loaded.invalid(
-                    copy.src.span(),
-                    "file.src",
-                    format!("{} leads nowhere through a symlink: {e}", src.display()),
-                );
-            }
-        };
-        let home = fs_err::canonicalize(&loaded.dir).map_err(|e| Error::io(&loaded.dir, e))?;
-        if metadata.is_symlink() || !real.starts_with(&home) {
-            return loaded.invalid(
-                copy.src.span(),
-                "file.src",
-                format!(
-                    "{} leads to {} through a symlink; copy regular files from the spec folder only",
-                    src.display(),
-                    real.display()
-                ),
-            );
-        }
+        let (src, is_dir) = resolved_src(loaded, copy)?;
+        let dest = copy.dest.get_ref().as_str().trim_end_matches('/');
         let walk = walkdir::WalkDir::new(&src)
             .sort_by_file_name()
             .follow_links(false)
             .follow_root_links(false);
         for entry in walk {
             let entry = entry.map_err(|e| Error::io(&src, e.into()))?;
-            let kind = entry.file_type();
-            if kind.is_dir() {
+            if entry.file_type().is_dir() {
                 continue;
             }
-            if !kind.is_file() {
-                return loaded.invalid(
-                    copy.src.span(),
-                    "file.src",
-                    format!(
-                        "{} is a symlink or special file; copy regular files only",
-                        entry.path().display()
-                    ),
-                );
-            }
-            let relative = entry
-                .path()
-                .strip_prefix(&src)
-                .expect("walk stays below its root");
-            let relative = relative.to_str().ok_or_else(|| Error::Invalid {
-                path: entry.path().to_path_buf(),
-                location: None,
-                key: Some("file.src".into()),
-                message: "file names must be UTF-8".into(),
-                hint: None,
-            })?;
-            // Any name reaches the image as it is (the files travel as a tar, never through a
-            // Dockerfile line); a control character would break the checksum document's lines.
-            if relative.chars().any(char::is_control) {
-                return loaded.invalid(
-                    copy.src.span(),
-                    "file.src",
-                    format!(
-                        "{:?} has a control character in its name",
-                        entry.path().display()
-                    ),
-                );
-            }
+            let relative = checked_name(loaded, copy, &src, &entry)?;
             let sha256 = hashes
                 .sha256(entry.path())
                 .map_err(|e| Error::io(entry.path(), e))?;
@@ -422,10 +342,10 @@ fn collect_files(loaded: &LoadedSpec, hashes: &mut FileHashes) -> Result<Vec<Con
                 .mode();
             files.push(ContextFile {
                 src: entry.path().to_path_buf(),
-                dest: if metadata.is_dir() {
+                dest: if is_dir {
                     format!("{dest}/{relative}")
                 } else {
-                    dest.clone()
+                    dest.to_string()
                 },
                 executable: mode & 0o111 != 0,
                 sha256,
@@ -435,6 +355,84 @@ fn collect_files(loaded: &LoadedSpec, hashes: &mut FileHashes) -> Result<Vec<Con
     files.sort_by(|a, b| a.dest.cmp(&b.dest));
     check_dests(loaded, &files)?;
     Ok(files)
+}
+
+/// A `[[file]]`'s `src` in the spec folder, and whether it is a folder. `src` has no `..`
+/// (checked when parsed), but a symlink on the way could still lead out of the spec folder:
+/// it is resolved and compared.
+fn resolved_src(loaded: &LoadedSpec, copy: &crate::spec::FileCopy) -> Result<(PathBuf, bool)> {
+    let src = loaded.dir.join(copy.src.get_ref().as_str());
+    let refuse = |message: String| loaded.invalid(copy.src.span(), "file.src", message);
+    let metadata = match std::fs::symlink_metadata(&src) {
+        Ok(metadata) => metadata,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            return refuse(format!("{} does not exist", src.display()));
+        }
+        // A symlink loop or a file on the way: the spec names a path that cannot be.
+        Err(e) => return refuse(format!("{} cannot be resolved: {e}", src.display())),
+    };
+    let real = match std::fs::canonicalize(&src) {
+        Ok(real) => real,
+        Err(e) => {
+            return refuse(format!(
+                "{} leads nowhere through a symlink: {e}",
+                src.display()
+            ));
+        }
+    };
+    let home = fs_err::canonicalize(&loaded.dir).map_err(|e| Error::io(&loaded.dir, e))?;
+    if metadata.is_symlink() || !real.starts_with(&home) {
+        return refuse(format!(
+            "{} leads to {} through a symlink; copy regular files from the spec folder only",
+            src.display(),
+            real.display()
+        ));
+    }
+    Ok((src, metadata.is_dir()))
+}
+
+/// A walked file's name below `src`: a regular file, named in UTF-8 without control
+/// characters.
+fn checked_name<'e>(
+    loaded: &LoadedSpec,
+    copy: &crate::spec::FileCopy,
+    src: &Path,
+    entry: &'e walkdir::DirEntry,
+) -> Result<&'e str> {
+    if !entry.file_type().is_file() {
+        return loaded.invalid(
+            copy.src.span(),
+            "file.src",
+            format!(
+                "{} is a symlink or special file; copy regular files only",
+                entry.path().display()
+            ),
+        );
+    }
+    let relative = entry
+        .path()
+        .strip_prefix(src)
+        .expect("walk stays below its root");
+    let relative = relative.to_str().ok_or_else(|| Error::Invalid {
+        path: entry.path().to_path_buf(),
+        location: None,
+        key: Some("file.src".into()),
+        message: "file names must be UTF-8".into(),
+        hint: None,
+    })?;
+    // Any name reaches the image as it is (the files travel as a tar, never through a
+    // Dockerfile line); a control character would break the checksum document's lines.
+    if relative.chars().any(char::is_control) {
+        return loaded.invalid(
+            copy.src.span(),
+            "file.src",
+            format!(
+                "{:?} has a control character in its name",
+                entry.path().display()
+            ),
+        );
+    }
+    Ok(relative)
 }
 
 /// Refuses two files at one path, and a file below another file (no build can make both).
