@@ -15,7 +15,6 @@ use crate::oci::{self, Reference};
 use crate::store::{LayerStore, StoredImage};
 use crate::verify;
 use futures_util::StreamExt;
-use sha2::{Digest as _, Sha256};
 use std::collections::HashSet;
 use std::path::Path;
 use std::sync::Arc;
@@ -248,10 +247,7 @@ pub fn chain_ids(diff_ids: &[String]) -> Vec<String> {
     for diff_id in diff_ids {
         let chain = match chains.last() {
             None => diff_id.clone(),
-            Some(parent) => format!(
-                "sha256:{}",
-                hex::encode(Sha256::digest(format!("{parent} {diff_id}").as_bytes()))
-            ),
+            Some(parent) => crate::oci::Digest::of(format!("{parent} {diff_id}")).to_string(),
         };
         chains.push(chain);
     }

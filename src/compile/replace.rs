@@ -211,13 +211,7 @@ pub fn write_replacing<W: Write>(
         } else {
             format!("{dir}/.wh.{base}")
         };
-        let mut header = tar::Header::new_gnu();
-        header.set_entry_type(tar::EntryType::Regular);
-        header.set_mode(0o644);
-        header.set_size(0);
-        header.set_uid(0);
-        header.set_gid(0);
-        header.set_mtime(mtime);
+        let mut header = crate::oci::tar::owned(tar::EntryType::Regular, 0o644, 0, mtime, 0, 0);
         out.append_data(&mut header, whiteout, std::io::empty())?;
     }
     new_layer.rewind()?;
