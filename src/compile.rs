@@ -13,6 +13,7 @@
 pub mod caches;
 pub mod replace;
 mod run;
+mod toolchain;
 
 pub use run::{check_repro, compile_all, stored_wheels};
 
@@ -21,7 +22,7 @@ use crate::error::{Error, Result};
 use crate::oci::Reference;
 use crate::pins::{BasePin, CheckedPins, Pins};
 use crate::plan::SourcePatches;
-use crate::spec::{LoadedSpec, locate};
+use crate::spec::LoadedSpec;
 use crate::values::{ImagePath, Name};
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, BTreeSet};
@@ -40,6 +41,9 @@ pub const STAGE_LABEL: &str = "hallmark.compile";
 pub const STAGE_IMAGE_LABEL: &str = "hallmark.compile.image";
 
 const STAGE_VERSION_LINE: &str = "hallmark-compile v1";
+const TOOLCHAIN_VERSION_LINE: &str = "hallmark-toolchain v1";
+/// The label of a toolchain image hallmark made by adding a stage's `apt` packages: its key.
+pub const TOOLCHAIN_LABEL: &str = "hallmark.toolchain";
 
 /// `[[compile]]` in `image.toml`.
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -51,6 +55,13 @@ pub struct CompileStage {
     pub sources: Vec<Spanned<Name>>,
     /// An external image to run in, pinned in `pins/` as `[[toolchain]]`; default: the parent.
     pub toolchain: Option<Spanned<String>>,
+    /// Another spec of the project to run in (built first, found on the builder by its
+    /// checksum); instead of `toolchain`.
+    pub toolchain_image: Option<Spanned<Name>>,
+    /// Debian/Ubuntu packages added to the toolchain (with the engine's default network) in an
+    /// image of their own, kept on the builder by the toolchain and the package list.
+    #[serde(default)]
+    pub apt: Vec<String>,
     /// Shell commands (`/bin/sh -c`), in order, in one container.
     pub run: Vec<String>,
     /// The commands' working folder (default `/`).
@@ -95,6 +106,11 @@ pub fn parse_size(text: &str) -> Option<u64> {
     number.checked_mul(1u64 << shift)
 }
 
+/// The tag of the toolchain image with a stage's `apt` packages added.
+pub fn apt_toolchain_reference(key: &str) -> String {
+    format!("hallmark-toolchain:{}", &key[..16])
+}
+
 /// The volume holding cache `name` on the builder; shared by every stage naming it.
 pub fn volume_name(cache: &str) -> String {
     format!("hallmark-cache-{cache}")
@@ -113,24 +129,16 @@ pub fn validate(loaded: &LoadedSpec) -> Result<()> {
     if spec.compiles.is_empty() {
         return Ok(());
     }
-    let at = |path: &[&str], key: &str, message: String| -> Result<()> {
-        Err(Error::Invalid {
-            path: loaded.path.clone(),
-            location: locate(&loaded.text, path),
-            key: Some(key.into()),
-            message,
-            hint: None,
-        })
-    };
     let build = &spec.build;
     if !build.run.is_empty() || !build.apt.is_empty() || !build.expect_files.is_empty() {
-        return at(
+        return loaded.invalid_at(
             &["build"],
             "build",
-            "a spec with [[compile]] stages is assembled from their wheels: it cannot also have `run`, `apt` or `expect-files` in [build]; put the commands in the stage".into(),
+            "a spec with [[compile]] stages is assembled from their wheels: it cannot also have `run`, `apt` or `expect-files` in [build]; put the commands in the stage (packages in the stage's `apt`)".into(),
         );
     }
     let mut stages = BTreeSet::new();
+    // Which stage builds each source: a source is built once.
     let mut used: BTreeMap<Name, Name> = BTreeMap::new();
     for stage in &spec.compiles {
         let name = stage.name.get_ref();
@@ -141,95 +149,10 @@ pub fn validate(loaded: &LoadedSpec) -> Result<()> {
                 format!("compile stage `{name}` is named twice"),
             );
         }
-        for source in &stage.sources {
-            if !spec
-                .sources
-                .iter()
-                .any(|s| s.name.get_ref() == source.get_ref())
-            {
-                return loaded.invalid(
-                    source.span(),
-                    "compile.sources",
-                    format!("no [[source]] named `{}`", source.get_ref()),
-                );
-            }
-            if let Some(other) = used.insert(source.get_ref().clone(), name.clone()) {
-                return loaded.invalid(
-                    source.span(),
-                    "compile.sources",
-                    format!(
-                        "source `{}` is built by stage `{other}` already",
-                        source.get_ref()
-                    ),
-                );
-            }
-        }
-        if stage.run.is_empty() || stage.run.iter().any(|s| s.trim().is_empty()) {
-            return loaded.invalid(
-                stage.name.span(),
-                "compile.run",
-                "give the stage its commands, none blank: run = [\"pip wheel --no-deps -w $HALLMARK_WHEELS /src/x\"]".into(),
-            );
-        }
-        if stage.run.iter().any(|s| s.contains('\0')) {
-            return loaded.invalid(
-                stage.name.span(),
-                "compile.run",
-                "a command holds a NUL character".into(),
-            );
-        }
-        if stage.wheels.is_empty() {
-            return loaded.invalid(
-                stage.name.span(),
-                "compile.wheels",
-                "name the distributions the stage must produce: wheels = [\"vllm\"]".into(),
-            );
-        }
-        if let Some(toolchain) = &stage.toolchain {
-            let why = if toolchain.get_ref().contains('@') {
-                Some("carries a digest; write the tag here, the digest belongs in pins/ (`hallmark lock`)".to_string())
-            } else {
-                Reference::parse(toolchain.get_ref()).err()
-            };
-            if let Some(why) = why {
-                return loaded.invalid(
-                    toolchain.span(),
-                    "compile.toolchain",
-                    format!("`{}`: {why}", toolchain.get_ref()),
-                );
-            }
-        }
-        for (key, value) in &stage.args {
-            if !is_variable(key) || value.contains('\0') {
-                return at(
-                    &["compile", name.as_str(), "args", key],
-                    &format!("compile.args.{key}"),
-                    format!("`{key}` is not a variable name, or its value holds a NUL"),
-                );
-            }
-        }
-        for (cache, settings) in &stage.caches {
-            let ok = !cache.is_empty()
-                && cache
-                    .bytes()
-                    .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.'));
-            if !ok {
-                return loaded.invalid(
-                    stage.name.span(),
-                    "compile.caches",
-                    format!("`{cache}` is not a cache name (letters, digits, `-`, `_`, `.`)"),
-                );
-            }
-            if let Some(cap) = &settings.cap
-                && parse_size(cap).is_none()
-            {
-                return at(
-                    &["compile", name.as_str(), "caches", cache, "cap"],
-                    &format!("compile.caches.{cache}.cap"),
-                    format!("`{cap}` is not a size: write `500M`, `5G` or bytes"),
-                );
-            }
-        }
+        validate_sources(loaded, stage, &mut used)?;
+        validate_commands(loaded, stage)?;
+        validate_toolchain(loaded, stage)?;
+        validate_args_and_caches(loaded, stage)?;
     }
     for source in &spec.sources {
         if !used.contains_key(source.name.get_ref()) {
@@ -246,12 +169,161 @@ pub fn validate(loaded: &LoadedSpec) -> Result<()> {
     Ok(())
 }
 
+fn validate_sources(
+    loaded: &LoadedSpec,
+    stage: &CompileStage,
+    used: &mut BTreeMap<Name, Name>,
+) -> Result<()> {
+    for source in &stage.sources {
+        if !loaded
+            .spec
+            .sources
+            .iter()
+            .any(|s| s.name.get_ref() == source.get_ref())
+        {
+            return loaded.invalid(
+                source.span(),
+                "compile.sources",
+                format!("no [[source]] named `{}`", source.get_ref()),
+            );
+        }
+        if let Some(other) = used.insert(source.get_ref().clone(), stage.name.get_ref().clone()) {
+            return loaded.invalid(
+                source.span(),
+                "compile.sources",
+                format!(
+                    "source `{}` is built by stage `{other}` already",
+                    source.get_ref()
+                ),
+            );
+        }
+    }
+    Ok(())
+}
+
+fn validate_commands(loaded: &LoadedSpec, stage: &CompileStage) -> Result<()> {
+    let invalid = |key: &str, message: &str| loaded.invalid(stage.name.span(), key, message.into());
+    if stage.run.is_empty() || stage.run.iter().any(|s| s.trim().is_empty()) {
+        return invalid(
+            "compile.run",
+            "give the stage its commands, none blank: run = [\"pip wheel --no-deps -w $HALLMARK_WHEELS /src/x\"]",
+        );
+    }
+    if stage.run.iter().any(|s| s.contains('\0')) {
+        return invalid("compile.run", "a command holds a NUL character");
+    }
+    if stage.wheels.is_empty() {
+        return invalid(
+            "compile.wheels",
+            "name the distributions the stage must produce: wheels = [\"vllm\"]",
+        );
+    }
+    Ok(())
+}
+
+fn validate_toolchain(loaded: &LoadedSpec, stage: &CompileStage) -> Result<()> {
+    if let Some(toolchain) = &stage.toolchain {
+        if stage.toolchain_image.is_some() {
+            return loaded.invalid(
+                toolchain.span(),
+                "compile.toolchain",
+                "give `toolchain` (an external image) or `toolchain-image` (a spec of this project), not both".into(),
+            );
+        }
+        let why = if toolchain.get_ref().contains('@') {
+            Some("carries a digest; write the tag here, the digest belongs in pins/ (`hallmark lock`)".to_string())
+        } else {
+            Reference::parse(toolchain.get_ref()).err()
+        };
+        if let Some(why) = why {
+            return loaded.invalid(
+                toolchain.span(),
+                "compile.toolchain",
+                format!("`{}`: {why}", toolchain.get_ref()),
+            );
+        }
+    }
+    if let Some(image) = &stage.toolchain_image
+        && image.get_ref() == &loaded.name
+    {
+        return loaded.invalid(
+            image.span(),
+            "compile.toolchain-image",
+            format!(
+                "`{}` is this spec: a stage cannot run in the image it makes",
+                image.get_ref()
+            ),
+        );
+    }
+    let stage_name = stage.name.get_ref().as_str();
+    for package in &stage.apt {
+        if !crate::spec::is_apt_package(package) {
+            return loaded.invalid_at(
+                &["compile", stage_name, "apt", package],
+                "compile.apt",
+                format!("`{package}` is not a package name"),
+            );
+        }
+    }
+    Ok(())
+}
+
+fn validate_args_and_caches(loaded: &LoadedSpec, stage: &CompileStage) -> Result<()> {
+    let name = stage.name.get_ref().as_str();
+    for (key, value) in &stage.args {
+        if !is_variable(key) || value.contains('\0') {
+            return loaded.invalid_at(
+                &["compile", name, "args", key],
+                &format!("compile.args.{key}"),
+                format!("`{key}` is not a variable name, or its value holds a NUL"),
+            );
+        }
+    }
+    for (cache, settings) in &stage.caches {
+        let ok = !cache.is_empty()
+            && cache
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.'));
+        if !ok {
+            return loaded.invalid(
+                stage.name.span(),
+                "compile.caches",
+                format!("`{cache}` is not a cache name (letters, digits, `-`, `_`, `.`)"),
+            );
+        }
+        if let Some(cap) = &settings.cap
+            && parse_size(cap).is_none()
+        {
+            return loaded.invalid_at(
+                &["compile", name, "caches", cache, "cap"],
+                &format!("compile.caches.{cache}.cap"),
+                format!("`{cap}` is not a size: write `500M`, `5G` or bytes"),
+            );
+        }
+    }
+    Ok(())
+}
+
 /// What a stage runs in.
 #[derive(Debug, Clone)]
 pub enum Toolchain {
     /// The image's own parent (its builder reference is known only when building).
     Parent,
     External(BasePin),
+    /// Another spec of the project, built earlier in the same plan.
+    Image {
+        name: Name,
+        reference: String,
+        checksum: InputChecksum,
+    },
+}
+
+/// A spec of the project that a stage runs in: the builder holds it under `reference` with
+/// the checksum label `checksum` once built.
+#[derive(Debug, Clone)]
+pub struct ToolchainSpec {
+    pub reference: String,
+    pub checksum: InputChecksum,
 }
 
 /// A compile stage, planned: its checksum and what it takes.
@@ -262,6 +334,11 @@ pub struct PlannedStage {
     /// The text the checksum is the sha256 of.
     pub document: String,
     pub toolchain: Toolchain,
+    /// The stage document's toolchain line (what identifies the toolchain).
+    pub toolchain_line: String,
+    /// With `apt` packages: the key of the toolchain image that adds them (the sha256 of the
+    /// toolchain line and the sorted packages), its label on the builder.
+    pub apt_key: Option<String>,
     /// Indexes into the spec's sources (and its pins and patches).
     pub sources: Vec<usize>,
     pub spec: CompileStage,
@@ -269,13 +346,14 @@ pub struct PlannedStage {
 
 /// Plans the stages of `loaded`; `parent_line` is the image's checksum line for its parent
 /// (`parent <name> <checksum>` or `base <ref> <digest>`), which identifies the default
-/// toolchain.
+/// toolchain; `toolchain_specs` holds the planned specs stages name as `toolchain-image`.
 pub fn plan(
     loaded: &LoadedSpec,
     pins: &CheckedPins,
     all_pins: &Pins,
     patches: &[SourcePatches],
     parent_line: &str,
+    toolchain_specs: &BTreeMap<Name, ToolchainSpec>,
     pins_path: &std::path::Path,
 ) -> Result<Vec<PlannedStage>> {
     let spec = &loaded.spec;
@@ -293,29 +371,26 @@ pub fn plan(
             "source-date-epoch {}",
             spec.image.source_date_epoch
         ));
-        let toolchain = match &stage.toolchain {
-            None => {
-                doc.line(format!("toolchain {parent_line}"));
-                Toolchain::Parent
-            }
-            Some(reference) => {
-                let reference = reference.get_ref();
-                let pin = all_pins
-                    .toolchains
-                    .iter()
-                    .find(|p| p.reference == reference.as_str())
-                    .ok_or_else(|| Error::Pin {
-                        image: loaded.name.to_string(),
-                        path: pins_path.to_path_buf(),
-                        what: format!(
-                            "no digest pinned for the toolchain `{reference}` of compile stage `{}`",
-                            stage.name.get_ref()
-                        ),
-                    })?;
-                doc.line(format!("toolchain {} {}", pin.reference, pin.digest));
-                Toolchain::External(pin.clone())
-            }
-        };
+        let (toolchain, toolchain_line) = toolchain_of(
+            loaded,
+            stage,
+            all_pins,
+            parent_line,
+            toolchain_specs,
+            pins_path,
+        )?;
+        doc.line(toolchain_line.clone());
+        let apt_key = (!stage.apt.is_empty()).then(|| {
+            let packages: BTreeSet<&str> = stage.apt.iter().map(String::as_str).collect();
+            let packages: Vec<&str> = packages.into_iter().collect();
+            crate::checksum::sha256_hex(
+                format!(
+                    "{TOOLCHAIN_VERSION_LINE}\n{toolchain_line}\napt {}\n",
+                    packages.join(" ")
+                )
+                .as_bytes(),
+            )
+        });
         let mut sources = Vec::new();
         for wanted in &stage.sources {
             let index = spec
@@ -346,6 +421,8 @@ pub fn plan(
             checksum: InputChecksum::of(&document),
             document,
             toolchain,
+            toolchain_line,
+            apt_key,
             sources,
             spec: stage.clone(),
         });
@@ -353,14 +430,66 @@ pub fn plan(
     Ok(planned)
 }
 
+/// What `stage` runs in, and the line of the stage document that identifies it.
+fn toolchain_of(
+    loaded: &LoadedSpec,
+    stage: &CompileStage,
+    all_pins: &Pins,
+    parent_line: &str,
+    toolchain_specs: &BTreeMap<Name, ToolchainSpec>,
+    pins_path: &std::path::Path,
+) -> Result<(Toolchain, String)> {
+    if let Some(name) = &stage.toolchain_image {
+        let name = name.get_ref();
+        let planned = toolchain_specs
+            .get(name)
+            .expect("the plan walks a stage's toolchain spec before the stage's image");
+        let line = format!("toolchain image {name} {}", planned.checksum);
+        let toolchain = Toolchain::Image {
+            name: name.clone(),
+            reference: planned.reference.clone(),
+            checksum: planned.checksum.clone(),
+        };
+        return Ok((toolchain, line));
+    }
+    let Some(reference) = &stage.toolchain else {
+        return Ok((Toolchain::Parent, format!("toolchain {parent_line}")));
+    };
+    let reference = reference.get_ref();
+    let pin = all_pins
+        .toolchains
+        .iter()
+        .find(|p| p.reference == reference.as_str())
+        .ok_or_else(|| Error::Pin {
+            image: loaded.name.to_string(),
+            path: pins_path.to_path_buf(),
+            what: format!(
+                "no digest pinned for the toolchain `{reference}` of compile stage `{}`",
+                stage.name.get_ref()
+            ),
+        })?;
+    let line = format!("toolchain {} {}", pin.reference, pin.digest);
+    Ok((Toolchain::External(pin.clone()), line))
+}
+
 /// The stages as `render` shows them: what runs where, with which caches, and what comes out.
 pub fn describe(stages: &[PlannedStage], loaded: &LoadedSpec) -> String {
     let mut text = String::new();
     for stage in stages {
-        let toolchain = match &stage.toolchain {
+        let mut toolchain = match &stage.toolchain {
             Toolchain::Parent => "the parent".to_string(),
             Toolchain::External(pin) => format!("{} ({})", pin.reference, pin.digest),
+            Toolchain::Image { name, checksum, .. } => {
+                format!("the image `{name}` (checksum {checksum})")
+            }
         };
+        if let Some(key) = &stage.apt_key {
+            toolchain.push_str(&format!(
+                " + apt {} (kept as {})",
+                stage.spec.apt.join(" "),
+                apt_toolchain_reference(key)
+            ));
+        }
         text.push_str(&format!(
             "# compile stage `{}` (stage checksum {})\n#   toolchain: {toolchain}\n",
             stage.name, stage.checksum

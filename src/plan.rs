@@ -116,21 +116,37 @@ impl Plan {
         let mut planned_order = Vec::new();
         for name in order {
             let loaded = specs.remove(&name).expect("walked");
+            // What the image stands on must be planned; else it points at the cause.
+            let unplanned = dependencies(&loaded)
+                .find(|d| !images.contains_key(*d))
+                .cloned();
+            if let Some(dependency) = unplanned {
+                let cause = match failed.get(&dependency) {
+                    Some(Failure::Parent(cause)) => cause.clone(),
+                    _ => dependency,
+                };
+                failed.insert(name, Failure::Parent(cause));
+                continue;
+            }
             let parent_checksum = match loaded.spec.parent() {
-                Parent::Image(parent) => match images.get(parent) {
-                    Some(planned) => Some((parent.clone(), planned.checksum.clone())),
-                    None => {
-                        let cause = match failed.get(parent) {
-                            Some(Failure::Parent(cause)) => cause.clone(),
-                            _ => parent.clone(),
-                        };
-                        failed.insert(name, Failure::Parent(cause));
-                        continue;
-                    }
-                },
+                Parent::Image(parent) => Some((parent.clone(), images[parent].checksum.clone())),
                 Parent::External(_) => None,
             };
-            match plan_one(project, loaded, parent_checksum, &mut hashes) {
+            let toolchains = loaded
+                .spec
+                .compiles
+                .iter()
+                .filter_map(|stage| stage.toolchain_image.as_ref().map(|t| t.get_ref()))
+                .map(|t| {
+                    let planned = &images[t];
+                    let spec = crate::compile::ToolchainSpec {
+                        reference: planned.loaded.reference(),
+                        checksum: planned.checksum.clone(),
+                    };
+                    (t.clone(), spec)
+                })
+                .collect();
+            match plan_one(project, loaded, parent_checksum, &toolchains, &mut hashes) {
                 Ok(image) => {
                     images.insert(name.clone(), image);
                     planned_order.push(name);
@@ -154,10 +170,26 @@ impl Plan {
     }
 }
 
-/// Follows `start`'s parents (one each: a chain, walked in a loop, however deep) until an
-/// external base, an image already walked, or a problem; then adds the chain to `order`
-/// parents first. A spec that does not load, names a missing parent, or closes a cycle fails
-/// on its own; the images below it are left for planning to mark.
+/// The specs `loaded` stands on: its parent and its compile stages' toolchain specs.
+fn dependencies(loaded: &LoadedSpec) -> impl Iterator<Item = &Name> {
+    let parent = match loaded.spec.parent() {
+        Parent::Image(parent) => Some(parent),
+        Parent::External(_) => None,
+    };
+    parent.into_iter().chain(
+        loaded
+            .spec
+            .compiles
+            .iter()
+            .filter_map(|stage| stage.toolchain_image.as_ref().map(|t| t.get_ref())),
+    )
+}
+
+/// Walks `start` and what it stands on (its parent, and the specs its compile stages run in),
+/// depth first with a stack of its own (a chain of parents can be thousands deep), and adds
+/// each spec to `order` after everything it stands on. A spec that does not load, names a
+/// missing spec, or closes a cycle fails on its own; the images above it are left for planning
+/// to mark.
 fn walk(
     project: &Project,
     start: &Name,
@@ -165,59 +197,87 @@ fn walk(
     order: &mut Vec<Name>,
     failed: &mut BTreeMap<Name, Failure>,
 ) {
-    let mut chain: Vec<Name> = Vec::new();
+    // The specs being walked, each with what it stands on that is still to walk.
+    let mut path: Vec<(Name, Vec<Name>)> = Vec::new();
     let mut next = Some(start.clone());
-    while let Some(name) = next.take() {
-        if let Some(first) = chain.iter().position(|n| *n == name) {
-            let mut names: Vec<String> = chain[first..].iter().map(Name::to_string).collect();
-            names.push(name.to_string());
-            let cycle = Error::Cycle {
-                chain: names,
-                path: project.images_dir().join(name.as_str()).join("image.toml"),
-            };
-            // The image closing the cycle carries it; the rest of the cycle stands on it.
-            specs.remove(&name);
-            chain.retain(|n| *n != name);
-            failed.insert(name, Failure::Own(cycle));
-            break;
-        }
-        if specs.contains_key(&name) || failed.contains_key(&name) {
-            break;
-        }
-        let loaded = match project.load_spec(&name) {
-            Ok(loaded) => loaded,
-            Err(e) => {
-                failed.insert(name, Failure::Own(e));
-                break;
+    loop {
+        if let Some(name) = next.take() {
+            if let Some(first) = path.iter().position(|(n, _)| *n == name) {
+                let mut names: Vec<String> =
+                    path[first..].iter().map(|(n, _)| n.to_string()).collect();
+                names.push(name.to_string());
+                let cycle = Error::Cycle {
+                    chain: names,
+                    path: project.images_dir().join(name.as_str()).join("image.toml"),
+                };
+                // The image closing the cycle carries it; the rest of the cycle stands on it.
+                specs.remove(&name);
+                path.remove(first);
+                failed.insert(name, Failure::Own(cycle));
+            } else if !specs.contains_key(&name) && !failed.contains_key(&name) {
+                match load_with_dependencies(project, &name) {
+                    Ok((loaded, mut below)) => {
+                        // Popped from the end: the parent is walked first.
+                        below.reverse();
+                        specs.insert(name.clone(), loaded);
+                        path.push((name, below));
+                    }
+                    Err(e) => {
+                        failed.insert(name, Failure::Own(e));
+                    }
+                }
             }
+        }
+        let Some((_, below)) = path.last_mut() else {
+            break;
         };
-        if let Parent::Image(parent) = loaded.spec.parent() {
-            let exists = project
-                .images_dir()
-                .join(parent.as_str())
-                .join("image.toml")
-                .is_file();
-            if !exists {
-                let missing = loaded.invalid::<()>(
-                    loaded.spec.from.span(),
-                    "from.image",
-                    format!("no image `{parent}` in {}", project.images_dir().display()),
-                );
-                failed.insert(name, Failure::Own(missing.expect_err("an error")));
-                break;
-            }
-            next = Some(parent.clone());
+        match below.pop() {
+            Some(dependency) => next = Some(dependency),
+            None => order.push(path.pop().expect("a spec on the path").0),
         }
-        specs.insert(name.clone(), loaded);
-        chain.push(name);
     }
-    order.extend(chain.into_iter().rev());
+}
+
+/// Loads spec `name` and names the specs it stands on (its parent first, then its compile
+/// stages' toolchain specs), each checked to exist.
+fn load_with_dependencies(project: &Project, name: &Name) -> Result<(LoadedSpec, Vec<Name>)> {
+    let loaded = project.load_spec(name)?;
+    let exists = |other: &Name| {
+        project
+            .images_dir()
+            .join(other.as_str())
+            .join("image.toml")
+            .is_file()
+    };
+    let missing =
+        |other: &Name| format!("no image `{other}` in {}", project.images_dir().display());
+    let mut below = Vec::new();
+    if let Parent::Image(parent) = loaded.spec.parent() {
+        if !exists(parent) {
+            return loaded.invalid(loaded.spec.from.span(), "from.image", missing(parent));
+        }
+        below.push(parent.clone());
+    }
+    for stage in &loaded.spec.compiles {
+        if let Some(toolchain) = &stage.toolchain_image {
+            if !exists(toolchain.get_ref()) {
+                return loaded.invalid(
+                    toolchain.span(),
+                    "compile.toolchain-image",
+                    missing(toolchain.get_ref()),
+                );
+            }
+            below.push(toolchain.get_ref().clone());
+        }
+    }
+    Ok((loaded, below))
 }
 
 fn plan_one(
     project: &Project,
     loaded: LoadedSpec,
     parent: Option<(Name, InputChecksum)>,
+    toolchains: &BTreeMap<Name, crate::compile::ToolchainSpec>,
     hashes: &mut FileHashes,
 ) -> Result<PlannedImage> {
     let all_pins = pins::read(&project.root, &loaded.name)?;
@@ -297,6 +357,7 @@ fn plan_one(
         &all_pins,
         &patches,
         &parent_line,
+        toolchains,
         &pins::path_for(&project.root, &loaded.name),
     )?;
     for stage in &compiles {

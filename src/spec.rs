@@ -219,7 +219,7 @@ impl LoadedSpec {
     /// An error at `path` in the spec's text, for the checks made after parsing on values
     /// that carry no span of their own. Without a place if the path is not in the text (a
     /// default).
-    fn invalid_at<T>(&self, path: &[&str], key: &str, message: String) -> Result<T> {
+    pub(crate) fn invalid_at<T>(&self, path: &[&str], key: &str, message: String) -> Result<T> {
         Err(Error::Invalid {
             path: self.path.clone(),
             location: locate(&self.text, path),
@@ -629,6 +629,15 @@ fn validate_labels_and_env(loaded: &LoadedSpec) -> Result<()> {
     Ok(())
 }
 
+/// An apt package name (with an optional `=version` or `:arch`) as it may be written unquoted
+/// into a shell command: a safe alphabet, no leading `-` or `~`.
+pub fn is_apt_package(package: &str) -> bool {
+    package.starts_with(|c: char| c.is_ascii_alphanumeric())
+        && package.bytes().all(|b| {
+            b.is_ascii_alphanumeric() || matches!(b, b'.' | b'+' | b'-' | b':' | b'=' | b'~')
+        })
+}
+
 /// `[build]`: steps and apt packages.
 fn validate_build(loaded: &LoadedSpec) -> Result<()> {
     let spec = &loaded.spec;
@@ -656,12 +665,7 @@ fn validate_build(loaded: &LoadedSpec) -> Result<()> {
         }
     }
     for package in &spec.build.apt {
-        // Written unquoted into a shell command: a safe alphabet, no leading `-` or `~`.
-        if !package.starts_with(|c: char| c.is_ascii_alphanumeric())
-            || !package.bytes().all(|b| {
-                b.is_ascii_alphanumeric() || matches!(b, b'.' | b'+' | b'-' | b':' | b'=' | b'~')
-            })
-        {
+        if !is_apt_package(package) {
             return loaded.invalid_at(
                 &["build", "apt", package],
                 "build.apt",

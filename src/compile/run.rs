@@ -6,7 +6,7 @@
 
 use super::{
     CACHE_IMAGE_LABEL, CACHE_LABEL, CAP_LABEL, PlannedStage, STAGE_IMAGE_LABEL, STAGE_LABEL,
-    Toolchain, WHEELS_DIR, parse_size, volume_name,
+    WHEELS_DIR, parse_size, volume_name,
 };
 use crate::build::BuildSettings;
 use crate::engine::{self, Engine};
@@ -90,7 +90,8 @@ pub async fn compile_all(
             continue;
         }
         let started = Instant::now();
-        let toolchain = toolchain_on_builder(engine, image, stage, parent, settings.cache).await?;
+        let toolchain =
+            super::toolchain::on_builder(engine, image, stage, parent, settings).await?;
         let caches: Vec<(String, String)> = stage
             .spec
             .caches
@@ -151,37 +152,6 @@ pub async fn compile_all(
         ran.push((stage.name.to_string(), true));
     }
     Ok(ran)
-}
-
-async fn toolchain_on_builder(
-    engine: &Engine,
-    image: &PlannedImage,
-    stage: &PlannedStage,
-    parent: &str,
-    cache: &Path,
-) -> Result<String> {
-    let pin = match &stage.toolchain {
-        Toolchain::Parent => return Ok(parent.to_string()),
-        Toolchain::External(pin) => pin,
-    };
-    crate::base::pinned_on_builder(engine, pin, cache)
-        .await?
-        .ok_or_else(|| Error::Engine {
-            node: engine.node.clone(),
-            endpoint: engine.endpoint.clone(),
-            message: format!(
-                "does not hold the toolchain of compile stage `{}` of `{}`: `{}` pinned at {}",
-                stage.name,
-                image.name(),
-                pin.reference,
-                pin.digest
-            ),
-            hint: Some(format!(
-                "load that image on `{}`, or run `hallmark lock --update {}`",
-                engine.node,
-                image.name()
-            )),
-        })
 }
 
 /// Runs `stage` once in a new container from `toolchain` with `caches` (volume, path)
@@ -275,38 +245,8 @@ async fn run_created(
         crate::context::write_sources(&sources, mtime, writer).map(drop)
     });
     engine.put_archive(id, "/", tar).await?;
-    let dir = log_path.parent().expect("logs live in a folder");
-    fs_err::create_dir_all(dir).map_err(|e| Error::io(dir, e))?;
-    let mut log = fs_err::File::create(log_path).map_err(|e| Error::io(log_path, e))?;
     engine.start_container(id).await?;
-    let mut output = engine.follow_logs(id);
-    let (mut step, mut tail, mut partial) = (0usize, VecDeque::new(), String::new());
-    while let Some(chunk) = output.next().await {
-        let text = chunk.map_err(|e| engine.error(format!("reading the output of {id}: {e}")))?;
-        partial.push_str(&text);
-        while let Some(end) = partial.find('\n') {
-            let line: String = partial.drain(..=end).collect();
-            let line = line.trim_end_matches(['\n', '\r']);
-            if let Some(n) = line.strip_prefix(STEP_MARKER).and_then(|n| n.parse().ok()) {
-                step = n;
-                tail.clear();
-                let _ = writeln!(log, "# hallmark: command {n}");
-                continue;
-            }
-            let _ = writeln!(log, "{line}");
-            if settings.echo {
-                eprintln!("{line}");
-            }
-            tail.push_back(line.to_string());
-            if tail.len() > 20 {
-                tail.pop_front();
-            }
-        }
-    }
-    if !partial.is_empty() {
-        let _ = writeln!(log, "{partial}");
-        tail.push_back(std::mem::take(&mut partial));
-    }
+    let Followed { step, tail } = follow_output(engine, id, log_path, settings.echo).await?;
     let code = engine.wait_container(id).await?;
     let fail = |message: String, tail: Vec<String>, step: usize| Error::BuildFailed {
         image: image.name().to_string(),
@@ -325,7 +265,7 @@ async fn run_created(
         log: log_path.to_path_buf(),
     };
     if code != 0 {
-        return Err(fail(format!("exit code {code}"), tail.into(), step));
+        return Err(fail(format!("exit code {code}"), tail, step));
     }
     fetch_wheels(engine, id, out).await?;
     let made = wheels_in(out).map_err(|e| Error::io(out, e))?;
@@ -356,6 +296,63 @@ async fn run_created(
         }
     }
     Ok(())
+}
+
+/// What a container printed: the command it was at (the driver's last marker; 0 before the
+/// first) and its last lines since that marker.
+pub(super) struct Followed {
+    pub step: usize,
+    pub tail: Vec<String>,
+}
+
+/// Follows a started container's output to its end into the log at `log_path` (and stderr
+/// with `echo`).
+pub(super) async fn follow_output(
+    engine: &Engine,
+    id: &str,
+    log_path: &Path,
+    echo: bool,
+) -> Result<Followed> {
+    let dir = log_path.parent().expect("logs live in a folder");
+    fs_err::create_dir_all(dir).map_err(|e| Error::io(dir, e))?;
+    let mut log = fs_err::File::create(log_path).map_err(|e| Error::io(log_path, e))?;
+    let mut output = engine.follow_logs(id);
+    let (mut step, mut tail, mut partial) = (0usize, VecDeque::new(), String::new());
+    // A command's marker goes to the log only; its output to the log, stderr and the tail.
+    let mut keep = |line: &str, tail: Option<&mut VecDeque<String>>| {
+        let _ = writeln!(log, "{line}");
+        let Some(tail) = tail else { return };
+        if echo {
+            eprintln!("{line}");
+        }
+        tail.push_back(line.to_string());
+        if tail.len() > 20 {
+            tail.pop_front();
+        }
+    };
+    while let Some(chunk) = output.next().await {
+        let text = chunk.map_err(|e| engine.error(format!("reading the output of {id}: {e}")))?;
+        partial.push_str(&text);
+        while let Some(end) = partial.find('\n') {
+            let line: String = partial.drain(..=end).collect();
+            let line = line.trim_end_matches(['\n', '\r']);
+            match line.strip_prefix(STEP_MARKER).and_then(|n| n.parse().ok()) {
+                Some(n) => {
+                    step = n;
+                    tail.clear();
+                    keep(&format!("# hallmark: command {n}"), None);
+                }
+                None => keep(line, Some(&mut tail)),
+            }
+        }
+    }
+    if !partial.is_empty() {
+        keep(&partial, Some(&mut tail));
+    }
+    Ok(Followed {
+        step,
+        tail: tail.into(),
+    })
 }
 
 /// Streams the container's wheels folder out and keeps its `.whl` files in `out`.
@@ -406,7 +403,8 @@ pub async fn check_repro(
 ) -> Result<Vec<String>> {
     let mut differences = Vec::new();
     for stage in &image.compiles {
-        let toolchain = toolchain_on_builder(engine, image, stage, parent, settings.cache).await?;
+        let toolchain =
+            super::toolchain::on_builder(engine, image, stage, parent, settings).await?;
         let scratch = tempfile::tempdir().map_err(|e| Error::io("a scratch folder", e))?;
         let mut outs = Vec::new();
         for round in 1..=2 {

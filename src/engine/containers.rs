@@ -135,6 +135,24 @@ impl Engine {
             .map(|chunk| chunk.map_err(|e| e.to_string()))
     }
 
+    /// Makes an image of the stopped container `id` (its file system over its image, its
+    /// config, labels included), tagged `repository:tag`; returns the image id.
+    pub async fn commit_container(&self, id: &str, repository: &str, tag: &str) -> Result<String> {
+        let query = format!(
+            "/commit?container={}&repo={}&tag={}",
+            escape(id, ""),
+            escape(repository, "/:"),
+            escape(tag, "")
+        );
+        let committed: ContainerCreated = self
+            .transport
+            .post(&query, Some(&serde_json::json!({})))
+            .await
+            .map_err(|e| self.error(format!("committing container {id}: {e}")))?
+            .ok_or_else(|| self.error(format!("container {id} vanished before its commit")))?;
+        Ok(committed.id)
+    }
+
     /// Removes a container `create_container` made (forced), and forgets it.
     pub async fn remove_created(&self, id: &str) {
         self.remove_container(id).await;
