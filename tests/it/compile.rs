@@ -528,6 +528,26 @@ fn malformed_compile_stages_are_refused_with_their_key() {
             "cache",
             "unknown field `cache`",
         ),
+        (
+            "[[compile]]\nname = \"x\"\nrun = [\"true\"]\nwheels = [\"x\"]\ntoolchain = \"tools:1\"\ntoolchain-image = \"tools\"\n",
+            "compile.toolchain",
+            "not both",
+        ),
+        (
+            "[[compile]]\nname = \"x\"\nrun = [\"true\"]\nwheels = [\"x\"]\ntoolchain-image = \"tools\"\n",
+            "compile.toolchain-image",
+            "no image `tools`",
+        ),
+        (
+            "[[compile]]\nname = \"x\"\nrun = [\"true\"]\nwheels = [\"x\"]\ntoolchain-image = \"bad\"\n",
+            "compile.toolchain-image",
+            "a stage cannot run in the image it makes",
+        ),
+        (
+            "[[compile]]\nname = \"x\"\nrun = [\"true\"]\nwheels = [\"x\"]\napt = [\"cmake\", \"-oAPT::x=1\"]\n",
+            "compile.apt",
+            "`-oAPT::x=1` is not a package name",
+        ),
     ];
     for (table, key, message) in cases {
         let project = TestProject::new();
@@ -542,4 +562,205 @@ fn malformed_compile_stages_are_refused_with_their_key() {
         assert!(stderr.contains(key), "{key}: {stderr}");
         assert!(stderr.contains(message), "{message}: {stderr}");
     }
+}
+
+/// A local apt repository (one package, `hm-tool`, printing `ok-41`) as files of a spec:
+/// `repo/` and the `sources.list` naming it, so that apt works in a container with no network.
+fn write_apt_repository(project: &TestProject, spec_dir: &str) {
+    use sha2::Digest as _;
+    let work = tempfile::tempdir().unwrap();
+    let package = work.path().join("hm-tool");
+    std::fs::create_dir_all(package.join("DEBIAN")).unwrap();
+    std::fs::create_dir_all(package.join("usr/bin")).unwrap();
+    std::fs::write(
+        package.join("DEBIAN/control"),
+        "Package: hm-tool\nVersion: 1.0\nArchitecture: all\nMaintainer: hallmark tests <t@example.org>\nDescription: a tool for a compile stage's toolchain\n",
+    )
+    .unwrap();
+    let tool = package.join("usr/bin/hm-tool");
+    std::fs::write(&tool, "#!/bin/sh\necho ok-41\n").unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&tool, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let deb = work.path().join("hm-tool_1.0_all.deb");
+    let built = std::process::Command::new("dpkg-deb")
+        .args(["--build", "--root-owner-group"])
+        .arg(&package)
+        .arg(&deb)
+        .output()
+        .unwrap();
+    assert!(built.status.success(), "{built:?}");
+    let bytes = std::fs::read(&deb).unwrap();
+    let repo = project.root().join(spec_dir).join("repo");
+    std::fs::create_dir_all(&repo).unwrap();
+    std::fs::write(repo.join("hm-tool_1.0_all.deb"), &bytes).unwrap();
+    let control = std::fs::read_to_string(package.join("DEBIAN/control")).unwrap();
+    std::fs::write(
+        repo.join("Packages"),
+        format!(
+            "{control}Filename: ./hm-tool_1.0_all.deb\nSize: {}\nSHA256: {}\n",
+            bytes.len(),
+            sha2::Sha256::digest(&bytes)
+                .iter()
+                .map(|b| format!("{b:02x}"))
+                .collect::<String>()
+        ),
+    )
+    .unwrap();
+    project.write(
+        &format!("{spec_dir}/sources.list"),
+        "deb [trusted=yes] file:/repo ./\n",
+    );
+}
+
+/// Issue 16 item 1: a stage runs in another spec of the project with apt packages added; the
+/// toolchain image with the packages is made once and kept (a second compile runs no apt
+/// container), the packages stay out of the image, and a failing apt names the stage.
+#[test]
+fn a_stage_runs_in_another_spec_with_apt_packages_added_once() {
+    let testbed = Testbed::get();
+    let compile = CompileProject::new(
+        r#""test \"$(hm-tool)\" = ok-41", "cd /src/hmext && python3 -m pip wheel --no-deps --no-build-isolation -w $HALLMARK_WHEELS .""#,
+        "",
+    );
+    write_apt_repository(&compile.project, "images/tools");
+    compile.project.write(
+        "images/tools/image.toml",
+        &format!(
+            r#"[image]
+name = "tools-{}"
+
+[from]
+ref = "hallmark-testbed/toolchain:bookworm"
+
+[[file]]
+src = "repo"
+dest = "/repo"
+
+[[file]]
+src = "sources.list"
+dest = "/etc/apt/sources.list"
+"#,
+            compile.name
+        ),
+    );
+    compile.edit(
+        "toolchain = \"hallmark-testbed/toolchain:bookworm\"",
+        "toolchain-image = \"tools\"\napt = [\"hm-tool\"]",
+    );
+    compile.hallmark(&["lock", "tools", "cext"]).success();
+
+    let rendered = compile.hallmark(&["render", "cext"]).success().stdout();
+    let shown = rendered
+        .lines()
+        .find(|l| l.contains("toolchain: the image `tools`"))
+        .unwrap_or_else(|| panic!("{rendered}"));
+    let kept = shown
+        .split("kept as ")
+        .nth(1)
+        .and_then(|rest| rest.strip_suffix(')'))
+        .unwrap_or_else(|| panic!("{shown}"))
+        .to_string();
+    assert!(shown.contains("+ apt hm-tool"), "{shown}");
+
+    let since = now();
+    let built = compile
+        .hallmark(&["--json", "build", "cext"])
+        .success()
+        .stdout();
+    let records = support::document(&built);
+    let names: Vec<&str> = records
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["image"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        names,
+        ["tools", "cext"],
+        "the toolchain spec is built first: {built}"
+    );
+    let key = testbed.docker_ok(
+        "builder",
+        &[
+            "image",
+            "inspect",
+            "--format",
+            "{{index .Config.Labels \"hallmark.toolchain\"}}",
+            &kept,
+        ],
+    );
+    let apt_runs = |since: &str| {
+        let until = (now().parse::<u64>().unwrap() + 1).to_string();
+        let filter = format!("label=hallmark.toolchain={}", key.trim());
+        testbed
+            .docker_ok(
+                "builder",
+                &[
+                    "events",
+                    "--since",
+                    since,
+                    "--until",
+                    &until,
+                    "--filter",
+                    "type=container",
+                    "--filter",
+                    "event=create",
+                    "--filter",
+                    &filter,
+                    "--format",
+                    "apt{{index .Actor.Attributes \"hallmark.compile\"}}",
+                ],
+            )
+            .lines()
+            // Compile containers carry the toolchain image's label too.
+            .filter(|l| l.trim() == "apt")
+            .count()
+    };
+    assert_eq!(apt_runs(&since), 1);
+    let reference = format!("{}:latest", compile.name);
+    let value = testbed.run_container(
+        "builder",
+        &reference,
+        &[
+            "sh",
+            "-c",
+            "python3 -c 'import hmext; print(hmext.value())'; command -v hm-tool || echo none",
+        ],
+    );
+    assert_eq!(value, "141\nnone", "the package stays in the toolchain");
+
+    // Another compile of the stage (an arg changed) in the kept toolchain: no apt again.
+    compile.edit(
+        "CCACHE_NOHASHDIR = \"1\"",
+        "CCACHE_NOHASHDIR = \"1\"\nMAX_JOBS = \"1\"",
+    );
+    let since = now();
+    compile.hallmark(&["build", "cext"]).success();
+    assert_eq!(compile.containers_created_since(&since), 1);
+    assert_eq!(apt_runs(&since), 0);
+
+    // A package apt cannot find: the build fails naming the stage and apt's complaint, and
+    // leaves no container.
+    compile.edit(
+        "apt = [\"hm-tool\"]",
+        "apt = [\"hm-tool\", \"hm-no-such-tool\"]",
+    );
+    let failed = compile.hallmark(&["build", "cext"]);
+    assert_eq!(failed.code(), 1, "{}", failed.stderr());
+    let stderr = failed.stderr();
+    assert!(stderr.contains("adding apt packages"), "{stderr}");
+    assert!(stderr.contains("hm-no-such-tool"), "{stderr}");
+    let left = testbed.docker_ok(
+        "builder",
+        &[
+            "ps",
+            "-aq",
+            "--filter",
+            "label=hallmark.toolchain",
+            "--filter",
+            "status=exited",
+        ],
+    );
+    assert_eq!(left.trim(), "", "an apt container was left behind");
+    let _ = testbed.docker("builder", &["rmi", &kept]);
 }
