@@ -518,8 +518,13 @@ pub fn describe(stages: &[PlannedStage], loaded: &LoadedSpec) -> String {
             ));
         }
         text.push_str(&format!(
-            "#   network: {}\n",
-            if stage.spec.network { "on" } else { "off" }
+            "#   network: {}{}\n",
+            if stage.spec.network { "on" } else { "off" },
+            if stage.apt_key.is_some() {
+                " (apt: the engine's default network)"
+            } else {
+                ""
+            }
         ));
         for (i, step) in stage.spec.run.iter().enumerate() {
             let mut lines = step.trim().lines();
