@@ -78,47 +78,8 @@ pub fn installed(
     let mut records: BTreeMap<String, String> = BTreeMap::new();
     for layer in &image.layers {
         let path = store.blob_path(&layer.blob.digest);
-        let scan = |records: &mut BTreeMap<String, String>| -> std::io::Result<()> {
-            let reader = store
-                .open_layer(layer)
-                .map_err(|e| std::io::Error::other(e.to_string()))?;
-            let mut archive = tar::Archive::new(reader);
-            for entry in archive.entries()? {
-                let mut entry = entry?;
-                let name = clean(&String::from_utf8_lossy(&entry.path_bytes()));
-                let (dir, base) = name.rsplit_once('/').unwrap_or(("", name.as_str()));
-                if let Some(gone) = base.strip_prefix(".wh.") {
-                    let below = if gone == ".wh..opq" {
-                        format!("{dir}/")
-                    } else if dir.is_empty() {
-                        gone.to_string()
-                    } else {
-                        format!("{dir}/{gone}")
-                    };
-                    records.retain(|path, _| {
-                        !(path.starts_with(&below) || path.starts_with(&format!("{below}/")))
-                    });
-                    continue;
-                }
-                let in_site = dir
-                    .strip_prefix(&site)
-                    .and_then(|rest| rest.strip_prefix('/'))
-                    .is_some_and(|folder| folder.ends_with(".dist-info") && !folder.contains('/'));
-                if base != "RECORD" || !in_site {
-                    continue;
-                }
-                let folder = dir.rsplit('/').next().unwrap_or_default();
-                let distribution = folder.split('-').next().unwrap_or_default();
-                if !wanted.contains(&crate::pins::wheel_stem(distribution)) {
-                    continue;
-                }
-                let mut text = String::new();
-                entry.read_to_string(&mut text)?;
-                records.insert(name, text);
-            }
-            Ok(())
-        };
-        scan(&mut records).map_err(|e| Error::io(&path, e))?;
+        let reader = store.open_layer(layer)?;
+        scan_layer(reader, &site, &wanted, &mut records).map_err(|e| Error::io(&path, e))?;
     }
     let found: Vec<Installed> = records
         .into_iter()
@@ -132,6 +93,54 @@ pub fn installed(
     let text = serde_json::to_vec(&found).expect("json");
     fs_err::write(&kept, text).map_err(|e| Error::io(&kept, e))?;
     Ok(found)
+}
+
+/// Applies one layer to `records`: its whiteouts remove what they hide, and the RECORD files of
+/// `wanted` distributions directly in `site`'s dist-info folders are read.
+fn scan_layer(
+    reader: impl Read,
+    site: &str,
+    wanted: &BTreeSet<String>,
+    records: &mut BTreeMap<String, String>,
+) -> std::io::Result<()> {
+    let mut archive = tar::Archive::new(reader);
+    for entry in archive.entries()? {
+        let mut entry = entry?;
+        let name = clean(&String::from_utf8_lossy(&entry.path_bytes()));
+        let (dir, base) = name.rsplit_once('/').unwrap_or(("", name.as_str()));
+        if let Some(gone) = base.strip_prefix(".wh.") {
+            let hidden = |path: &str| match gone {
+                // An opaque folder hides everything below it.
+                ".wh..opq" => path.starts_with(&format!("{dir}/")),
+                _ => {
+                    let gone = if dir.is_empty() {
+                        gone.to_string()
+                    } else {
+                        format!("{dir}/{gone}")
+                    };
+                    path == gone || path.starts_with(&format!("{gone}/"))
+                }
+            };
+            records.retain(|path, _| !hidden(path));
+            continue;
+        }
+        let in_site = dir
+            .strip_prefix(site)
+            .and_then(|rest| rest.strip_prefix('/'))
+            .is_some_and(|folder| folder.ends_with(".dist-info") && !folder.contains('/'));
+        if base != "RECORD" || !in_site {
+            continue;
+        }
+        let folder = dir.rsplit('/').next().unwrap_or_default();
+        let distribution = folder.split('-').next().unwrap_or_default();
+        if !wanted.contains(&crate::pins::wheel_stem(distribution)) {
+            continue;
+        }
+        let mut text = String::new();
+        entry.read_to_string(&mut text)?;
+        records.insert(name, text);
+    }
+    Ok(())
 }
 
 /// The first field of a RECORD row (CSV: a path with a comma is quoted).
@@ -231,6 +240,71 @@ pub fn write_replacing<W: Write>(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A layer holding one file.
+    fn layer(path: &str, text: &str) -> Vec<u8> {
+        let mut builder = tar::Builder::new(Vec::new());
+        let mut header = tar::Header::new_gnu();
+        header.set_size(text.len() as u64);
+        header.set_mode(0o644);
+        header.set_cksum();
+        builder
+            .append_data(&mut header, path, text.as_bytes())
+            .unwrap();
+        builder.into_inner().unwrap()
+    }
+
+    #[test]
+    fn a_whiteout_hides_its_own_name_and_what_lies_below_only() {
+        let site = "usr/lib/python3/site-packages";
+        let wanted = BTreeSet::from(["hmext".to_string()]);
+        let record = format!("{site}/hmext-0.1.0.dist-info/RECORD");
+        let mut records = BTreeMap::new();
+        scan_layer(
+            layer(record.as_str(), "hmext.so,,\n").as_slice(),
+            site,
+            &wanted,
+            &mut records,
+        )
+        .unwrap();
+        assert_eq!(records.len(), 1);
+        // `hmext` (a folder of that name) goes: the dist-info, whose name only starts the
+        // same, stays.
+        let hmext = format!("{site}/.wh.hmext");
+        scan_layer(
+            layer(hmext.as_str(), "").as_slice(),
+            site,
+            &wanted,
+            &mut records,
+        )
+        .unwrap();
+        assert_eq!(records.len(), 1, "a whiteout hid a name it only prefixes");
+        let dist_info = format!("{site}/.wh.hmext-0.1.0.dist-info");
+        scan_layer(
+            layer(dist_info.as_str(), "").as_slice(),
+            site,
+            &wanted,
+            &mut records,
+        )
+        .unwrap();
+        assert!(records.is_empty());
+        scan_layer(
+            layer(record.as_str(), "x\n").as_slice(),
+            site,
+            &wanted,
+            &mut records,
+        )
+        .unwrap();
+        let opaque = format!("{site}/.wh..wh..opq");
+        scan_layer(
+            layer(opaque.as_str(), "").as_slice(),
+            site,
+            &wanted,
+            &mut records,
+        )
+        .unwrap();
+        assert!(records.is_empty(), "an opaque folder hides what lies below");
+    }
 
     #[test]
     fn record_rows_give_their_paths() {
