@@ -380,17 +380,7 @@ pub fn plan(
             pins_path,
         )?;
         doc.line(toolchain_line.clone());
-        let apt_key = (!stage.apt.is_empty()).then(|| {
-            let packages: BTreeSet<&str> = stage.apt.iter().map(String::as_str).collect();
-            let packages: Vec<&str> = packages.into_iter().collect();
-            crate::checksum::sha256_hex(
-                format!(
-                    "{TOOLCHAIN_VERSION_LINE}\n{toolchain_line}\napt {}\n",
-                    packages.join(" ")
-                )
-                .as_bytes(),
-            )
-        });
+        let apt_key = apt_key(stage, &toolchain_line);
         let mut sources = Vec::new();
         for wanted in &stage.sources {
             let index = spec
@@ -398,21 +388,7 @@ pub fn plan(
                 .iter()
                 .position(|s| s.name.get_ref() == wanted.get_ref())
                 .expect("validated");
-            let pin = &pins.sources[index];
-            doc.line(format!(
-                "source {} {} {}",
-                pin.name,
-                pin.commit,
-                spec.sources[index].dest.get_ref()
-            ));
-            for set in &patches[index].sets {
-                for patch in &set.patches {
-                    doc.line(format!(
-                        "patch {} {} {} -p{} {}",
-                        pin.name, set.name, patch.file, patch.strip, patch.sha256
-                    ));
-                }
-            }
+            source_lines(&mut doc, loaded, pins, &patches[index], index);
             sources.push(index);
         }
         let document = doc.text();
@@ -428,6 +404,46 @@ pub fn plan(
         });
     }
     Ok(planned)
+}
+
+/// The key of the toolchain image with the stage's apt packages: the toolchain line and the
+/// packages, sorted (their order does not change what apt installs).
+fn apt_key(stage: &CompileStage, toolchain_line: &str) -> Option<String> {
+    if stage.apt.is_empty() {
+        return None;
+    }
+    let packages: BTreeSet<&str> = stage.apt.iter().map(String::as_str).collect();
+    let packages: Vec<&str> = packages.into_iter().collect();
+    let text = format!(
+        "{TOOLCHAIN_VERSION_LINE}\n{toolchain_line}\napt {}\n",
+        packages.join(" ")
+    );
+    Some(crate::checksum::sha256_hex(text.as_bytes()))
+}
+
+/// The stage document's lines for source `index`: its pin and place, then its patches.
+fn source_lines(
+    doc: &mut Document,
+    loaded: &LoadedSpec,
+    pins: &CheckedPins,
+    patches: &SourcePatches,
+    index: usize,
+) {
+    let pin = &pins.sources[index];
+    doc.line(format!(
+        "source {} {} {}",
+        pin.name,
+        pin.commit,
+        loaded.spec.sources[index].dest.get_ref()
+    ));
+    for set in &patches.sets {
+        for patch in &set.patches {
+            doc.line(format!(
+                "patch {} {} {} -p{} {}",
+                pin.name, set.name, patch.file, patch.strip, patch.sha256
+            ));
+        }
+    }
 }
 
 /// What `stage` runs in, and the line of the stage document that identifies it.
@@ -474,80 +490,85 @@ fn toolchain_of(
 
 /// The stages as `render` shows them: what runs where, with which caches, and what comes out.
 pub fn describe(stages: &[PlannedStage], loaded: &LoadedSpec) -> String {
+    stages
+        .iter()
+        .map(|stage| describe_stage(stage, loaded))
+        .collect()
+}
+
+fn describe_stage(stage: &PlannedStage, loaded: &LoadedSpec) -> String {
     let mut text = String::new();
-    for stage in stages {
-        let mut toolchain = match &stage.toolchain {
-            Toolchain::Parent => "the parent".to_string(),
-            Toolchain::External(pin) => format!("{} ({})", pin.reference, pin.digest),
-            Toolchain::Image { name, checksum, .. } => {
-                format!("the image `{name}` (checksum {checksum})")
-            }
-        };
-        if let Some(key) = &stage.apt_key {
-            toolchain.push_str(&format!(
-                " + apt {} (kept as {})",
-                stage.spec.apt.join(" "),
-                apt_toolchain_reference(key)
-            ));
+    let mut toolchain = match &stage.toolchain {
+        Toolchain::Parent => "the parent".to_string(),
+        Toolchain::External(pin) => format!("{} ({})", pin.reference, pin.digest),
+        Toolchain::Image { name, checksum, .. } => {
+            format!("the image `{name}` (checksum {checksum})")
         }
-        text.push_str(&format!(
-            "# compile stage `{}` (stage checksum {})\n#   toolchain: {toolchain}\n",
-            stage.name, stage.checksum
-        ));
-        for &index in &stage.sources {
-            let source = &loaded.spec.sources[index];
-            text.push_str(&format!(
-                "#   source `{}` at {}\n",
-                source.name.get_ref(),
-                source.dest.get_ref()
-            ));
-        }
-        for (key, value) in &stage.spec.args {
-            text.push_str(&format!("#   env {key}={value}\n"));
-        }
-        for (name, cache) in &stage.spec.caches {
-            text.push_str(&format!(
-                "#   cache `{name}`: volume {} at {}{}\n",
-                volume_name(name),
-                cache.path,
-                cache
-                    .cap
-                    .as_ref()
-                    .map(|c| format!(", capped at {c}"))
-                    .unwrap_or_default()
-            ));
-        }
-        text.push_str(&format!(
-            "#   network: {}{}\n",
-            if stage.spec.network { "on" } else { "off" },
-            if stage.apt_key.is_some() {
-                " (apt: the engine's default network)"
-            } else {
-                ""
-            }
-        ));
-        for (i, step) in stage.spec.run.iter().enumerate() {
-            let mut lines = step.trim().lines();
-            text.push_str(&format!(
-                "#   run {}: {}\n",
-                i + 1,
-                lines.next().unwrap_or_default()
-            ));
-            for line in lines {
-                text.push_str(&format!("#          {line}\n"));
-            }
-        }
-        let wheels: Vec<String> = stage
-            .spec
-            .wheels
-            .iter()
-            .map(|w| w.get_ref().to_string())
-            .collect();
-        text.push_str(&format!(
-            "#   wheels out of {WHEELS_DIR}: {} (installed into the image as pip would)\n",
-            wheels.join(", ")
+    };
+    if let Some(key) = &stage.apt_key {
+        toolchain.push_str(&format!(
+            " + apt {} (kept as {})",
+            stage.spec.apt.join(" "),
+            apt_toolchain_reference(key)
         ));
     }
+    text.push_str(&format!(
+        "# compile stage `{}` (stage checksum {})\n#   toolchain: {toolchain}\n",
+        stage.name, stage.checksum
+    ));
+    for &index in &stage.sources {
+        let source = &loaded.spec.sources[index];
+        text.push_str(&format!(
+            "#   source `{}` at {}\n",
+            source.name.get_ref(),
+            source.dest.get_ref()
+        ));
+    }
+    for (key, value) in &stage.spec.args {
+        text.push_str(&format!("#   env {key}={value}\n"));
+    }
+    for (name, cache) in &stage.spec.caches {
+        text.push_str(&format!(
+            "#   cache `{name}`: volume {} at {}{}\n",
+            volume_name(name),
+            cache.path,
+            cache
+                .cap
+                .as_ref()
+                .map(|c| format!(", capped at {c}"))
+                .unwrap_or_default()
+        ));
+    }
+    text.push_str(&format!(
+        "#   network: {}{}\n",
+        if stage.spec.network { "on" } else { "off" },
+        if stage.apt_key.is_some() {
+            " (apt: the engine's default network)"
+        } else {
+            ""
+        }
+    ));
+    for (i, step) in stage.spec.run.iter().enumerate() {
+        let mut lines = step.trim().lines();
+        text.push_str(&format!(
+            "#   run {}: {}\n",
+            i + 1,
+            lines.next().unwrap_or_default()
+        ));
+        for line in lines {
+            text.push_str(&format!("#          {line}\n"));
+        }
+    }
+    let wheels: Vec<String> = stage
+        .spec
+        .wheels
+        .iter()
+        .map(|w| w.get_ref().to_string())
+        .collect();
+    text.push_str(&format!(
+        "#   wheels out of {WHEELS_DIR}: {} (installed into the image as pip would)\n",
+        wheels.join(", ")
+    ));
     text
 }
 

@@ -78,80 +78,93 @@ pub async fn compile_all(
     let mut ran = Vec::new();
     for stage in &image.compiles {
         let kept = kept_dir(store, stage);
+        let short = &stage.checksum.as_str()[..12];
         if kept.is_dir() {
             if settings.echo {
                 eprintln!(
-                    "compile stage `{}`: wheels kept for stage checksum {}, no container",
-                    stage.name,
-                    &stage.checksum.as_str()[..12]
+                    "compile stage `{}`: wheels kept for stage checksum {short}, no container",
+                    stage.name
                 );
             }
             ran.push((stage.name.to_string(), false));
             continue;
         }
         let started = Instant::now();
-        let toolchain =
-            super::toolchain::on_builder(engine, image, stage, parent, settings).await?;
-        let caches: Vec<(String, String)> = stage
-            .spec
-            .caches
-            .iter()
-            .map(|(name, cache)| (volume_name(name), cache.path.to_string()))
-            .collect();
-        for (name, cache) in &stage.spec.caches {
-            let mut labels = BTreeMap::from([
-                (CACHE_LABEL.to_string(), name.clone()),
-                (CACHE_IMAGE_LABEL.to_string(), toolchain.clone()),
-            ]);
-            if let Some(cap) = cache.cap.as_deref().and_then(parse_size) {
-                labels.insert(CAP_LABEL.to_string(), cap.to_string());
-            }
-            engine.ensure_volume(&volume_name(name), &labels).await?;
-        }
-        let parent_dir = kept.parent().expect("a folder");
-        fs_err::create_dir_all(parent_dir).map_err(|e| Error::io(parent_dir, e))?;
-        let scratch = tempfile::Builder::new()
-            .prefix(".compiling-")
-            .tempdir_in(parent_dir)
-            .map_err(|e| Error::io(parent_dir, e))?;
-        let log = settings.state_dir.join("logs").join(format!(
-            "{}-compile-{}-{}.log",
-            image.name(),
-            stage.name,
-            &stage.checksum.as_str()[..12]
-        ));
-        run_stage(
-            engine,
-            image,
-            stage,
-            &toolchain,
-            &caches,
-            scratch.path(),
-            &log,
-            settings,
-        )
-        .await?;
-        let document = scratch.path().join("stage.txt");
-        fs_err::write(&document, &stage.document).map_err(|e| Error::io(&document, e))?;
-        let scratch = scratch.keep();
-        if let Err(e) = std::fs::rename(&scratch, &kept) {
-            // Another build kept the same stage meanwhile: the same inputs, so either will do.
-            let _ = fs_err::remove_dir_all(&scratch);
-            if !kept.is_dir() {
-                return Err(Error::io(&kept, e));
-            }
-        }
+        compile_into(engine, image, stage, parent, &kept, settings).await?;
         if settings.echo {
             eprintln!(
-                "compile stage `{}`: compiled in {:.1} s, wheels kept for stage checksum {}",
+                "compile stage `{}`: compiled in {:.1} s, wheels kept for stage checksum {short}",
                 stage.name,
-                started.elapsed().as_secs_f64(),
-                &stage.checksum.as_str()[..12]
+                started.elapsed().as_secs_f64()
             );
         }
         ran.push((stage.name.to_string(), true));
     }
     Ok(ran)
+}
+
+/// Compiles `stage` with its cache volumes and keeps its wheels (and its checksum document) in
+/// `kept`, which appears whole or not at all.
+async fn compile_into(
+    engine: &Engine,
+    image: &PlannedImage,
+    stage: &PlannedStage,
+    parent: &str,
+    kept: &Path,
+    settings: &BuildSettings<'_>,
+) -> Result<()> {
+    let toolchain = super::toolchain::on_builder(engine, image, stage, parent, settings).await?;
+    let caches = cache_volumes(engine, stage, &toolchain).await?;
+    let parent_dir = kept.parent().expect("a folder");
+    fs_err::create_dir_all(parent_dir).map_err(|e| Error::io(parent_dir, e))?;
+    let scratch = tempfile::Builder::new()
+        .prefix(".compiling-")
+        .tempdir_in(parent_dir)
+        .map_err(|e| Error::io(parent_dir, e))?;
+    let log = settings.state_dir.join("logs").join(format!(
+        "{}-compile-{}-{}.log",
+        image.name(),
+        stage.name,
+        &stage.checksum.as_str()[..12]
+    ));
+    let out = scratch.path();
+    run_stage(
+        engine, image, stage, &toolchain, &caches, out, &log, settings,
+    )
+    .await?;
+    let document = out.join("stage.txt");
+    fs_err::write(&document, &stage.document).map_err(|e| Error::io(&document, e))?;
+    let scratch = scratch.keep();
+    if let Err(e) = std::fs::rename(&scratch, kept) {
+        // Another build kept the same stage meanwhile: the same inputs, so either will do.
+        let _ = fs_err::remove_dir_all(&scratch);
+        if !kept.is_dir() {
+            return Err(Error::io(kept, e));
+        }
+    }
+    Ok(())
+}
+
+/// The stage's cache volumes (volume, path in the container), created where missing with the
+/// labels `prune` and `caches` read.
+async fn cache_volumes(
+    engine: &Engine,
+    stage: &PlannedStage,
+    toolchain: &str,
+) -> Result<Vec<(String, String)>> {
+    let mut volumes = Vec::new();
+    for (name, cache) in &stage.spec.caches {
+        let mut labels = BTreeMap::from([
+            (CACHE_LABEL.to_string(), name.clone()),
+            (CACHE_IMAGE_LABEL.to_string(), toolchain.to_string()),
+        ]);
+        if let Some(cap) = cache.cap.as_deref().and_then(parse_size) {
+            labels.insert(CAP_LABEL.to_string(), cap.to_string());
+        }
+        engine.ensure_volume(&volume_name(name), &labels).await?;
+        volumes.push((volume_name(name), cache.path.to_string()));
+    }
+    Ok(volumes)
 }
 
 /// Runs `stage` once in a new container from `toolchain` with `caches` (volume, path)
