@@ -158,93 +158,121 @@ pub struct CheckedPins {
 /// Matches pins to the spec: every source, wheel and external base has a current pin, and
 /// no pin is left for something the spec dropped.
 pub fn check(loaded: &LoadedSpec, root: &Path, pins: &Pins) -> Result<CheckedPins> {
-    let path = path_for(root, &loaded.name);
-    let pin_error = |what: String| Error::Pin {
-        image: loaded.name.to_string(),
-        path: path.clone(),
-        what,
+    let checking = Checking {
+        loaded,
+        pins,
+        path: path_for(root, &loaded.name),
     };
-    let spec = &loaded.spec;
-    let base = match spec.parent() {
-        Parent::Image(_) => {
-            if let Some(base) = &pins.base {
-                return Err(pin_error(format!(
-                    "pins a base `{}`, but the spec's parent is another spec",
-                    base.reference
-                )));
-            }
-            None
+    let checked = CheckedPins {
+        base: checking.base()?,
+        sources: checking.sources()?,
+        wheels: checking.wheels()?,
+    };
+    checking.nothing_left_over()?;
+    Ok(checked)
+}
+
+/// A spec's pins being matched to it; each error names the image and its pins file.
+struct Checking<'a> {
+    loaded: &'a LoadedSpec,
+    pins: &'a Pins,
+    path: PathBuf,
+}
+
+impl Checking<'_> {
+    fn error(&self, what: String) -> Error {
+        Error::Pin {
+            image: self.loaded.name.to_string(),
+            path: self.path.clone(),
+            what,
         }
-        Parent::External(reference) => match &pins.base {
-            None => {
-                return Err(pin_error(format!(
-                    "no digest pinned for the base `{reference}`"
-                )));
+    }
+
+    fn base(&self) -> Result<Option<BasePin>> {
+        match (self.loaded.spec.parent(), &self.pins.base) {
+            (Parent::Image(_), None) => Ok(None),
+            (Parent::Image(_), Some(base)) => Err(self.error(format!(
+                "pins a base `{}`, but the spec's parent is another spec",
+                base.reference
+            ))),
+            (Parent::External(reference), None) => {
+                Err(self.error(format!("no digest pinned for the base `{reference}`")))
             }
-            Some(base) if base.reference != reference => {
-                return Err(pin_error(format!(
+            (Parent::External(reference), Some(base)) if base.reference != reference => Err(self
+                .error(format!(
                     "stale: the base pin is for `{}`, the spec asks for `{reference}`",
                     base.reference
+                ))),
+            (Parent::External(_), Some(base)) => Ok(Some(base.clone())),
+        }
+    }
+
+    fn sources(&self) -> Result<Vec<SourcePin>> {
+        let mut sources = Vec::new();
+        for source in &self.loaded.spec.sources {
+            let name = source.name.get_ref();
+            let pin = self
+                .pins
+                .sources
+                .iter()
+                .find(|p| &p.name == name)
+                .ok_or_else(|| self.error(format!("no commit pinned for source `{name}`")))?;
+            if pin.git != source.git || pin.rev != source.rev {
+                return Err(self.error(format!(
+                    "stale: source `{name}` is pinned for {} at `{}`, the spec asks for {} at `{}`",
+                    pin.git, pin.rev, source.git, source.rev
                 )));
             }
-            Some(base) => Some(base.clone()),
-        },
-    };
-    let mut sources = Vec::new();
-    for source in &spec.sources {
-        let name = source.name.get_ref();
-        let pin = pins
-            .sources
-            .iter()
-            .find(|p| &p.name == name)
-            .ok_or_else(|| pin_error(format!("no commit pinned for source `{name}`")))?;
-        if pin.git != source.git || pin.rev != source.rev {
-            return Err(pin_error(format!(
-                "stale: source `{name}` is pinned for {} at `{}`, the spec asks for {} at `{}`",
-                pin.git, pin.rev, source.git, source.rev
-            )));
+            sources.push(pin.clone());
         }
-        sources.push(pin.clone());
+        Ok(sources)
     }
-    let mut wheels = Vec::new();
-    for wheel in &spec.wheels {
-        let name = wheel.name.get_ref();
-        let pin = pins
-            .wheels
-            .iter()
-            .find(|p| wheel_stem(p.name.as_str()) == wheel_stem(name.as_str()))
-            .ok_or_else(|| pin_error(format!("no sha256 pinned for wheel `{name}`")))?;
-        if pin.version != wheel.version {
-            return Err(pin_error(format!(
-                "stale: wheel `{name}` is pinned at {}, the spec asks for {}",
-                pin.version, wheel.version
-            )));
+
+    fn wheels(&self) -> Result<Vec<WheelPin>> {
+        let mut wheels = Vec::new();
+        for wheel in &self.loaded.spec.wheels {
+            let name = wheel.name.get_ref();
+            let pin = self
+                .pins
+                .wheels
+                .iter()
+                .find(|p| wheel_stem(p.name.as_str()) == wheel_stem(name.as_str()))
+                .ok_or_else(|| self.error(format!("no sha256 pinned for wheel `{name}`")))?;
+            if pin.version != wheel.version {
+                return Err(self.error(format!(
+                    "stale: wheel `{name}` is pinned at {}, the spec asks for {}",
+                    pin.version, wheel.version
+                )));
+            }
+            wheels.push(pin.clone());
         }
-        wheels.push(pin.clone());
+        Ok(wheels)
     }
-    for pin in &pins.sources {
-        if !spec.sources.iter().any(|s| s.name.get_ref() == &pin.name) {
-            return Err(pin_error(format!(
-                "stale: pins source `{}`, which the spec no longer has",
-                pin.name
-            )));
+
+    /// No source or wheel is pinned that the spec no longer has.
+    fn nothing_left_over(&self) -> Result<()> {
+        let spec = &self.loaded.spec;
+        for pin in &self.pins.sources {
+            if !spec.sources.iter().any(|s| s.name.get_ref() == &pin.name) {
+                return Err(self.error(format!(
+                    "stale: pins source `{}`, which the spec no longer has",
+                    pin.name
+                )));
+            }
         }
-    }
-    for pin in &pins.wheels {
-        if !spec
-            .wheels
-            .iter()
-            .any(|w| wheel_stem(w.name.get_ref().as_str()) == wheel_stem(pin.name.as_str()))
-        {
-            return Err(pin_error(format!(
-                "stale: pins wheel `{}`, which the spec no longer has",
-                pin.name
-            )));
+        for pin in &self.pins.wheels {
+            let stem = wheel_stem(pin.name.as_str());
+            if !spec
+                .wheels
+                .iter()
+                .any(|w| wheel_stem(w.name.get_ref().as_str()) == stem)
+            {
+                return Err(self.error(format!(
+                    "stale: pins wheel `{}`, which the spec no longer has",
+                    pin.name
+                )));
+            }
         }
+        Ok(())
     }
-    Ok(CheckedPins {
-        base,
-        sources,
-        wheels,
-    })
 }
