@@ -16,17 +16,7 @@ pub(super) fn run(
 ) -> Result<ExitStatus> {
     let names = settings.names(images)?;
     let plan = Plan::new(&settings.project, &names)?;
-    // The lints cost nothing and a wrong ENTRYPOINT costs a deployment: refuse before building.
-    let mut problems: Vec<Error> = plan
-        .order
-        .iter()
-        .flat_map(|n| check::lints(&plan, plan.get(n)))
-        .collect();
-    match problems.len() {
-        0 => {}
-        1 => return Err(problems.remove(0)),
-        _ => return Err(Error::Many(problems)),
-    }
+    refuse_lint_problems(&plan)?;
     let build_settings = BuildSettings {
         checksum_label: &settings.checksum_label,
         cache: &settings.cache,
@@ -38,24 +28,11 @@ pub(super) fn run(
     let (records, outcome) = runtime()?.block_on(async {
         let engine = connect(settings, &settings.config.builder).await?;
         let work = async {
-            if !check_repro {
-                return build::build_all(&engine, &plan, &build_settings).await;
+            if check_repro {
+                repro_all(&engine, &plan, &names, &build_settings, &mut differences).await
+            } else {
+                build::build_all(&engine, &plan, &build_settings).await
             }
-            let mut records = Vec::new();
-            for name in &names {
-                let (mut pair, found) =
-                    match crate::repro::check(&engine, &plan, name, &build_settings).await {
-                        Ok(done) => done,
-                        Err(error) => return (records, Err(error)),
-                    };
-                for record in &mut pair {
-                    record.reproducible = Some(found.is_empty());
-                    record.differences = found.clone();
-                }
-                differences.extend(found.into_iter().map(|d| format!("{name}: {d}")));
-                records.extend(pair);
-            }
-            (records, Ok(()))
         };
         Ok::<_, Error>(until_interrupted(&engine, "the build", work).await)
     })?;
@@ -77,23 +54,63 @@ pub(super) fn run(
             record.seconds
         ));
     }
-    if check_repro {
-        if differences.is_empty() {
-            settings
-                .output
-                .note("reproducible: two builds from scratch gave the same image");
-        } else {
-            for difference in &differences {
-                eprintln!("differs: {difference}");
-            }
-            eprintln!(
-                "error: not reproducible: {} difference(s) between two builds from scratch",
-                differences.len()
-            );
-            return Ok(ExitStatus::Failure);
-        }
+    if !check_repro {
+        return Ok(ExitStatus::Success);
     }
-    Ok(ExitStatus::Success)
+    if differences.is_empty() {
+        settings
+            .output
+            .note("reproducible: two builds from scratch gave the same image");
+        return Ok(ExitStatus::Success);
+    }
+    for difference in &differences {
+        eprintln!("differs: {difference}");
+    }
+    eprintln!(
+        "error: not reproducible: {} difference(s) between two builds from scratch",
+        differences.len()
+    );
+    Ok(ExitStatus::Failure)
+}
+
+/// The lints cost nothing and a wrong ENTRYPOINT costs a deployment: refused before building.
+fn refuse_lint_problems(plan: &Plan) -> Result<()> {
+    let mut problems: Vec<Error> = plan
+        .order
+        .iter()
+        .flat_map(|n| check::lints(plan, plan.get(n)))
+        .collect();
+    match problems.len() {
+        0 => Ok(()),
+        1 => Err(problems.remove(0)),
+        _ => Err(Error::Many(problems)),
+    }
+}
+
+/// `--check-repro` of each named image: its records (two builds each) and, in `differences`,
+/// what differed, prefixed with the image's name.
+async fn repro_all(
+    engine: &crate::engine::Engine,
+    plan: &Plan,
+    names: &[crate::values::Name],
+    build_settings: &BuildSettings<'_>,
+    differences: &mut Vec<String>,
+) -> (Vec<build::BuildRecord>, Result<()>) {
+    let mut records = Vec::new();
+    for name in names {
+        let (mut pair, found) = match crate::repro::check(engine, plan, name, build_settings).await
+        {
+            Ok(done) => done,
+            Err(error) => return (records, Err(error)),
+        };
+        for record in &mut pair {
+            record.reproducible = Some(found.is_empty());
+            record.differences = found.clone();
+        }
+        differences.extend(found.into_iter().map(|d| format!("{name}: {d}")));
+        records.extend(pair);
+    }
+    (records, Ok(()))
 }
 
 fn short_id(id: &str) -> &str {
