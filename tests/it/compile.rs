@@ -115,32 +115,8 @@ MARKER = "one"
     /// The containers created on the builder for this image since `since` (unix seconds),
     /// from the engine's own event log: removed ones count.
     fn containers_created_since(&self, since: &str) -> usize {
-        let until = (std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .unwrap()
-            .as_secs()
-            + 1)
-        .to_string();
         let filter = format!("label=hallmark.compile.image={}:latest", self.name);
-        let events = Testbed::get().docker_ok(
-            "builder",
-            &[
-                "events",
-                "--since",
-                since,
-                "--until",
-                &until,
-                "--filter",
-                "type=container",
-                "--filter",
-                "event=create",
-                "--filter",
-                &filter,
-                "--format",
-                "{{.ID}}",
-            ],
-        );
-        events.lines().filter(|l| !l.trim().is_empty()).count()
+        created_since(since, &filter, "{{.ID}}").len()
     }
 
     fn leftover_containers(&self) -> String {
@@ -179,6 +155,35 @@ impl Drop for CompileProject {
     fn drop(&mut self) {
         let _ = Testbed::get().docker("builder", &["volume", "rm", "-f", &self.volume()]);
     }
+}
+
+/// One line (in `format`) per container created on the builder since `since` (unix seconds)
+/// that matches `filter`, from the engine's own event log: removed containers count.
+fn created_since(since: &str, filter: &str, format: &str) -> Vec<String> {
+    let until = (now().parse::<u64>().unwrap() + 1).to_string();
+    let events = Testbed::get().docker_ok(
+        "builder",
+        &[
+            "events",
+            "--since",
+            since,
+            "--until",
+            &until,
+            "--filter",
+            "type=container",
+            "--filter",
+            "event=create",
+            "--filter",
+            filter,
+            "--format",
+            format,
+        ],
+    );
+    events
+        .lines()
+        .filter(|l| !l.trim().is_empty())
+        .map(str::to_string)
+        .collect()
 }
 
 fn now() -> String {
@@ -690,31 +695,11 @@ dest = "/etc/apt/sources.list"
         ],
     );
     let apt_runs = |since: &str| {
-        let until = (now().parse::<u64>().unwrap() + 1).to_string();
         let filter = format!("label=hallmark.toolchain={}", key.trim());
-        testbed
-            .docker_ok(
-                "builder",
-                &[
-                    "events",
-                    "--since",
-                    since,
-                    "--until",
-                    &until,
-                    "--filter",
-                    "type=container",
-                    "--filter",
-                    "event=create",
-                    "--filter",
-                    &filter,
-                    "--format",
-                    "apt{{index .Actor.Attributes \"hallmark.compile\"}}",
-                ],
-            )
-            .lines()
-            // Compile containers carry the toolchain image's label too.
-            .filter(|l| l.trim() == "apt")
-            .count()
+        let format = "apt{{index .Actor.Attributes \"hallmark.compile\"}}";
+        // Compile containers carry the toolchain image's label too.
+        let created = created_since(since, &filter, format);
+        created.iter().filter(|l| l.trim() == "apt").count()
     };
     assert_eq!(apt_runs(&since), 1);
     let reference = format!("{}:latest", compile.name);
