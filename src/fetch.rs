@@ -16,7 +16,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 
 /// Runs a command to completion; its stderr goes into the error.
-fn run(command: &mut Command, context: impl Fn() -> String) -> Result<String> {
+pub(crate) fn run(command: &mut Command, context: impl Fn() -> String) -> Result<String> {
     let printable = format!("{command:?}").replace('"', "");
     let output = command
         .stdin(Stdio::null())
@@ -37,7 +37,7 @@ fn run(command: &mut Command, context: impl Fn() -> String) -> Result<String> {
     }
 }
 
-fn git(repo: &Path) -> Command {
+pub(crate) fn git(repo: &Path) -> Command {
     let mut command = Command::new("git");
     command.arg("--git-dir").arg(repo);
     command
@@ -197,7 +197,7 @@ pub fn patched_tree<'a>(
 }
 
 /// Git reports `patch failed: <file>:<line>`; find the hunk of that file starting there.
-fn failed_hunk(patch_path: &Path, stderr: &str) -> Option<String> {
+pub(crate) fn failed_hunk(patch_path: &Path, stderr: &str) -> Option<String> {
     let location = stderr
         .lines()
         .find_map(|l| l.split_once("patch failed: ").map(|(_, rest)| rest.trim()))?;
