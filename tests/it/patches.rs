@@ -397,3 +397,166 @@ fn bad_input_exits_2_naming_the_file_or_range() {
     // Nothing was written by any of them.
     assert!(!project.root().join("patches/x").exists());
 }
+
+/// A diff changing line `line` of a file of `prefix1..prefix40` lines.
+fn line_patch(file: &str, prefix: &str, line: usize, new: &str) -> String {
+    let old = numbered(prefix, 40);
+    let start = line.saturating_sub(3).max(1);
+    let end = (line + 3).min(40);
+    let mut hunk = format!("@@ -{start},{n} +{start},{n} @@\n", n = end - start + 1);
+    for (i, text) in old.lines().enumerate().map(|(i, t)| (i + 1, t)) {
+        if i < start || i > end {
+            continue;
+        }
+        if i == line {
+            hunk.push_str(&format!("-{text}\n+{new}\n"));
+        } else {
+            hunk.push_str(&format!(" {text}\n"));
+        }
+    }
+    format!("--- a/{file}\n+++ b/{file}\n{hunk}")
+}
+
+/// `app` at v1 with set `fix`, and `dcp2`: `app` plus set `dcp2` and `PROFILE=dcp2`.
+fn variant_project(upstream: &Upstream) -> TestProject {
+    let project = project_at(upstream, "v1", &upstream.v1);
+    let image = project
+        .read("images/app/image.toml")
+        .replace("[\"dcp\"]", "[\"fix\"]");
+    project
+        .write("images/app/image.toml", &format!("{image}\n[env]\nMODE = \"base\"\n"))
+        .write("patches/fix/series", "0001-a1.patch\n")
+        .write("patches/fix/0001-a1.patch", &line_patch("a.txt", "a", 1, "a1 fixed"))
+        .write("patches/dcp2/series", "0001-b5.patch\n")
+        .write("patches/dcp2/0001-b5.patch", &line_patch("b.txt", "b", 5, "b5 dcp2"))
+        .write(
+            "images/dcp2/image.toml",
+            "[variant]\nof = \"app\"\ntag = \"dcp2\"\n\n[variant.patches]\nupstream = [\"dcp2\"]\n\n\
+             [variant.env]\nPROFILE = \"dcp2\"\n",
+        )
+        .write("pins/dcp2.toml", &project.read("pins/app.toml"));
+    project
+}
+
+#[test]
+fn a_variant_is_its_spec_plus_a_patch_set_and_env_with_its_own_checksum() {
+    let dir = tempfile::tempdir().unwrap();
+    let upstream = upstream(dir.path());
+    let project = variant_project(&upstream);
+    project.run(&["check", "app", "dcp2"]).success();
+    let sums = project.run(&["checksum", "app", "dcp2"]).success().stdout();
+    let sums: Vec<&str> = sums.lines().map(|l| &l[..64]).collect();
+    assert_ne!(sums[0], sums[1]);
+    let explain = project
+        .run(&["checksum", "dcp2", "--explain"])
+        .success()
+        .stdout();
+    assert!(
+        explain.contains("patch upstream fix 0001-a1.patch"),
+        "{explain}"
+    );
+    assert!(
+        explain.contains("patch upstream dcp2 0001-b5.patch"),
+        "{explain}"
+    );
+    assert!(explain.contains("PROFILE"), "{explain}");
+    let base = project
+        .run(&["checksum", "app", "--explain"])
+        .success()
+        .stdout();
+    assert!(
+        !base.contains("dcp2") && !base.contains("PROFILE"),
+        "{base}"
+    );
+    let render = project.run(&["render", "dcp2"]).success().stdout();
+    assert!(
+        render.contains("PROFILE") && render.contains("MODE"),
+        "{render}"
+    );
+    assert!(
+        !project
+            .run(&["render", "app"])
+            .success()
+            .stdout()
+            .contains("PROFILE")
+    );
+    // The variant's patched tree holds both sets' changes.
+    let out = project.root().join("ctx");
+    project
+        .run(&["render", "dcp2", "--out", out.to_str().unwrap()])
+        .success();
+    let tree = walkdir_text(&out);
+    assert!(
+        tree.contains("a1 fixed") && tree.contains("b5 dcp2"),
+        "the context holds both sets"
+    );
+    // The base is unchanged by its variant.
+    let report = document(
+        &project
+            .run(&["--json", "patches", "report", "app"])
+            .success()
+            .stdout(),
+    );
+    assert_eq!(statuses(&report).len(), 1);
+    let report = document(
+        &project
+            .run(&["--json", "patches", "report", "dcp2"])
+            .success()
+            .stdout(),
+    );
+    assert_eq!(statuses(&report).len(), 2);
+}
+
+/// Every file's text under `dir`, concatenated.
+fn walkdir_text(dir: &std::path::Path) -> String {
+    let mut text = String::new();
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(path) = stack.pop() {
+        if path.is_dir() {
+            stack.extend(std::fs::read_dir(&path).unwrap().map(|e| e.unwrap().path()));
+        } else if let Ok(content) = std::fs::read(&path) {
+            text.push_str(&String::from_utf8_lossy(&content));
+        }
+    }
+    text
+}
+
+#[test]
+fn a_bad_variant_exits_2_at_its_line() {
+    let dir = tempfile::tempdir().unwrap();
+    let upstream = upstream(dir.path());
+    let project = variant_project(&upstream);
+    let expect = |spec: &str, says: &[&str]| {
+        project.write("images/dcp2/image.toml", spec);
+        let run = project.run(&["check", "dcp2"]);
+        assert_eq!(run.code(), 2, "{spec}: {}", run.stderr());
+        for s in says {
+            assert!(
+                run.stderr().contains(s),
+                "{spec}: should say {s}: {}",
+                run.stderr()
+            );
+        }
+    };
+    expect(
+        "[variant]\nof = \"nosuch\"\n",
+        &["images/dcp2/image.toml:2:", "no image `nosuch`"],
+    );
+    expect(
+        "[variant]\nof = \"app\"\n[variant.patches]\nupstream = [\"missing\"]\n",
+        &["images/dcp2/image.toml:4:", "patch set `missing`"],
+    );
+    expect(
+        "[variant]\nof = \"app\"\n[variant.patches]\nother = [\"dcp2\"]\n",
+        &["images/dcp2/image.toml:4:", "no source `other`"],
+    );
+    // A variant does not copy the spec: its own tables are refused.
+    expect(
+        "[variant]\nof = \"app\"\n\n[env]\nX = \"1\"\n",
+        &["unknown field `env`"],
+    );
+    expect(
+        "[variant]\nof = \"app\"\n[variant.patches]\nupstream = [\"fix\"]\n",
+        &["images/dcp2/image.toml:4:", "listed twice"],
+    );
+}
