@@ -560,3 +560,118 @@ fn a_bad_variant_exits_2_at_its_line() {
         &["images/dcp2/image.toml:4:", "listed twice"],
     );
 }
+
+/// The diff ids of `reference` on the builder.
+fn layers(testbed: &support::Testbed, reference: &str) -> Vec<String> {
+    let json = testbed.docker_ok(
+        "builder",
+        &[
+            "image",
+            "inspect",
+            "--format",
+            "{{json .RootFS.Layers}}",
+            reference,
+        ],
+    );
+    serde_json::from_str(&json).unwrap()
+}
+
+#[test]
+fn a_dcp2_variant_builds_with_its_own_checksum_and_ships_only_the_layers_it_changes() {
+    let testbed = support::Testbed::get();
+    let config = testbed.config();
+    let config = config.to_str().unwrap();
+    let run = support::unique();
+    let dir = tempfile::tempdir().unwrap();
+    let upstream = upstream(dir.path());
+    // This run's own content, so no node holds the source layers from an earlier run.
+    upstream
+        .repo
+        .git(&["checkout", "--quiet", "-b", "run", "v1"]);
+    let v1 = upstream.repo.commit(&[("run.txt", &run)], "this run");
+    let project = variant_project(&upstream);
+    write_image(&project, &upstream, "v1", &v1);
+    let image = project
+        .read("images/app/image.toml")
+        .replace(
+            "[from]\nref = \"example/base:1\"",
+            "[from]\nref = \"hallmark-testbed/busybox:latest\"",
+        )
+        .replace("[\"dcp\"]", "[\"fix\"]");
+    let pins = include_str!("../../pins/hello.toml").to_string()
+        + &project
+            .read("pins/app.toml")
+            .split("[[source]]")
+            .nth(1)
+            .map(|s| format!("\n[[source]]{s}"))
+            .unwrap();
+    project
+        .write(
+            "images/app/image.toml",
+            &format!("[image]\nname = \"app-{run}\"\n\n{image}\n[env]\nMODE = \"base\"\n"),
+        )
+        .write("pins/app.toml", &pins)
+        .write("pins/dcp2.toml", &pins)
+        .write(
+            "images/dcp2/image.toml",
+            &format!(
+                "[variant]\nof = \"app\"\nname = \"dcp2-{run}\"\n\n[variant.patches]\n\
+                 upstream = [\"dcp2\"]\n\n[variant.env]\nPROFILE = \"dcp2\"\n"
+            ),
+        );
+    let built = project.run(&["--config", config, "--json", "build", "app", "dcp2"]);
+    assert_eq!(built.code(), 0, "{}", built.stderr());
+    let sums = project.run(&["checksum", "app", "dcp2"]).success().stdout();
+    let sums: Vec<&str> = sums.lines().map(|l| &l[..64]).collect();
+    assert_ne!(sums[0], sums[1]);
+    let (app, dcp2) = (format!("app-{run}:latest"), format!("dcp2-{run}:latest"));
+    assert_eq!(testbed.checksum_label("builder", &app), sums[0]);
+    assert_eq!(testbed.checksum_label("builder", &dcp2), sums[1]);
+    let cat = ["cat", "/src/upstream/a.txt", "/src/upstream/b.txt"];
+    let patched = testbed.run_container("builder", &dcp2, &cat);
+    assert!(
+        patched.contains("a1 fixed") && patched.contains("b5 dcp2"),
+        "{patched}"
+    );
+    let env = testbed.run_container("builder", &dcp2, &["sh", "-c", "echo $MODE $PROFILE"]);
+    assert_eq!(env, "base dcp2");
+    assert!(
+        !testbed
+            .run_container("builder", &app, &cat)
+            .contains("b5 dcp2")
+    );
+
+    // Shipped after the base, the variant sends only the layers it does not share.
+    let (app_layers, dcp2_layers) = (layers(testbed, &app), layers(testbed, &dcp2));
+    let changed = dcp2_layers
+        .iter()
+        .filter(|l| !app_layers.contains(l))
+        .count();
+    assert!(
+        changed >= 1 && changed < dcp2_layers.len(),
+        "{app_layers:?} {dcp2_layers:?}"
+    );
+    let node = testbed
+        .nodes()
+        .into_iter()
+        .find(|n| testbed.kind(n).1 == "classic")
+        .expect("a classic-store node");
+    for (name, sent) in [("app", None), ("dcp2", Some(changed))] {
+        let shipped = project.run(&[
+            "--config",
+            config,
+            "--json",
+            "distribute",
+            name,
+            "--to",
+            &node,
+        ]);
+        assert_eq!(shipped.code(), 0, "{}", shipped.stderr());
+        let rows = support::nodes_of(&document(&shipped.stdout()));
+        assert_eq!(rows[0]["verified"], true, "{rows:?}");
+        if let Some(sent) = sent {
+            assert_eq!(rows[0]["action"], "thin", "{rows:?}");
+            assert_eq!(rows[0]["layers_sent"], sent, "{rows:?}");
+        }
+    }
+}
