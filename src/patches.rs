@@ -6,6 +6,7 @@ pub mod diff;
 pub mod import;
 pub mod refresh;
 pub mod report;
+pub mod scratch;
 
 use crate::error::{Error, Location, Result};
 use crate::values::{Name, RelativePath};

@@ -8,14 +8,13 @@
 //! per hunk to name the conflicts).
 
 use super::diff;
+use super::scratch::ScratchIndex;
 use super::{Patch, PatchSet};
 use crate::error::{Error, Result};
-use crate::fetch;
 use crate::values::GitCommit;
 use serde::Serialize;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output, Stdio};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "kebab-case")]
@@ -102,76 +101,11 @@ pub struct Target<'a> {
     pub sets: &'a [PatchSet],
 }
 
-/// A throwaway index of the cache repository.
-struct Scratch {
-    dir: tempfile::TempDir,
-    repo: PathBuf,
-}
-
-impl Scratch {
-    fn of(repo: &Path, tree: &str) -> Result<Scratch> {
-        let dir = tempfile::Builder::new()
-            .prefix("hallmark-patches")
-            .tempdir()
-            .map_err(|e| Error::io(std::env::temp_dir(), e))?;
-        let scratch = Scratch {
-            dir,
-            repo: repo.to_path_buf(),
-        };
-        fetch::run(scratch.git().args(["read-tree", tree]), || {
-            format!("reading {tree}")
-        })?;
-        Ok(scratch)
-    }
-
-    /// A copy to try a three-way merge in: its conflicts must not reach this index.
-    fn copy(&self) -> Result<Scratch> {
-        let copy = Scratch::of(&self.repo, &self.write_tree()?)?;
-        Ok(copy)
-    }
-
-    fn git(&self) -> Command {
-        let mut command = fetch::git(&self.repo);
-        command
-            .env("GIT_INDEX_FILE", self.dir.path().join("index"))
-            .env("GIT_WORK_TREE", self.dir.path());
-        command
-    }
-
-    fn apply(&self, patch: &Path, strip: u32, args: &[&str]) -> Result<Output> {
-        self.git()
-            .args(["apply", "--cached", &format!("-p{strip}")])
-            .args(args)
-            .arg(patch)
-            .stdin(Stdio::null())
-            .output()
-            .map_err(|e| Error::io(patch, e))
-    }
-
-    fn write_tree(&self) -> Result<String> {
-        let tree = fetch::run(self.git().arg("write-tree"), || "writing a tree".into())?;
-        Ok(tree.trim().to_string())
-    }
-
-    /// The paths left with conflicts (stages 1-3) by a three-way merge.
-    fn unmerged(&self) -> Result<Vec<String>> {
-        let listing = fetch::run(self.git().args(["ls-files", "--unmerged"]), || {
-            "listing conflicts".into()
-        })?;
-        let mut paths: Vec<String> = listing
-            .lines()
-            .filter_map(|l| l.split_once('\t').map(|(_, p)| p.to_string()))
-            .collect();
-        paths.dedup();
-        Ok(paths)
-    }
-}
-
 /// Every patch of `target`'s sets, in series order.
 pub fn examine(target: &Target, keep_trees: bool) -> Result<Vec<PatchStatus>> {
     let mut run = Run {
         target,
-        index: Scratch::of(target.repo, target.commit.as_str())?,
+        index: ScratchIndex::of(target.repo, target.commit.as_str())?,
         pristine: None,
         primed: target.commit == target.pin,
         touched: BTreeMap::new(),
@@ -188,9 +122,9 @@ pub fn examine(target: &Target, keep_trees: bool) -> Result<Vec<PatchStatus>> {
 struct Run<'a> {
     target: &'a Target<'a>,
     /// The commit with every patch so far that applied one way or another.
-    index: Scratch,
+    index: ScratchIndex,
     /// The commit alone, made when first needed.
-    pristine: Option<Scratch>,
+    pristine: Option<ScratchIndex>,
     /// Whether the blobs the series was made against are in the repository.
     primed: bool,
     /// Each file the patches so far changed, with the patches that changed it.
@@ -294,7 +228,7 @@ impl Run<'_> {
             return Ok(());
         }
         self.primed = true;
-        let at_pin = Scratch::of(self.target.repo, self.target.pin.as_str())?;
+        let at_pin = ScratchIndex::of(self.target.repo, self.target.pin.as_str())?;
         for set in self.target.sets {
             for patch in &set.patches {
                 at_pin.apply(&patch.path, patch.strip, &[])?;
@@ -307,7 +241,7 @@ impl Run<'_> {
     /// three-way merge left conflicted are named even when git could not split them.
     fn conflicts(&self, patch: &Patch, unmerged: &[String]) -> Result<Vec<Conflict>> {
         let text = fs_err::read_to_string(&patch.path).map_err(|e| Error::io(&patch.path, e))?;
-        let one = self.index.dir.path().join("one.patch");
+        let one = self.index.path("one.patch");
         let mut found = Vec::new();
         for file in diff::parse(&text).files {
             let name = file.stripped(patch.strip);
@@ -359,7 +293,10 @@ impl Run<'_> {
             return Ok(earlier);
         }
         if self.pristine.is_none() {
-            self.pristine = Some(Scratch::of(self.target.repo, self.target.commit.as_str())?);
+            self.pristine = Some(ScratchIndex::of(
+                self.target.repo,
+                self.target.commit.as_str(),
+            )?);
         }
         let pristine = self.pristine.as_ref().expect("made above");
         if pristine
