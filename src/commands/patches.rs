@@ -132,11 +132,7 @@ fn examine(
         for (pin, patches) in patched {
             let repo = fetch::ensure_commit(&settings.cache, &pin.git, &pin.commit)?;
             let commit = match rev {
-                Some(rev) => {
-                    let commit = fetch::resolve_rev(&pin.git, rev)?;
-                    fetch::ensure_commit(&settings.cache, &pin.git, &commit)?;
-                    commit
-                }
+                Some(rev) => candidate(settings, &pin.git, rev)?,
                 None => pin.commit.clone(),
             };
             rows.extend(report::examine(
@@ -157,6 +153,27 @@ fn examine(
         return Err(nothing_patched(image, source));
     }
     Ok(rows)
+}
+
+/// The commit `rev` names in `url`, fetched into the cache. A rev that names nothing there
+/// is bad input (exit 2), not failed work: git answered, and said no.
+fn candidate(settings: &Settings, url: &str, rev: &str) -> Result<crate::values::GitCommit> {
+    let named_nothing = |error: Error| match error {
+        Error::Command {
+            context: Some(context),
+            stderr,
+            ..
+        } if stderr.is_empty() => Error::Usage {
+            message: format!("--rev `{rev}`: {context}"),
+            hint: Some(
+                "--rev takes a tag, branch or 40-hex commit of the source's repository".into(),
+            ),
+        },
+        other => other,
+    };
+    let commit = fetch::resolve_rev(url, rev).map_err(named_nothing)?;
+    fetch::ensure_commit(&settings.cache, url, &commit).map_err(named_nothing)?;
+    Ok(commit)
 }
 
 fn nothing_patched(image: Option<&str>, source: Option<&str>) -> Error {

@@ -350,6 +350,16 @@ fn bad_input_exits_2_naming_the_file_or_range() {
     // The image lists set `dcp`, which does not exist.
     expect(&["patches", "report", "app"], "patches/dcp/series");
     expect(&["patches", "report", "nosuch"], "no image `nosuch`");
+    project.write("patches/dcp/series", "0001-a.patch\n").write(
+        "patches/dcp/0001-a.patch",
+        &line_patch("a.txt", "a", 1, "a1 fixed"),
+    );
+    project.run(&["patches", "report", "app"]).success();
+    expect(&["patches", "report", "app", "--rev", "nosuch"], "`nosuch`");
+    expect(
+        &["patches", "report", "app", "--rev", &"0".repeat(40)],
+        &"0".repeat(40),
+    );
 
     let escaping = dir.path().join("escaping");
     std::fs::create_dir_all(&escaping).unwrap();
