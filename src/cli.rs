@@ -116,4 +116,46 @@ pub enum Command {
     Prune,
     /// The compile caches on the builder: volume, size, cap.
     Caches,
+    /// Patch sets: import one, report how each patch applies, refresh a series for a new pin.
+    #[command(subcommand)]
+    Patches(PatchesCommand),
+}
+
+#[derive(Debug, Subcommand)]
+pub enum PatchesCommand {
+    /// Per patch, in series order: applies, offset, fuzz, three-way, upstream or conflicts;
+    /// exit 0 only when every patch applies as it is.
+    Report {
+        /// An image (default: every image that applies patch sets).
+        image: Option<String>,
+        /// A tag, branch or commit to examine instead of the pin (a candidate pin bump).
+        #[arg(long)]
+        rev: Option<String>,
+        /// Only this source of the image (needed with --rev when it has several).
+        #[arg(long, value_name = "NAME")]
+        source: Option<String>,
+    },
+    /// Write patches/<SET>/ and its series from a folder of patches, an mbox, or REPO A..B.
+    Import {
+        set: String,
+        /// A folder of patch files, an mbox, a patch file, or a git repository with RANGE.
+        from: PathBuf,
+        /// `A..B`: the commits of FROM (a repository) to import, as `git format-patch` writes.
+        range: Option<String>,
+        /// Replace an existing set.
+        #[arg(long)]
+        force: bool,
+    },
+    /// Rewrite the series to apply cleanly at --rev: merged patches rewritten, upstream ones
+    /// dropped; nothing is rewritten while one conflicts, unless --force.
+    Refresh {
+        image: Option<String>,
+        #[arg(long)]
+        rev: String,
+        #[arg(long, value_name = "NAME")]
+        source: Option<String>,
+        /// Refresh the others even when some conflict (those stay as they are).
+        #[arg(long)]
+        force: bool,
+    },
 }

@@ -16,7 +16,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 
 /// Runs a command to completion; its stderr goes into the error.
-fn run(command: &mut Command, context: impl Fn() -> String) -> Result<String> {
+pub(crate) fn run(command: &mut Command, context: impl Fn() -> String) -> Result<String> {
     let printable = format!("{command:?}").replace('"', "");
     let output = command
         .stdin(Stdio::null())
@@ -37,7 +37,7 @@ fn run(command: &mut Command, context: impl Fn() -> String) -> Result<String> {
     }
 }
 
-fn git(repo: &Path) -> Command {
+pub(crate) fn git(repo: &Path) -> Command {
     let mut command = Command::new("git");
     command.arg("--git-dir").arg(repo);
     command
@@ -153,32 +153,10 @@ pub fn patched_tree<'a>(
     commit: &GitCommit,
     sets: impl IntoIterator<Item = (&'a str, &'a [Patch])>,
 ) -> Result<std::result::Result<String, PatchFailure>> {
-    let scratch = tempfile::Builder::new()
-        .prefix("hallmark-index")
-        .tempdir()
-        .map_err(|e| Error::io(std::env::temp_dir(), e))?;
-    let index = scratch.path().join("index");
-    let indexed = |mut command: Command| {
-        command
-            .env("GIT_INDEX_FILE", &index)
-            .env("GIT_WORK_TREE", scratch.path());
-        command
-    };
-    let context = || format!("reading commit {commit}");
-    run(
-        indexed(git(repo)).args(["read-tree", commit.as_str()]),
-        context,
-    )?;
+    let index = crate::patches::scratch::ScratchIndex::of(repo, commit.as_str())?;
     for (set, patches) in sets {
         for patch in patches {
-            let mut apply = indexed(git(repo));
-            apply
-                .args(["apply", "--cached", &format!("-p{}", patch.strip)])
-                .arg(&patch.path);
-            let output = apply
-                .stdin(Stdio::null())
-                .output()
-                .map_err(|e| Error::io(&patch.path, e))?;
+            let output = index.apply(&patch.path, patch.strip, &[])?;
             if !output.status.success() {
                 let detail = String::from_utf8_lossy(&output.stderr).into_owned();
                 return Ok(Err(PatchFailure {
@@ -190,10 +168,7 @@ pub fn patched_tree<'a>(
             }
         }
     }
-    let tree = run(indexed(git(repo)).arg("write-tree"), || {
-        "writing the patched tree".into()
-    })?;
-    Ok(Ok(tree.trim().to_string()))
+    Ok(Ok(index.write_tree()?))
 }
 
 /// Git reports `patch failed: <file>:<line>`; find the hunk of that file starting there.

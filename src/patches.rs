@@ -2,6 +2,12 @@
 //! line, `#` comments, an optional `-pN` strip level). Paths a patch touches are checked here,
 //! before git sees them, so an escaping patch is refused with its set and file named.
 
+pub mod diff;
+pub mod import;
+pub mod refresh;
+pub mod report;
+pub mod scratch;
+
 use crate::error::{Error, Location, Result};
 use crate::values::{Name, RelativePath};
 use sha2::{Digest as _, Sha256};

@@ -5,6 +5,8 @@
 //! unique names, a nested source after the one it nests in) are checked right after parsing,
 //! with the line of the offending key.
 
+mod variant;
+
 use crate::error::{Error, Location, Result};
 use crate::oci::reference::{self, Reference};
 use crate::values::{ImagePath, Name, RelativePath};
@@ -297,6 +299,9 @@ fn key_on_line(line: &str) -> Option<String> {
 pub fn load(name: &Name, dir: &Path) -> Result<LoadedSpec> {
     let path = dir.join("image.toml");
     let text = read_text(&path)?;
+    if variant::is_variant(&text) {
+        return variant::load(name, dir, path, text);
+    }
     parse(name, dir, path, text)
 }
 

@@ -8,6 +8,7 @@ mod checksum;
 mod distribute;
 mod lock;
 mod nodes;
+mod patches;
 mod prune;
 mod render;
 mod smoke;
@@ -51,6 +52,7 @@ pub fn run(cli: Cli) -> Result<ExitStatus> {
         Command::Nodes => nodes::run(settings),
         Command::Prune => prune::run(settings),
         Command::Caches => caches::run(settings),
+        Command::Patches(command) => patches::run(settings, &command),
     }
 }
 

@@ -8,6 +8,7 @@ mod faults;
 mod hostile;
 mod malformed;
 mod offline;
+mod patches;
 mod registry;
 mod secrets;
 mod ship;

@@ -1,0 +1,253 @@
+//! `hallmark patches`: import a patch set, report how each patch applies at the pin or at a
+//! candidate pin, refresh a series for a new pin (docs/patches.md).
+
+use crate::cli::PatchesCommand;
+use crate::error::{Error, ExitStatus, Result};
+use crate::fetch;
+use crate::output::{Row, cell};
+use crate::patches::report::{self, PatchStatus, Status, Target};
+use crate::plan::Plan;
+use crate::settings::Settings;
+use crate::values::Name;
+
+pub(super) fn run(settings: &Settings, command: &PatchesCommand) -> Result<ExitStatus> {
+    match command {
+        PatchesCommand::Report { image, rev, source } => {
+            let rows = examine(
+                settings,
+                image.as_deref(),
+                rev.as_deref(),
+                source.as_deref(),
+                false,
+            )?;
+            Ok(print_report(settings, &rows))
+        }
+        PatchesCommand::Import {
+            set,
+            from,
+            range,
+            force,
+        } => import(settings, set, from, range.as_deref(), *force),
+        PatchesCommand::Refresh {
+            image,
+            rev,
+            source,
+            force,
+        } => refresh(settings, image.as_deref(), rev, source.as_deref(), *force),
+    }
+}
+
+impl Row for PatchStatus {
+    fn header() -> Option<String> {
+        Some(format!("{:<10} {:<44} {}", "STATUS", "PATCH", "DETAIL"))
+    }
+
+    fn lines(&self) -> Vec<String> {
+        vec![format!(
+            "{:<10} {:<44} {}",
+            self.status.word(),
+            format!("{}/{}", self.set, self.patch),
+            detail(self)
+        )]
+    }
+}
+
+/// The status's particulars, as one cell.
+fn detail(row: &PatchStatus) -> String {
+    let mut parts = Vec::new();
+    if let Some(offset) = row.offset {
+        parts.push(format!("hunks moved up to {offset} lines"));
+    }
+    if let Some(fuzz) = row.fuzz {
+        parts.push(format!("only {fuzz} context lines matched"));
+    }
+    if row.status == Status::Upstream {
+        parts.push("already upstream (reverses cleanly)".into());
+    }
+    for conflict in &row.conflicts {
+        parts.push(match &conflict.hunk {
+            Some(hunk) => format!("{} hunk {hunk}", conflict.file),
+            None => conflict.file.clone(),
+        });
+    }
+    if !row.after.is_empty() {
+        parts.push(format!("applies only after {}", row.after.join(", ")));
+    }
+    cell(&parts.join("; "))
+}
+
+/// Prints the rows (one table per image and source) and gives 0 when every patch applies as
+/// it is, 1 otherwise.
+fn print_report(settings: &Settings, rows: &[PatchStatus]) -> ExitStatus {
+    if !settings.output.json {
+        let mut shown = None;
+        for row in rows {
+            let at = (row.image.as_str(), row.source.as_str(), row.commit.as_str());
+            if shown != Some(at) {
+                settings.output.note(format!(
+                    "{} source `{}` at {}:",
+                    row.image, row.source, row.commit
+                ));
+                shown = Some(at);
+            }
+        }
+    }
+    settings.output.table("patches", rows);
+    let failing = rows.iter().filter(|r| !r.status.as_is()).count();
+    if failing > 0 {
+        settings.output.note(format!(
+            "{failing} of {} patches do not apply as they are",
+            rows.len()
+        ));
+    }
+    ExitStatus::from_success(failing == 0)
+}
+
+/// Every patched source of the images asked for, examined at its pin or at `rev`.
+fn examine(
+    settings: &Settings,
+    image: Option<&str>,
+    rev: Option<&str>,
+    source: Option<&str>,
+    keep_trees: bool,
+) -> Result<Vec<PatchStatus>> {
+    let names = match image {
+        Some(image) => vec![settings.project.image_name(image)?],
+        None => settings.project.all_images()?,
+    };
+    let plan = Plan::new(&settings.project, &names)?;
+    let mut rows = Vec::new();
+    let mut examined = 0;
+    for name in &names {
+        let planned = plan.get(name);
+        let patched: Vec<_> = (planned.pins.sources.iter().zip(&planned.patches))
+            .filter(|(pin, p)| !p.sets.is_empty() && source.is_none_or(|s| pin.name.as_str() == s))
+            .collect();
+        if rev.is_some() && patched.len() > 1 {
+            return Err(Error::usage(format!(
+                "image `{name}` has {} patched sources: name the one `--rev` is for with `--source`",
+                patched.len()
+            )));
+        }
+        for (pin, patches) in patched {
+            let repo = fetch::ensure_commit(&settings.cache, &pin.git, &pin.commit)?;
+            let commit = match rev {
+                Some(rev) => candidate(settings, &pin.git, rev)?,
+                None => pin.commit.clone(),
+            };
+            rows.extend(report::examine(
+                &Target {
+                    image: name.as_str(),
+                    source: pin.name.as_str(),
+                    repo: &repo,
+                    commit: &commit,
+                    pin: &pin.commit,
+                    sets: &patches.sets,
+                },
+                keep_trees,
+            )?);
+            examined += 1;
+        }
+    }
+    if examined == 0 {
+        return Err(nothing_patched(image, source));
+    }
+    Ok(rows)
+}
+
+/// The commit `rev` names in `url`, fetched into the cache. A rev that names nothing there
+/// is bad input (exit 2), not failed work: git answered, and said no.
+fn candidate(settings: &Settings, url: &str, rev: &str) -> Result<crate::values::GitCommit> {
+    let named_nothing = |error: Error| match error {
+        Error::Command {
+            context: Some(context),
+            stderr,
+            ..
+        } if stderr.is_empty() => Error::Usage {
+            message: format!("--rev `{rev}`: {context}"),
+            hint: Some(
+                "--rev takes a tag, branch or 40-hex commit of the source's repository".into(),
+            ),
+        },
+        other => other,
+    };
+    let commit = fetch::resolve_rev(url, rev).map_err(named_nothing)?;
+    fetch::ensure_commit(&settings.cache, url, &commit).map_err(named_nothing)?;
+    Ok(commit)
+}
+
+fn nothing_patched(image: Option<&str>, source: Option<&str>) -> Error {
+    let what = match (image, source) {
+        (Some(image), Some(source)) => format!("image `{image}` has no patched source `{source}`"),
+        (Some(image), None) => format!("image `{image}` applies no patch sets"),
+        (None, _) => "no image of the project applies patch sets".into(),
+    };
+    Error::Usage {
+        message: what,
+        hint: Some("a `[[source]]` lists its sets as `patches = [\"<set>\"]`".into()),
+    }
+}
+
+fn import(
+    settings: &Settings,
+    set: &str,
+    from: &std::path::Path,
+    range: Option<&str>,
+    force: bool,
+) -> Result<ExitStatus> {
+    let set = Name::try_from(set.to_string()).map_err(Error::usage)?;
+    let written =
+        crate::patches::import::import(&settings.project.patches_dir(), &set, from, range, force)?;
+    settings.output.note(format!(
+        "wrote {} patches and their series to {}",
+        written.len(),
+        settings.project.patches_dir().join(set.as_str()).display()
+    ));
+    let users = images_using(settings, &set)?;
+    if users.is_empty() {
+        settings.output.note(format!(
+            "no image applies `{set}` yet: add it to a `[[source]]`'s `patches`, then run `hallmark patches report`"
+        ));
+        return Ok(ExitStatus::Success);
+    }
+    let mut rows = Vec::new();
+    for image in &users {
+        rows.extend(examine(settings, Some(image.as_str()), None, None, false)?);
+    }
+    Ok(print_report(settings, &rows))
+}
+
+/// The images whose sources list patch set `set`.
+fn images_using(settings: &Settings, set: &Name) -> Result<Vec<Name>> {
+    let mut users = Vec::new();
+    for name in settings.project.image_names()? {
+        let loaded = settings.project.load_spec(&name)?;
+        if loaded
+            .spec
+            .sources
+            .iter()
+            .any(|s| s.patches.iter().any(|p| p.get_ref() == set))
+        {
+            users.push(name);
+        }
+    }
+    Ok(users)
+}
+
+fn refresh(
+    settings: &Settings,
+    image: Option<&str>,
+    rev: &str,
+    source: Option<&str>,
+    force: bool,
+) -> Result<ExitStatus> {
+    let rows = examine(settings, image, Some(rev), source, true)?;
+    let outcome = crate::patches::refresh::refresh(&rows, force)?;
+    let status = print_report(settings, &rows);
+    for line in outcome.lines() {
+        settings.output.note(line);
+    }
+    // The rows describe the series before the refresh: the refresh's own outcome decides.
+    let _ = status;
+    Ok(ExitStatus::from_success(outcome.conflicting.is_empty()))
+}

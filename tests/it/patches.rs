@@ -1,0 +1,687 @@
+//! `hallmark patches`: import, report and refresh on real git repositories made here, whose
+//! history moves under a patch series the way an upstream pin bump does.
+
+use crate::support;
+
+use serde_json::Value;
+use support::{GitRepo, TestProject, document};
+
+const BASE_DIGEST: &str = "sha256:aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa";
+
+/// `prefix1` .. `prefixN`, one per line.
+fn numbered(prefix: &str, lines: usize) -> String {
+    (1..=lines).map(|i| format!("{prefix}{i}\n")).collect()
+}
+
+/// Line `line` (1-based) of `text` replaced by `new`.
+fn with_line(text: &str, line: usize, new: &str) -> String {
+    text.lines()
+        .enumerate()
+        .map(|(i, l)| format!("{}\n", if i + 1 == line { new } else { l }))
+        .collect()
+}
+
+/// Upstream at `v1`, a branch `dcp` of five patches on it, and `v2` on main, which moves
+/// under them: five lines on top of a.txt (0001 and 0005 move), 0002's change merged,
+/// a context line of 0003 changed (a three-way merge takes it), 0004's line changed otherwise
+/// (a conflict). 0005 changes the line after 0001's: it applies only after 0001.
+struct Upstream {
+    repo: GitRepo,
+    v1: String,
+    v2: String,
+}
+
+fn upstream(parent: &std::path::Path) -> Upstream {
+    let repo = GitRepo::new(parent, "upstream");
+    let (a, b, c, d) = (
+        numbered("a", 40),
+        numbered("b", 40),
+        numbered("c", 40),
+        numbered("d", 40),
+    );
+    let v1 = repo.commit(
+        &[("a.txt", &a), ("b.txt", &b), ("c.txt", &c), ("d.txt", &d)],
+        "v1",
+    );
+    repo.git(&["tag", "v1"]);
+    repo.git(&["checkout", "--quiet", "-b", "dcp"]);
+    let a1 = with_line(&a, 20, "a20 patched");
+    repo.commit(&[("a.txt", &a1)], "Move a20");
+    repo.commit(&[("b.txt", &with_line(&b, 10, "b10 fixed"))], "Fix b10");
+    repo.commit(
+        &[("c.txt", &with_line(&c, 20, "c20 patched"))],
+        "Change c20",
+    );
+    repo.commit(&[("d.txt", &with_line(&d, 10, "d10 ours"))], "Change d10");
+    repo.commit(
+        &[("a.txt", &with_line(&a1, 21, "a21 after a20"))],
+        "Change a21 after a20",
+    );
+    repo.git(&["checkout", "--quiet", "main"]);
+    let v2 = repo.commit(
+        &[
+            ("a.txt", &format!("{}{a}", numbered("new", 5))),
+            ("b.txt", &with_line(&b, 10, "b10 fixed")),
+            ("c.txt", &with_line(&c, 17, "c17 upstream")),
+            ("d.txt", &with_line(&d, 10, "d10 theirs")),
+        ],
+        "v2",
+    );
+    repo.git(&["tag", "v2"]);
+    Upstream { repo, v1, v2 }
+}
+
+/// An image `app` whose source `upstream` is pinned at `commit` and applies set `dcp`.
+fn project_at(upstream: &Upstream, rev: &str, commit: &str) -> TestProject {
+    let project = TestProject::new();
+    write_image(&project, upstream, rev, commit);
+    project
+}
+
+fn write_image(project: &TestProject, upstream: &Upstream, rev: &str, commit: &str) {
+    let url = upstream.repo.url();
+    project
+        .write(
+            "images/app/image.toml",
+            &format!(
+                "[from]\nref = \"example/base:1\"\n\n[[source]]\nname = \"upstream\"\n\
+                 git = \"{url}\"\nrev = \"{rev}\"\ndest = \"/src/upstream\"\npatches = [\"dcp\"]\n"
+            ),
+        )
+        .write(
+            "pins/app.toml",
+            &format!(
+                "[base]\nref = \"example/base:1\"\ndigest = \"{BASE_DIGEST}\"\n\n[[source]]\n\
+                 name = \"upstream\"\ngit = \"{url}\"\nrev = \"{rev}\"\ncommit = \"{commit}\"\n"
+            ),
+        );
+}
+
+/// Each row's `status` by its patch file.
+fn statuses(report: &Value) -> Vec<(String, String)> {
+    report
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| {
+            (
+                r["patch"].as_str().unwrap().to_string(),
+                r["status"].as_str().unwrap().to_string(),
+            )
+        })
+        .collect()
+}
+
+fn row<'a>(report: &'a Value, prefix: &str) -> &'a Value {
+    report
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["patch"].as_str().unwrap().starts_with(prefix))
+        .unwrap_or_else(|| panic!("no patch {prefix} in {report:#}"))
+}
+
+#[test]
+fn the_report_at_a_bumped_pin_names_each_status_and_refresh_makes_a_series_check_passes() {
+    let dir = tempfile::tempdir().unwrap();
+    let upstream = upstream(dir.path());
+    let project = project_at(&upstream, "v1", &upstream.v1);
+    let url = upstream.repo.url();
+
+    // Imported from the branch; at the pin, every patch applies (0005 only after 0001).
+    let import = project.run(&["--json", "patches", "import", "dcp", &url, "v1..dcp"]);
+    assert_eq!(import.code(), 0, "{}", import.stderr());
+    let at_pin = document(&import.stdout());
+    assert!(
+        statuses(&at_pin).iter().all(|(_, s)| s == "applies"),
+        "{at_pin:#}"
+    );
+    assert_eq!(row(&at_pin, "0005")["after"][0], "dcp/0001-Move-a20.patch");
+    assert_eq!(row(&at_pin, "0003")["after"].as_array().unwrap().len(), 0);
+    project.run(&["check", "app"]).success();
+
+    // At v2: one of each.
+    let bumped = project.run(&["--json", "patches", "report", "app", "--rev", "v2"]);
+    assert_eq!(bumped.code(), 1, "{}", bumped.stderr());
+    let report = document(&bumped.stdout());
+    let expected = [
+        ("0001-Move-a20.patch", "offset"),
+        ("0002-Fix-b10.patch", "upstream"),
+        ("0003-Change-c20.patch", "three-way"),
+        ("0004-Change-d10.patch", "conflicts"),
+        ("0005-Change-a21-after-a20.patch", "offset"),
+    ];
+    let expected: Vec<(String, String)> = expected
+        .iter()
+        .map(|(p, s)| (p.to_string(), s.to_string()))
+        .collect();
+    assert_eq!(statuses(&report), expected, "{report:#}");
+    assert_eq!(row(&report, "0001")["offset"], 5);
+    assert_eq!(row(&report, "0001")["commit"], upstream.v2.as_str());
+    let conflict = &row(&report, "0004")["conflicts"][0];
+    assert_eq!(conflict["file"], "d.txt");
+    assert_eq!(conflict["hunk"], "#1 @@ -7,7 +7,7 @@ d6");
+    // The table says the same to a reader.
+    let table = project.run(&["patches", "report", "app", "--rev", "v2"]);
+    assert!(
+        table.stdout().contains("upstream   dcp/0002-Fix-b10.patch"),
+        "{}",
+        table.stdout()
+    );
+    assert!(
+        table.stdout().contains("d.txt hunk #1 @@ -7,7 +7,7 @@ d6"),
+        "{}",
+        table.stdout()
+    );
+
+    // With a conflict, refresh rewrites nothing unless asked.
+    let before: Vec<(String, String)> = files_of(&project);
+    let refused = project.run(&["patches", "refresh", "app", "--rev", "v2"]);
+    assert_eq!(refused.code(), 1, "{}", refused.stderr());
+    assert!(
+        refused.stderr().contains("nothing rewritten"),
+        "{}",
+        refused.stderr()
+    );
+    assert!(
+        refused.stderr().contains("dcp/0004-Change-d10.patch"),
+        "{}",
+        refused.stderr()
+    );
+    assert_eq!(files_of(&project), before);
+
+    let forced = project.run(&["patches", "refresh", "app", "--rev", "v2", "--force"]);
+    assert_eq!(forced.code(), 1, "{}", forced.stderr());
+    let err = forced.stderr();
+    assert!(
+        err.contains("dropped dcp/0002-Fix-b10.patch: already upstream"),
+        "{err}"
+    );
+    assert!(
+        err.contains("left dcp/0004-Change-d10.patch untouched"),
+        "{err}"
+    );
+    assert!(
+        !project
+            .root()
+            .join("patches/dcp/0002-Fix-b10.patch")
+            .exists()
+    );
+    let series = project.read("patches/dcp/series");
+    assert!(!series.contains("0002"), "{series}");
+    let untouched = before.iter().find(|(n, _)| n.starts_with("0004")).unwrap();
+    assert_eq!(
+        project.read("patches/dcp/0004-Change-d10.patch"),
+        untouched.1
+    );
+    // The mail header stays on a rewritten patch.
+    let rewritten = project.read("patches/dcp/0003-Change-c20.patch");
+    assert!(
+        rewritten.contains("Subject: [PATCH 3/5] Change c20"),
+        "{rewritten}"
+    );
+    assert!(rewritten.contains("\n c17 upstream\n"), "{rewritten}");
+
+    // The operator drops the conflicting patch; at v2 the series now applies as it is, and
+    // once the pin moves there `check` passes.
+    project.write(
+        "patches/dcp/series",
+        &series.replace("0004-Change-d10.patch\n", ""),
+    );
+    project
+        .run(&["patches", "report", "app", "--rev", "v2"])
+        .success();
+    assert_eq!(
+        project.run(&["check", "app"]).code(),
+        1,
+        "still pinned at v1"
+    );
+    write_image(&project, &upstream, "v2", &upstream.v2);
+    project.run(&["check", "app"]).success();
+}
+
+/// The set's files and their text, sorted.
+fn files_of(project: &TestProject) -> Vec<(String, String)> {
+    let dir = project.root().join("patches/dcp");
+    let mut files: Vec<(String, String)> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .map(|p| {
+            (
+                p.file_name().unwrap().to_string_lossy().into_owned(),
+                std::fs::read_to_string(&p).unwrap(),
+            )
+        })
+        .collect();
+    files.sort();
+    files
+}
+
+#[test]
+fn a_folder_of_23_numbered_patches_and_its_git_range_import_as_the_same_series() {
+    let dir = tempfile::tempdir().unwrap();
+    let repo = GitRepo::new(dir.path(), "tree");
+    repo.commit(&[("base.txt", "base\n")], "base");
+    repo.git(&["tag", "start"]);
+    for i in 1..=23 {
+        let file = format!("src/f{i}.py");
+        repo.commit(
+            &[(file.as_str(), &format!("N = {i}\n"))],
+            &format!("Add f{i}"),
+        );
+    }
+    let folder = dir.path().join("dcp2");
+    repo.git(&[
+        "format-patch",
+        "--quiet",
+        "-o",
+        folder.to_str().unwrap(),
+        "start..main",
+    ]);
+    // Shuffled on disk order must not matter; 10 sorts after 9.
+    let project = TestProject::new();
+    project
+        .run(&["patches", "import", "from-folder", folder.to_str().unwrap()])
+        .success();
+    project
+        .run(&[
+            "patches",
+            "import",
+            "from-range",
+            &repo.url(),
+            "start..main",
+        ])
+        .success();
+    let series = project.read("patches/from-folder/series");
+    assert_eq!(series.lines().count(), 23);
+    assert!(
+        series.lines().nth(9).unwrap().starts_with("0010-Add-f10"),
+        "{series}"
+    );
+    assert_eq!(series, project.read("patches/from-range/series"));
+    for name in series.lines() {
+        assert_eq!(
+            project.read(&format!("patches/from-folder/{name}")),
+            project.read(&format!("patches/from-range/{name}")),
+            "{name}"
+        );
+    }
+    // An mbox of the same commits gives the same patch names.
+    let mbox = repo.git(&["format-patch", "--stdout", "start..main"]);
+    std::fs::write(dir.path().join("all.mbox"), format!("{mbox}\n")).unwrap();
+    project
+        .run(&[
+            "patches",
+            "import",
+            "from-mbox",
+            dir.path().join("all.mbox").to_str().unwrap(),
+        ])
+        .success();
+    assert_eq!(project.read("patches/from-mbox/series"), series);
+    // An existing set is not replaced unless asked.
+    let again = project.run(&["patches", "import", "from-folder", folder.to_str().unwrap()]);
+    assert_eq!(again.code(), 2, "{}", again.stderr());
+    project
+        .run(&[
+            "patches",
+            "import",
+            "from-folder",
+            folder.to_str().unwrap(),
+            "--force",
+        ])
+        .success();
+}
+
+#[test]
+fn bad_input_exits_2_naming_the_file_or_range() {
+    let dir = tempfile::tempdir().unwrap();
+    let upstream = upstream(dir.path());
+    let project = project_at(&upstream, "v1", &upstream.v1);
+    let expect = |args: &[&str], names: &str| {
+        let run = project.run(args);
+        assert_eq!(run.code(), 2, "{args:?}: {}", run.stderr());
+        assert!(
+            run.stderr().contains(names),
+            "{args:?} should name {names}: {}",
+            run.stderr()
+        );
+        assert!(!run.stderr().contains("panicked"), "{}", run.stderr());
+    };
+    // The image lists set `dcp`, which does not exist.
+    expect(&["patches", "report", "app"], "patches/dcp/series");
+    expect(&["patches", "report", "nosuch"], "no image `nosuch`");
+    project.write("patches/dcp/series", "0001-a.patch\n").write(
+        "patches/dcp/0001-a.patch",
+        &line_patch("a.txt", "a", 1, "a1 fixed"),
+    );
+    project.run(&["patches", "report", "app"]).success();
+    expect(&["patches", "report", "app", "--rev", "nosuch"], "`nosuch`");
+    expect(
+        &["patches", "report", "app", "--rev", &"0".repeat(40)],
+        &"0".repeat(40),
+    );
+
+    let escaping = dir.path().join("escaping");
+    std::fs::create_dir_all(&escaping).unwrap();
+    std::fs::write(
+        escaping.join("0001-ok.patch"),
+        "--- a/x\n+++ b/x\n@@ -1 +1 @@\n-a\n+b\n",
+    )
+    .unwrap();
+    std::fs::write(
+        escaping.join("0002-out.patch"),
+        "--- a/../../etc/passwd\n+++ b/../../etc/passwd\n@@ -1 +1 @@\n-a\n+b\n",
+    )
+    .unwrap();
+    expect(
+        &["patches", "import", "x", escaping.to_str().unwrap()],
+        "0002-out.patch",
+    );
+
+    let notes = dir.path().join("notes");
+    std::fs::create_dir_all(&notes).unwrap();
+    std::fs::write(
+        notes.join("0001-ok.patch"),
+        "--- a/x\n+++ b/x\n@@ -1 +1 @@\n-a\n+b\n",
+    )
+    .unwrap();
+    std::fs::write(notes.join("README"), "apply these in order\n").unwrap();
+    expect(
+        &["patches", "import", "x", notes.to_str().unwrap()],
+        "README",
+    );
+
+    let url = upstream.repo.url();
+    expect(
+        &["patches", "import", "x", &url, "nosuch..dcp"],
+        "nosuch..dcp",
+    );
+    expect(
+        &["patches", "import", "x", &url, "dcp"],
+        "`dcp` is not a range",
+    );
+    expect(
+        &["patches", "import", "x", "/nonexistent/folder"],
+        "/nonexistent/folder",
+    );
+    // Nothing was written by any of them.
+    assert!(!project.root().join("patches/x").exists());
+}
+
+/// A diff changing line `line` of a file of `prefix1..prefix40` lines.
+fn line_patch(file: &str, prefix: &str, line: usize, new: &str) -> String {
+    let old = numbered(prefix, 40);
+    let start = line.saturating_sub(3).max(1);
+    let end = (line + 3).min(40);
+    let mut hunk = format!("@@ -{start},{n} +{start},{n} @@\n", n = end - start + 1);
+    for (i, text) in old.lines().enumerate().map(|(i, t)| (i + 1, t)) {
+        if i < start || i > end {
+            continue;
+        }
+        if i == line {
+            hunk.push_str(&format!("-{text}\n+{new}\n"));
+        } else {
+            hunk.push_str(&format!(" {text}\n"));
+        }
+    }
+    format!("--- a/{file}\n+++ b/{file}\n{hunk}")
+}
+
+/// `app` at v1 with set `fix`, and `dcp2`: `app` plus set `dcp2` and `PROFILE=dcp2`.
+fn variant_project(upstream: &Upstream) -> TestProject {
+    let project = project_at(upstream, "v1", &upstream.v1);
+    let image = project
+        .read("images/app/image.toml")
+        .replace("[\"dcp\"]", "[\"fix\"]");
+    project
+        .write("images/app/image.toml", &format!("{image}\n[env]\nMODE = \"base\"\n"))
+        .write("patches/fix/series", "0001-a1.patch\n")
+        .write("patches/fix/0001-a1.patch", &line_patch("a.txt", "a", 1, "a1 fixed"))
+        .write("patches/dcp2/series", "0001-b5.patch\n")
+        .write("patches/dcp2/0001-b5.patch", &line_patch("b.txt", "b", 5, "b5 dcp2"))
+        .write(
+            "images/dcp2/image.toml",
+            "[variant]\nof = \"app\"\ntag = \"dcp2\"\n\n[variant.patches]\nupstream = [\"dcp2\"]\n\n\
+             [variant.env]\nPROFILE = \"dcp2\"\n",
+        )
+        .write("pins/dcp2.toml", &project.read("pins/app.toml"));
+    project
+}
+
+#[test]
+fn a_variant_is_its_spec_plus_a_patch_set_and_env_with_its_own_checksum() {
+    let dir = tempfile::tempdir().unwrap();
+    let upstream = upstream(dir.path());
+    let project = variant_project(&upstream);
+    project.run(&["check", "app", "dcp2"]).success();
+    let sums = project.run(&["checksum", "app", "dcp2"]).success().stdout();
+    let sums: Vec<&str> = sums.lines().map(|l| &l[..64]).collect();
+    assert_ne!(sums[0], sums[1]);
+    let explain = project
+        .run(&["checksum", "dcp2", "--explain"])
+        .success()
+        .stdout();
+    assert!(
+        explain.contains("patch upstream fix 0001-a1.patch"),
+        "{explain}"
+    );
+    assert!(
+        explain.contains("patch upstream dcp2 0001-b5.patch"),
+        "{explain}"
+    );
+    assert!(explain.contains("PROFILE"), "{explain}");
+    let base = project
+        .run(&["checksum", "app", "--explain"])
+        .success()
+        .stdout();
+    assert!(
+        !base.contains("dcp2") && !base.contains("PROFILE"),
+        "{base}"
+    );
+    let render = project.run(&["render", "dcp2"]).success().stdout();
+    assert!(
+        render.contains("PROFILE") && render.contains("MODE"),
+        "{render}"
+    );
+    assert!(
+        !project
+            .run(&["render", "app"])
+            .success()
+            .stdout()
+            .contains("PROFILE")
+    );
+    // The variant's patched tree holds both sets' changes.
+    let out = project.root().join("ctx");
+    project
+        .run(&["render", "dcp2", "--out", out.to_str().unwrap()])
+        .success();
+    let tree = walkdir_text(&out);
+    assert!(
+        tree.contains("a1 fixed") && tree.contains("b5 dcp2"),
+        "the context holds both sets"
+    );
+    // The base is unchanged by its variant.
+    let report = document(
+        &project
+            .run(&["--json", "patches", "report", "app"])
+            .success()
+            .stdout(),
+    );
+    assert_eq!(statuses(&report).len(), 1);
+    let report = document(
+        &project
+            .run(&["--json", "patches", "report", "dcp2"])
+            .success()
+            .stdout(),
+    );
+    assert_eq!(statuses(&report).len(), 2);
+}
+
+/// Every file's text under `dir`, concatenated.
+fn walkdir_text(dir: &std::path::Path) -> String {
+    let mut text = String::new();
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(path) = stack.pop() {
+        if path.is_dir() {
+            stack.extend(std::fs::read_dir(&path).unwrap().map(|e| e.unwrap().path()));
+        } else if let Ok(content) = std::fs::read(&path) {
+            text.push_str(&String::from_utf8_lossy(&content));
+        }
+    }
+    text
+}
+
+#[test]
+fn a_bad_variant_exits_2_at_its_line() {
+    let dir = tempfile::tempdir().unwrap();
+    let upstream = upstream(dir.path());
+    let project = variant_project(&upstream);
+    let expect = |spec: &str, says: &[&str]| {
+        project.write("images/dcp2/image.toml", spec);
+        let run = project.run(&["check", "dcp2"]);
+        assert_eq!(run.code(), 2, "{spec}: {}", run.stderr());
+        for s in says {
+            assert!(
+                run.stderr().contains(s),
+                "{spec}: should say {s}: {}",
+                run.stderr()
+            );
+        }
+    };
+    expect(
+        "[variant]\nof = \"nosuch\"\n",
+        &["images/dcp2/image.toml:2:", "no image `nosuch`"],
+    );
+    expect(
+        "[variant]\nof = \"app\"\n[variant.patches]\nupstream = [\"missing\"]\n",
+        &["images/dcp2/image.toml:4:", "patch set `missing`"],
+    );
+    expect(
+        "[variant]\nof = \"app\"\n[variant.patches]\nother = [\"dcp2\"]\n",
+        &["images/dcp2/image.toml:4:", "no source `other`"],
+    );
+    // A variant does not copy the spec: its own tables are refused.
+    expect(
+        "[variant]\nof = \"app\"\n\n[env]\nX = \"1\"\n",
+        &["unknown field `env`"],
+    );
+    expect(
+        "[variant]\nof = \"app\"\n[variant.patches]\nupstream = [\"fix\"]\n",
+        &["images/dcp2/image.toml:4:", "listed twice"],
+    );
+}
+
+/// The diff ids of `reference` on the builder.
+fn layers(testbed: &support::Testbed, reference: &str) -> Vec<String> {
+    let json = testbed.docker_ok(
+        "builder",
+        &[
+            "image",
+            "inspect",
+            "--format",
+            "{{json .RootFS.Layers}}",
+            reference,
+        ],
+    );
+    serde_json::from_str(&json).unwrap()
+}
+
+#[test]
+fn a_dcp2_variant_builds_with_its_own_checksum_and_ships_only_the_layers_it_changes() {
+    let testbed = support::Testbed::get();
+    let config = testbed.config();
+    let config = config.to_str().unwrap();
+    let run = support::unique();
+    let dir = tempfile::tempdir().unwrap();
+    let upstream = upstream(dir.path());
+    // This run's own content, so no node holds the source layers from an earlier run.
+    upstream
+        .repo
+        .git(&["checkout", "--quiet", "-b", "run", "v1"]);
+    let v1 = upstream.repo.commit(&[("run.txt", &run)], "this run");
+    let project = variant_project(&upstream);
+    write_image(&project, &upstream, "v1", &v1);
+    let image = project
+        .read("images/app/image.toml")
+        .replace(
+            "[from]\nref = \"example/base:1\"",
+            "[from]\nref = \"hallmark-testbed/busybox:latest\"",
+        )
+        .replace("[\"dcp\"]", "[\"fix\"]");
+    let pins = include_str!("../../pins/hello.toml").to_string()
+        + &project
+            .read("pins/app.toml")
+            .split("[[source]]")
+            .nth(1)
+            .map(|s| format!("\n[[source]]{s}"))
+            .unwrap();
+    project
+        .write(
+            "images/app/image.toml",
+            &format!("[image]\nname = \"app-{run}\"\n\n{image}\n[env]\nMODE = \"base\"\n"),
+        )
+        .write("pins/app.toml", &pins)
+        .write("pins/dcp2.toml", &pins)
+        .write(
+            "images/dcp2/image.toml",
+            &format!(
+                "[variant]\nof = \"app\"\nname = \"dcp2-{run}\"\n\n[variant.patches]\n\
+                 upstream = [\"dcp2\"]\n\n[variant.env]\nPROFILE = \"dcp2\"\n"
+            ),
+        );
+    let built = project.run(&["--config", config, "--json", "build", "app", "dcp2"]);
+    assert_eq!(built.code(), 0, "{}", built.stderr());
+    let sums = project.run(&["checksum", "app", "dcp2"]).success().stdout();
+    let sums: Vec<&str> = sums.lines().map(|l| &l[..64]).collect();
+    assert_ne!(sums[0], sums[1]);
+    let (app, dcp2) = (format!("app-{run}:latest"), format!("dcp2-{run}:latest"));
+    assert_eq!(testbed.checksum_label("builder", &app), sums[0]);
+    assert_eq!(testbed.checksum_label("builder", &dcp2), sums[1]);
+    let cat = ["cat", "/src/upstream/a.txt", "/src/upstream/b.txt"];
+    let patched = testbed.run_container("builder", &dcp2, &cat);
+    assert!(
+        patched.contains("a1 fixed") && patched.contains("b5 dcp2"),
+        "{patched}"
+    );
+    let env = testbed.run_container("builder", &dcp2, &["sh", "-c", "echo $MODE $PROFILE"]);
+    assert_eq!(env, "base dcp2");
+    assert!(
+        !testbed
+            .run_container("builder", &app, &cat)
+            .contains("b5 dcp2")
+    );
+
+    // Shipped after the base, the variant sends only the layers it does not share.
+    let (app_layers, dcp2_layers) = (layers(testbed, &app), layers(testbed, &dcp2));
+    let changed = dcp2_layers
+        .iter()
+        .filter(|l| !app_layers.contains(l))
+        .count();
+    assert!(
+        changed >= 1 && changed < dcp2_layers.len(),
+        "{app_layers:?} {dcp2_layers:?}"
+    );
+    let node = testbed
+        .nodes()
+        .into_iter()
+        .find(|n| testbed.kind(n).1 == "classic")
+        .expect("a classic-store node");
+    for (name, sent) in [("app", None), ("dcp2", Some(changed))] {
+        let shipped = project.run(&[
+            "--config",
+            config,
+            "--json",
+            "distribute",
+            name,
+            "--to",
+            &node,
+        ]);
+        assert_eq!(shipped.code(), 0, "{}", shipped.stderr());
+        let rows = support::nodes_of(&document(&shipped.stdout()));
+        assert_eq!(rows[0]["verified"], true, "{rows:?}");
+        if let Some(sent) = sent {
+            assert_eq!(rows[0]["action"], "thin", "{rows:?}");
+            assert_eq!(rows[0]["layers_sent"], sent, "{rows:?}");
+        }
+    }
+}
