@@ -57,6 +57,15 @@ impl StoredImage {
     }
 }
 
+/// What `prune` removed: blobs, and the kept wheels of compile stages.
+#[derive(Debug, Default)]
+pub struct Pruned {
+    pub blobs: usize,
+    pub blob_bytes: u64,
+    pub compiled: usize,
+    pub compiled_bytes: u64,
+}
+
 pub struct LayerStore {
     pub root: PathBuf,
     /// The project root this process works for: the records it writes and uses are marked
@@ -499,7 +508,7 @@ impl LayerStore {
     /// still holds `hallmark.toml` (a project that is gone is forgotten). Leftover temporary
     /// files go too: with the lock held exclusively, no command is writing. Returns the blobs
     /// removed and their bytes.
-    pub fn prune(&self, keep: &[String]) -> Result<(usize, u64)> {
+    pub fn prune(&self, keep: &[String], keep_compiled: &[String]) -> Result<Pruned> {
         let project = match (&self.project, self.exclusive) {
             (Some(project), true) => project.clone(),
             _ => {
@@ -512,6 +521,11 @@ impl LayerStore {
         let mut kept: HashSet<String> = keep.iter().map(|id| hex(id)).collect();
         let own = self.project_dir(&project);
         let _ = fs_err::remove_dir_all(own.join("images"));
+        let _ = fs_err::remove_dir_all(own.join("compiled"));
+        let mut kept_compiled: HashSet<String> = keep_compiled.iter().cloned().collect();
+        for checksum in keep_compiled {
+            self.mark_compiled(checksum);
+        }
         for id in keep {
             if self.read_record(id).is_some() {
                 self.mark_used(id);
@@ -542,6 +556,13 @@ impl LayerStore {
             {
                 kept.insert(marker.file_name().to_string_lossy().into_owned());
             }
+            for marker in fs_err::read_dir(dir.join("compiled"))
+                .into_iter()
+                .flatten()
+                .flatten()
+            {
+                kept_compiled.insert(marker.file_name().to_string_lossy().into_owned());
+            }
         }
         let mut used = HashSet::new();
         let images = self.root.join("images");
@@ -570,7 +591,52 @@ impl LayerStore {
             }
         }
         let _ = fs_err::remove_dir_all(self.root.join("tmp"));
+        let (compiled, compiled_bytes) = self.prune_compiled(&kept_compiled)?;
+        Ok(Pruned {
+            blobs: removed,
+            blob_bytes: bytes,
+            compiled,
+            compiled_bytes,
+        })
+    }
+
+    /// Removes the kept wheels of every compile stage not in `kept` (and leftovers of
+    /// interrupted compiles): a stage no current spec of any project using the store has.
+    fn prune_compiled(&self, kept: &HashSet<String>) -> Result<(usize, u64)> {
+        let (mut removed, mut bytes) = (0, 0);
+        let compiled = self.root.join("compiled");
+        for entry in fs_err::read_dir(&compiled).into_iter().flatten().flatten() {
+            let name = entry.file_name().to_string_lossy().into_owned();
+            if kept.contains(&name) {
+                continue;
+            }
+            bytes += walkdir::WalkDir::new(entry.path())
+                .into_iter()
+                .flatten()
+                .filter_map(|e| e.metadata().ok())
+                .filter(|m| m.is_file())
+                .map(|m| m.len())
+                .sum::<u64>();
+            fs_err::remove_dir_all(entry.path()).map_err(|e| Error::io(entry.path(), e))?;
+            removed += 1;
+        }
         Ok((removed, bytes))
+    }
+
+    /// Notes that this project uses the wheels kept for compile stage `checksum`, so that a
+    /// `prune` in another project sharing the store keeps them.
+    pub fn mark_compiled(&self, checksum: &str) {
+        let Some(project) = &self.project else { return };
+        let dir = self.project_dir(project);
+        let marked = || -> std::io::Result<()> {
+            std::fs::create_dir_all(dir.join("compiled"))?;
+            if !dir.join("root").is_file() {
+                write_atomically(&dir.join("root"), project.as_os_str().as_encoded_bytes())
+                    .map_err(std::io::Error::other)?;
+            }
+            std::fs::File::create(dir.join("compiled").join(checksum)).map(drop)
+        };
+        let _ = marked();
     }
 }
 
@@ -666,8 +732,38 @@ mod tests {
         LayerStore::for_prune(cache, project, false)
             .unwrap()
             .expect("no other store open")
-            .prune(keep)
+            .prune(keep, &[])
             .unwrap();
+    }
+
+    #[test]
+    fn compiled_wheels_stay_while_a_live_project_uses_them() {
+        let dir = tempfile::tempdir().unwrap();
+        let (a, b) = (project(dir.path(), "a"), project(dir.path(), "b"));
+        let cache = dir.path().join("cache");
+        let compiled = cache.join("store/compiled");
+        for stage in ["used-by-a", "used-by-b", "used-by-none"] {
+            std::fs::create_dir_all(compiled.join(stage)).unwrap();
+            std::fs::write(compiled.join(stage).join("x.whl"), stage).unwrap();
+        }
+        LayerStore::open_for(&cache, Some(&a)).mark_compiled("used-by-a");
+        let prune_in = |project: &Path, keep: &[String]| {
+            LayerStore::for_prune(&cache, project, false)
+                .unwrap()
+                .expect("no other store open")
+                .prune(&[], keep)
+                .unwrap()
+        };
+        let pruned = prune_in(&b, &["used-by-b".to_string()]);
+        assert_eq!((pruned.compiled, pruned.compiled_bytes), (1, 12));
+        assert!(compiled.join("used-by-a").is_dir());
+        assert!(compiled.join("used-by-b").is_dir());
+        assert!(!compiled.join("used-by-none").exists());
+        // Project a is gone: what only it used goes at the next prune.
+        std::fs::remove_file(a.join(crate::project::PROJECT_FILE)).unwrap();
+        prune_in(&b, &["used-by-b".to_string()]);
+        assert!(!compiled.join("used-by-a").exists());
+        assert!(compiled.join("used-by-b").is_dir());
     }
 
     #[test]

@@ -33,10 +33,17 @@ pub(super) fn run(settings: &Settings) -> Result<ExitStatus> {
             LayerStore::for_prune(cache, root, true)?.expect("waited for the lock")
         }
     };
-    let (removed, bytes) = store.prune(&keep)?;
+    let stages: Vec<String> = plan
+        .images
+        .values()
+        .flat_map(|image| &image.compiles)
+        .map(|stage| stage.checksum.to_string())
+        .collect();
+    let pruned = store.prune(&keep, &stages)?;
     drop(store);
     settings.output.note(format!(
-        "removed {removed} blobs, {bytes} bytes, from the layer store (kept what other projects use)"
+        "removed {} blobs, {} bytes, and the wheels of {} compile stages no spec has, {} bytes, from the layer store (kept what other projects use)",
+        pruned.blobs, pruned.blob_bytes, pruned.compiled, pruned.compiled_bytes
     ));
     let collected = match registry::collect_garbage(cache, false)? {
         registry::Garbage::Busy => {

@@ -79,6 +79,8 @@ pub async fn compile_all(
     for stage in &image.compiles {
         let kept = kept_dir(store, stage);
         let short = &stage.checksum.as_str()[..12];
+        // Marked before use, under the store's shared lock: another project's prune keeps it.
+        store.mark_compiled(stage.checksum.as_str());
         if kept.is_dir() {
             if settings.echo {
                 eprintln!(

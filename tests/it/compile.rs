@@ -325,6 +325,14 @@ fn compile_caches_survive_builds_and_prune_caps_them() {
     compile.hallmark(&["build", "cext"]).success();
     let first = compile.cached_files();
     assert!(first > 0, "the compile left nothing in its cache");
+    let stage_checksum = || {
+        let rendered = compile.hallmark(&["render", "cext"]).success().stdout();
+        let at = rendered.find("(stage checksum ").unwrap() + "(stage checksum ".len();
+        rendered[at..at + 64].to_string()
+    };
+    let compiled = compile.project.root().join(".test-cache/store/compiled");
+    let old_stage = stage_checksum();
+    assert!(compiled.join(&old_stage).is_dir());
 
     // A one-line change of the header through the patch series: hmext.c is compiled again,
     // other.c comes from the cache the first build filled.
@@ -359,10 +367,20 @@ fn compile_caches_survive_builds_and_prune_caps_them() {
     assert_eq!(row["cap"], 100 * 1024 * 1024);
     assert!(row["size"].as_u64().unwrap() > 0, "{listed}");
 
-    // A cap below what the cache holds: prune trims it, the oldest files first.
+    // A cap below what the cache holds: prune trims it, the oldest files first. The wheels
+    // kept for the stage before the change go (no spec has that stage now), the current
+    // stage's stay.
     compile.edit("cap = \"100M\"", "cap = \"1K\"");
-    compile.hallmark(&["prune"]).success();
+    let new_stage = stage_checksum();
+    assert_ne!(new_stage, old_stage);
+    let pruned = compile.hallmark(&["prune"]).success().stderr();
     assert_eq!(compile.cached_files(), 0);
+    assert!(!compiled.join(&old_stage).exists(), "{pruned}");
+    assert!(compiled.join(&new_stage).is_dir(), "{pruned}");
+    assert!(
+        pruned.contains("the wheels of 1 compile stages"),
+        "{pruned}"
+    );
 }
 
 #[test]
