@@ -56,12 +56,14 @@ pub struct Shipment {
 }
 
 impl Shipment {
-    /// What a node should hold, as `verify` compares it.
-    pub fn wanted(&self) -> verify::Wanted {
+    /// What a node should hold, as `verify` compares it (`store`: where hallmark's archive of
+    /// it may be, which a containerd node knows by its manifest digest).
+    pub fn wanted(&self, store: &LayerStore) -> verify::Wanted {
         verify::Wanted {
             reference: self.reference.clone(),
             checksum: self.checksum.clone(),
             fingerprint: self.fingerprint.clone(),
+            ids: verify::known_ids(store, &self.image_id),
         }
     }
 

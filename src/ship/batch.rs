@@ -49,7 +49,7 @@ pub async fn distribute_many(
     let full_nodes = super::remembered_full_nodes(settings.state_dir);
     let plans = futures_util::future::join_all(nodes.iter().map(|node| {
         let full = settings.full || full_nodes.contains_key(&node.node);
-        plan(node, shipments, settings, full)
+        plan(node, store, shipments, settings, full)
     }))
     .await;
     phases.say(format!(
@@ -108,11 +108,12 @@ fn sends(decision: &Decision) -> bool {
 /// What `node` needs of each shipment (everything, where `full`).
 async fn plan(
     node: &Engine,
+    store: &LayerStore,
     shipments: &[Shipment],
     settings: &ShipSettings<'_>,
     full: bool,
 ) -> NodePlan {
-    let wanted: Vec<verify::Wanted> = shipments.iter().map(Shipment::wanted).collect();
+    let wanted: Vec<verify::Wanted> = shipments.iter().map(|s| s.wanted(store)).collect();
     let holdings = verify::holdings(node, settings.checksum_label, &wanted).await;
     let mut held: Option<Result<Vec<HashSet<String>>>> = None;
     let mut plan = NodePlan {
@@ -316,7 +317,7 @@ async fn send_together(
     carried[0].archive_bytes += archive_bytes.saturating_sub(layers);
     let wanted: Vec<verify::Wanted> = together
         .iter()
-        .map(|(i, _, _)| shipments[*i].wanted())
+        .map(|(i, _, _)| shipments[*i].wanted(store))
         .collect();
     let holdings = verify::holdings(node, settings.checksum_label, &wanted).await;
     let mut judged = Vec::new();

@@ -737,3 +737,66 @@ fn a_bad_image_among_many_fails_alone() {
         assert!(error.contains(&y), "names the image: {error}");
     }
 }
+
+/// Issue 19 item 4: `status` and `verify` judge every node from one listing of its images
+/// (an inspect only where the listing cannot tell); their answers are the ones inspecting
+/// each image gave: current (by stream, on both stores and over ssh), stale, missing,
+/// unreachable, and `verify` agrees with `status` row for row.
+#[test]
+fn status_and_verify_from_one_listing_per_node() {
+    let _serial = NODES.lock().unwrap_or_else(|e| e.into_inner());
+    let testbed = Testbed::get();
+    let project = many_project();
+    let mut config = std::fs::read_to_string(testbed.config()).unwrap();
+    config.push_str("\n[[node]]\nname = \"gone\"\nengine = \"unix:///nonexistent/docker.sock\"\n");
+    let config_path = project.root().join("hallmark.toml");
+    std::fs::write(&config_path, config).unwrap();
+    let config = config_path;
+    let c = config.to_str().unwrap();
+    project
+        .run(&["--config", c, "-q", "build", "x", "y", "z"])
+        .success();
+    let nodes = ["node1", "node2", "node3", "node4"];
+    let to = nodes.join(",");
+    let (code, report) = hallmark_json(&project, &config, &["distribute", "x", "y", "--to", &to]);
+    assert_eq!(code, 0, "{report}");
+    // y changes on the builder only: the nodes hold a stale y.
+    let spec = project.read("images/y/image.toml");
+    project.write("images/y/image.toml", &spec.replace("\"v1\"", "\"v2\""));
+    project.run(&["--config", c, "-q", "build", "y"]).success();
+
+    let (_, status) = hallmark_json(&project, &config, &["status"]);
+    let (code, verified) = hallmark_json(&project, &config, &["verify", "x", "y", "z"]);
+    assert_eq!(code, 1, "{verified}");
+    let state = |rows: &Value, image: &str, node: &str| -> Value {
+        rows.as_array()
+            .unwrap()
+            .iter()
+            .find(|r| r["image"] == image && r["node"] == node)
+            .unwrap_or_else(|| panic!("no {image} on {node}: {rows}"))
+            .clone()
+    };
+    for (image, expected) in [("x", "current"), ("y", "stale"), ("z", "missing")] {
+        for node in nodes {
+            let row = state(&status, image, node);
+            assert_eq!(row["state"], expected, "{row}");
+            assert_eq!(
+                row,
+                state(&verified, image, node),
+                "status and verify agree"
+            );
+        }
+        let gone = state(&status, image, "gone");
+        assert_eq!(gone["state"], "unreachable", "{gone}");
+        assert_eq!(gone, state(&verified, image, "gone"));
+    }
+    // A current row carries the checksum and fingerprint it was judged by.
+    for node in nodes {
+        let row = state(&status, "x", node);
+        assert!(
+            row["fingerprint"].as_str().is_some_and(|f| f.len() == 64),
+            "{row}"
+        );
+        assert!(row["checksum"].is_string(), "{row}");
+    }
+}
