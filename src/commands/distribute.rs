@@ -22,7 +22,10 @@ pub(super) fn run(
     parallel: bool,
     full: bool,
 ) -> Result<ExitStatus> {
-    let names = settings.names(images)?;
+    let names = match images {
+        [] => settings.project.image_names()?,
+        named => settings.names(named)?,
+    };
     let plan = Plan::new(&settings.project, &names)?;
     let nodes = settings.selected_nodes(to)?;
     let ship_settings = ShipSettings {
