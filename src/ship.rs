@@ -303,6 +303,17 @@ impl Distribute<'_> {
         stored: Option<StoredImage>,
     ) -> Vec<(usize, NodeOutcome)> {
         let (store, shipment, settings) = (self.store, self.shipment, self.settings);
+        let loads: Vec<u64> = decisions
+            .iter()
+            .enumerate()
+            .map(|(i, decision)| match (decision, &stored) {
+                (Decision::Send { first_missing }, Some(image)) if outcomes[i].is_none() => {
+                    let layers = &image.layers[(*first_missing).min(image.layers.len())..];
+                    layers.iter().map(|l| l.blob.size).sum::<u64>().max(1)
+                }
+                _ => 0,
+            })
+            .collect();
         let work = self
             .nodes
             .iter()
@@ -331,8 +342,7 @@ impl Distribute<'_> {
                 (i, work)
             })
             .collect::<Vec<_>>();
-        let needing = work.len();
-        let slots = slots::Slots::new(settings.parallel, self.nodes, needing).await;
+        let slots = slots::Slots::new(settings.parallel, self.nodes, &loads).await;
         let work = work.into_iter().map(|(i, work)| (i, slots.hold(i, work)));
         node::run(work, slots.at_once, &self.phases).await
     }

@@ -59,11 +59,8 @@ pub async fn distribute_many(
     ));
     let stored = stored_images(builder, store, shipments, &plans).await;
     phases.say("the images the nodes need are in the layer store");
-    let needing = plans
-        .iter()
-        .filter(|p| p.decisions.iter().any(sends))
-        .count();
-    let slots = Slots::new(settings.parallel, nodes, needing).await;
+    let loads: Vec<u64> = plans.iter().map(|plan| load_of(plan, &stored)).collect();
+    let slots = Slots::new(settings.parallel, nodes, &loads).await;
     let bars = progress::bars(settings.progress);
     let work = nodes
         .iter()
@@ -99,6 +96,18 @@ pub async fn distribute_many(
         .collect();
     super::note_full_nodes(settings.state_dir, full_nodes, outcomes.iter().flatten())?;
     Ok(outcomes)
+}
+
+/// The bytes `plan` sends its node (at least 1 if it sends anything): what `Slots` weighs.
+fn load_of(plan: &NodePlan, stored: &[Option<std::result::Result<StoredImage, String>>]) -> u64 {
+    let mut bytes = 0;
+    for (decision, stored) in plan.decisions.iter().zip(stored) {
+        if let (Decision::Send { first_missing }, Some(Ok(image))) = (decision, stored) {
+            let layers = &image.layers[(*first_missing).min(image.layers.len())..];
+            bytes += layers.iter().map(|l| l.blob.size).sum::<u64>().max(1);
+        }
+    }
+    bytes
 }
 
 fn sends(decision: &Decision) -> bool {

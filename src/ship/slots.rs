@@ -1,50 +1,59 @@
 //! How many nodes `--parallel` serves at once. Without it, one after another. With it, every
-//! node that needs a transfer at once, except nodes whose engine runs on this machine (the
-//! builder's: its host name is ours, as on a testbed or a builder that is also a node): their
-//! loads unpack on the same cores that write the archives, so at most as many of them as this
-//! machine has cores load at the same time. More would only share those cores (measured on
-//! 2 cores: 8 loads at once gained 1.2-1.7x over serial, each load slowing down), and on one
-//! core this is serial: `--parallel` is never slower than without.
+//! node that needs a transfer at once, except heavy loads into engines that run on this
+//! machine (the builder's: the engine's host name is ours, as on a testbed or a builder that
+//! is also a node): unpacking and hashing a big archive takes the same cores that write it,
+//! so at most as many of those as this machine has cores load at the same time (measured on
+//! 2 cores: eight 1 GiB loads at once gained only 1.2-1.7x over serial, each slowed down;
+//! on one core they are serial, so `--parallel` is never slower than without). A light load
+//! (under [`LIGHT`]: small images, however many) waits on the engine's disk writes, not on a
+//! core (a load of 60 small images kept its dockerd 6% busy): those all run at once.
 
 use crate::engine::Engine;
 use std::future::Future;
 use std::sync::Arc;
 use tokio::sync::Semaphore;
 
+/// Bytes under which a node's load takes no core of its own.
+pub const LIGHT: u64 = 64 << 20;
+
 pub struct Slots {
     /// How many nodes' work runs at once.
     pub at_once: usize,
-    /// Per node: whether its engine runs on this machine (and so takes one of `cores`).
-    local: Vec<bool>,
+    /// Per node: whether its load takes one of this machine's `cores` (heavy, and here).
+    heavy_here: Vec<bool>,
     cores: Arc<Semaphore>,
 }
 
 impl Slots {
-    /// The slots for `nodes` (`needing`: how many of them need a transfer).
-    pub async fn new(parallel: bool, nodes: &[Engine], needing: usize) -> Slots {
+    /// The slots for `nodes`, given the bytes each will be sent (`loads`, 0: nothing).
+    pub async fn new(parallel: bool, nodes: &[Engine], loads: &[u64]) -> Slots {
         let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
-        let local = if parallel {
-            let here = host_name();
-            futures_util::future::join_all(nodes.iter().map(|node| async {
-                // A node that cannot say where it runs is taken to run here: the safe side.
-                node.info()
-                    .await
-                    .map_or(true, |info| Some(info.name) == here)
+        let needing = loads.iter().filter(|l| **l > 0).count();
+        let here = host_name();
+        let heavy_here =
+            futures_util::future::join_all(nodes.iter().zip(loads).map(|(node, load)| {
+                let here = here.clone();
+                async move {
+                    // A node that cannot say where it runs is taken to run here: the safe side.
+                    parallel
+                        && *load >= LIGHT
+                        && node
+                            .info()
+                            .await
+                            .map_or(true, |info| Some(info.name) == here)
+                }
             }))
-            .await
-        } else {
-            vec![false; nodes.len()]
-        };
+            .await;
         Slots {
             at_once: if parallel { needing.max(1) } else { 1 },
-            local,
+            heavy_here,
             cores: Arc::new(Semaphore::new(cores)),
         }
     }
 
     /// Runs node `i`'s `work`, holding one of this machine's cores if the node runs here.
     pub async fn hold<T>(&self, i: usize, work: impl Future<Output = T>) -> T {
-        let _core = match self.local.get(i) {
+        let _core = match self.heavy_here.get(i) {
             Some(true) => Some(self.cores.acquire().await.expect("never closed")),
             _ => None,
         };
