@@ -519,7 +519,7 @@ impl Pulling<'_> {
             return outcome;
         }
         let pulled = match refuse_podman(node).await {
-            Ok(()) => pull(node, self.registry, shipment, bar).await,
+            Ok(()) => pull(node, self.registry, shipment, self.seeded, bar).await,
             Err(e) => Err(e),
         };
         let pulled = match pulled {
@@ -725,6 +725,7 @@ async fn pull(
     node: &Engine,
     registry: &Registry,
     shipment: &Shipment,
+    seeded: Option<&StoredImage>,
     bar: &indicatif::ProgressBar,
 ) -> Result<Pulled> {
     let tunnel = match registry.local_port {
@@ -737,17 +738,21 @@ async fn pull(
             registry.address
         )));
     }
-    let pulled = pull_and_tag(node, registry, shipment, bar).await;
+    let pulled = pull_and_tag(node, registry, shipment, seeded, bar).await;
     if let Some(port) = tunnel {
         node.cancel_forward(port).await;
     }
     pulled
 }
 
+/// The bytes pulled are what the engine's progress says; a blob small enough to arrive
+/// without a `Downloading` report is counted, when the registry was filled from the layer
+/// store (`seeded`), by its size there (the engine names it by its digest's first 12 hex).
 async fn pull_and_tag(
     node: &Engine,
     registry: &Registry,
     shipment: &Shipment,
+    seeded: Option<&StoredImage>,
     bar: &indicatif::ProgressBar,
 ) -> Result<Pulled> {
     let (reference, pulled) = registry_reference(node, registry, shipment)?;
@@ -759,6 +764,7 @@ async fn pull_and_tag(
     // Per layer: (bytes downloaded, bytes to download), as the engine reports them.
     let mut layer_bytes: HashMap<String, (u64, u64)> = HashMap::new();
     let mut layers = 0;
+    let mut downloaded = std::collections::HashSet::new();
     let failure = engine::follow(stream, |info| match info.status.as_deref() {
         Some("Downloading") => {
             if let Some(detail) = info.progress_detail {
@@ -770,6 +776,9 @@ async fn pull_and_tag(
             }
         }
         Some("Pull complete") => layers += 1,
+        Some("Download complete") => {
+            downloaded.insert(info.id.unwrap_or_default());
+        }
         _ => {}
     })
     .await;
@@ -782,9 +791,24 @@ async fn pull_and_tag(
     let pulled = pulled.to_string();
     node.tag(&pulled, &reference).await?;
     untag(node, &pulled).await;
+    let reported: u64 = layer_bytes.values().map(|b| b.1).sum();
+    let known: Vec<u64> = seeded
+        .map(|image| {
+            let short = |l: &&crate::store::StoredLayer| {
+                let hex = l.blob.digest.as_str().trim_start_matches("sha256:");
+                downloaded.contains(&hex[..12.min(hex.len())])
+            };
+            image
+                .layers
+                .iter()
+                .filter(short)
+                .map(|l| l.blob.size)
+                .collect()
+        })
+        .unwrap_or_default();
     Ok(Pulled {
-        layers,
-        bytes: layer_bytes.values().map(|b| b.1).sum(),
+        layers: layers.max(known.len()),
+        bytes: reported.max(known.iter().sum()),
     })
 }
 

@@ -3,8 +3,9 @@
 # Docker way in the same run:
 #   (a) COUNT (default 300) small assembled images (a 16 KiB file and an env value each, on a
 #       base the nodes hold) to 4 nodes (Docker 26 and 28 on the containerd store, Docker
-#       20.10, Docker 20.10 over ssh): `hallmark distribute` of them all at once against one
-#       `docker save` of all the tags piped into `docker load`, node after node;
+#       20.10, Docker 20.10 over ssh): `hallmark distribute` of them all at once, serial
+#       and `--parallel`, against one `docker save` of all the tags piped into `docker load`,
+#       node after node;
 #   (b) `hallmark status` of those images on the 4 nodes against each node's own
 #       `docker image inspect` of the tags (the slowest node's);
 #   (c) the registry after the stream: a 32 MiB base reaches the 4 nodes by stream, then the
@@ -114,11 +115,15 @@ for run in $(seq 1 "$runs"); do
     docker -H "$HMTB_BUILDER" save "${tags[@]}" | on_node "$node" load -q >/dev/null
   done
   a_d=$(seconds "$t" "$(now)")
-  for node in "${four[@]}"; do forget "$node" "${tags[@]}"; done
-  t=$(now)
-  "$hallmark" --json --config "$four_config" distribute "${names[@]}" >"$work/a.json" || true
-  a_h=$(seconds "$t" "$(now)")
-  [ "$(failed_rows "$work/a.json")" = 0 ] || echo "run $run (a): $(failed_rows "$work/a.json") rows not verified" >&2
+  a() { # flags...: hallmark's seconds
+    for node in "${four[@]}"; do forget "$node" "${tags[@]}"; done
+    local t0; t0=$(now)
+    "$hallmark" --json --config "$four_config" distribute "${names[@]}" "$@" >"$work/a.json" || true
+    seconds "$t0" "$(now)"
+    [ "$(failed_rows "$work/a.json")" = 0 ] || echo "run $run (a): $(failed_rows "$work/a.json") rows not verified" >&2
+  }
+  a_h=$(a)
+  a_p=$(a --parallel)
 
   # (b) status against each node's own inspect of the tags (the slowest node).
   t=$(now)
@@ -152,7 +157,7 @@ for run in $(seq 1 "$runs"); do
     seconds "$t0" "$(now)"
   }
   if [ $((run % 2)) = 1 ]; then d_s=$(d); d_p=$(d --parallel); else d_p=$(d --parallel); d_s=$(d); fi
-  echo "$run $a_h $a_d $b_h $b_d $c_h $c_bytes $new_layer $d_s $d_p" >>"$results"
+  echo "$run $a_h $a_p $a_d $b_h $b_d $c_h $c_bytes $new_layer $d_s $d_p" >>"$results"
 done
 
 python3 - "$results" "$count" "${#all_nodes[@]}" <<'PY'
@@ -161,9 +166,9 @@ rows = [l.split() for l in open(sys.argv[1]) if l.strip()]
 count, nodes = sys.argv[2], sys.argv[3]
 mib = lambda b: f"{int(b) / 2**20:.2f}"
 print(f"\n(a) {count} images to 4 nodes, (b) status of them on 4 nodes, (c) first registry update after the stream (4 nodes), (d) 64 MiB image to {nodes} nodes\n")
-print("| run | (a) hallmark s | (a) save\\|load s | (a) x faster | (b) status s | (b) slowest inspect s | (b) status/inspect | (c) s | (c) pulled MiB | (c) new layer MiB x4 | (d) serial s | (d) --parallel s | (d) serial/parallel |")
-print("|---|" + "---|" * 12)
-for r, ah, ad, bh, bd, ch, cb, nl, ds, dp in rows:
-    print(f"| {r} | {ah} | {ad} | {float(ad)/float(ah):.2f} | {bh} | {float(bd):.2f} | {float(bh)/float(bd):.2f} | {ch} | {mib(cb)} | {mib(4*int(nl))} | {ds} | {dp} | {float(ds)/float(dp):.2f} |")
+print("| run | (a) hallmark s | (a) --parallel s | (a) save\\|load s | (a) x faster (serial, --parallel) | (b) status s | (b) slowest inspect s | (b) status/inspect | (c) s | (c) pulled MiB | (c) new layer MiB x4 | (d) serial s | (d) --parallel s | (d) serial/parallel |")
+print("|---|" + "---|" * 13)
+for r, ah, ap, ad, bh, bd, ch, cb, nl, ds, dp in rows:
+    print(f"| {r} | {ah} | {ap} | {ad} | {float(ad)/float(ah):.2f}, {float(ad)/float(ap):.2f} | {bh} | {float(bd):.2f} | {float(bh)/float(bd):.2f} | {ch} | {mib(cb)} | {mib(4*int(nl))} | {ds} | {dp} | {float(ds)/float(dp):.2f} |")
 PY
 echo "reproduce: RUNS=$runs COUNT=$count scripts/bench-scale.d/ship.sh"
