@@ -329,7 +329,7 @@ async fn send_together(
         .map(|(i, _, _)| shipments[*i].wanted(store))
         .collect();
     let holdings = verify::holdings(node, settings.checksum_label, &wanted).await;
-    let mut judged = Vec::new();
+    let (mut judged, mut loaded) = (Vec::new(), Vec::new());
     for (((i, image, first), holding), sent) in together.iter().zip(holdings).zip(carried) {
         let shipment = &shipments[*i];
         if *first > 0 && matches!(&holding, Ok(h) if h.state == Holding::Incomplete) {
@@ -343,10 +343,16 @@ async fn send_together(
         };
         let outcome = node::judged(&node.node, holding, shipment, action);
         if outcome.verified() {
-            transfer::remember_loaded(settings.cache, node, &shipment.reference, image).await;
+            loaded.push((&shipment.reference, image));
         }
         judged.push((*i, Some(outcome)));
     }
+    // What hallmark loaded where, noted for the next thin archives (an inspect each).
+    futures_util::stream::iter(loaded)
+        .for_each_concurrent(INSPECTS_AT_ONCE, |(reference, image)| {
+            transfer::remember_loaded(settings.cache, node, reference, image)
+        })
+        .await;
     Ok(judged)
 }
 
