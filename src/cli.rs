@@ -96,7 +96,8 @@ pub enum Command {
         /// Only these nodes (comma-separated).
         #[arg(long, value_name = "NODE,...", value_delimiter = ',')]
         to: Vec<String>,
-        /// Transfer to all nodes at once (ssh host keys are settled first, one node at a time).
+        /// Transfer to the nodes at once (heavy loads into engines on this machine: one per core;
+        /// ssh host keys are settled first, one node at a time).
         #[arg(long)]
         parallel: bool,
         /// Send every layer, as `docker save | docker load` would.
