@@ -299,7 +299,9 @@ fn thin_update_from_a_builder(builder_args: &[&str], base_mib: u64) {
         testbed.assert_saves_whole(&node, &wrap);
     }
 
-    // The next version through a registry: the builder pushes, every node pulls.
+    // The next version through the registry hallmark starts, filled from the layer store:
+    // the containerd-store nodes pull (the new layer only); the classic node, which would
+    // download the base it got by stream again, gets the new layer by stream.
     let spec = project.read("images/wrap/image.toml");
     project.write(
         "images/wrap/image.toml",
@@ -312,8 +314,15 @@ fn thin_update_from_a_builder(builder_args: &[&str], base_mib: u64) {
     let pull = support::registry_config(&testbed, &support::unique(), &port);
     let (code, report) = hallmark_json(&project, &pull, &["distribute", "wrap"]);
     assert_eq!(code, 0, "{report}");
+    let containerd = testbed.containerd_nodes();
     for node in nodes_of(&report) {
-        assert_eq!(node["action"], "pulled", "{node}");
+        let pulls = containerd.iter().any(|n| node["node"] == n.as_str());
+        assert_eq!(
+            node["action"],
+            if pulls { "pulled" } else { "thin" },
+            "{node}"
+        );
+        assert!(node["layer_bytes"].as_u64().unwrap() < 5 * MIB, "{node}");
         assert_eq!(node["verified"], true, "{node}");
     }
     for node in testbed.nodes() {
