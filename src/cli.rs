@@ -88,12 +88,16 @@ pub enum Command {
     },
     /// Ship images from the builder to the nodes: only missing layers, verified after load.
     Distribute {
-        #[arg(value_name = "IMAGE", required = true)]
+        #[arg(value_name = "IMAGE", required_unless_present = "all")]
         images: Vec<String>,
+        /// Every image of the project (each node gets all it lacks in one archive).
+        #[arg(long, conflicts_with = "images")]
+        all: bool,
         /// Only these nodes (comma-separated).
         #[arg(long, value_name = "NODE,...", value_delimiter = ',')]
         to: Vec<String>,
-        /// Transfer to all nodes at once (ssh host keys are settled first, one node at a time).
+        /// Transfer to the nodes at once (heavy loads into engines on this machine: one per core;
+        /// ssh host keys are settled first, one node at a time).
         #[arg(long)]
         parallel: bool,
         /// Send every layer, as `docker save | docker load` would.

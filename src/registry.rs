@@ -9,6 +9,8 @@
 //! port on their own loopback: engines pull from 127.0.0.0/8 over plain HTTP without any
 //! insecure-registry setting, and the tunnel rides the connection whose host key is checked.
 
+mod seed;
+
 use crate::config::RegistryConfig;
 use crate::engine::{self, Engine};
 use crate::error::{Error, Result};
@@ -399,8 +401,14 @@ pub async fn distribute(
     if outcomes.iter().all(Option::is_some) {
         return outcomes.into_iter().flatten().collect();
     }
-    let registry = match open_and_push(builder, config, cache, shipment, &phases).await {
-        Ok(registry) => registry,
+    let source = LayerSource {
+        builder,
+        store,
+        stored: tokio::sync::Mutex::new(None),
+    };
+    let pushed = open_and_push(&source, config, cache, shipment, &phases).await;
+    let (registry, seeded) = match pushed {
+        Ok(pushed) => pushed,
         Err(e) => {
             let message = e.to_string();
             return outcomes
@@ -413,21 +421,24 @@ pub async fn distribute(
         }
     };
     let bars = progress::bars(settings.progress);
-    let source = LayerSource {
-        builder,
-        store,
-        stored: tokio::sync::Mutex::new(None),
-    };
     let pulls = outcomes
         .iter()
         .enumerate()
         .filter(|(_, o)| o.is_none())
         .map(|(i, _)| {
             let (node, registry, source, chains) = (&nodes[i], &registry, &source, &chains);
+            let seeded = seeded.as_ref();
             let bar = bars.add(progress::transfer_bar(&node.node));
             let work = async move {
-                let outcome =
-                    pull_and_verify(source, node, registry, shipment, settings, chains, &bar).await;
+                let pulling = Pulling {
+                    source,
+                    registry,
+                    shipment,
+                    settings,
+                    chains,
+                    seeded,
+                };
+                let outcome = pulling.pull_and_verify(node, &bar).await;
                 bar.finish_and_clear();
                 outcome
             };
@@ -444,56 +455,169 @@ pub async fn distribute(
         .collect()
 }
 
-/// The registry, open, holding the shipment.
+/// The registry, open, holding the shipment. The registry hallmark starts is filled from the
+/// layer store (`seed.rs`: the blobs as the stream sends them), and that image comes back;
+/// an operator's registry gets the builder's push (its credentials are the docker CLI's).
 async fn open_and_push(
-    builder: &Engine,
+    source: &LayerSource<'_>,
     config: &RegistryConfig,
     cache: &Path,
     shipment: &Shipment,
     phases: &Phases,
-) -> Result<Registry> {
+) -> Result<(Registry, Option<StoredImage>)> {
     let registry = Registry::open(config, cache).await?;
     phases.say(format!("registry at {}", registry.address));
-    let pushed = push(builder, &registry, shipment).await?;
+    if registry.local_port.is_none() {
+        let pushed = push(source.builder, &registry, shipment).await?;
+        phases.say(format!(
+            "pushed {}: {} layers sent, {} already there",
+            shipment.reference, pushed.0, pushed.1
+        ));
+        return Ok((registry, None));
+    }
+    let image = source.image(shipment).await?;
+    let (reference, at_registry) = registry_reference(source.builder, &registry, shipment)?;
+    let (sent, present) = seed::push_stored(
+        &registry.address,
+        reference.name(),
+        at_registry.tag_or_latest(),
+        source.store,
+        &image,
+    )
+    .await
+    .map_err(|e| {
+        source.builder.error(format!(
+            "cannot put {} into the registry: {e}",
+            shipment.reference
+        ))
+    })?;
     phases.say(format!(
-        "pushed {}: {} layers sent, {} already there",
-        shipment.reference, pushed.0, pushed.1
+        "put {} into the registry from the layer store: {sent} blobs sent, {present} already there",
+        shipment.reference
     ));
-    Ok(registry)
+    Ok((registry, Some(image)))
 }
 
-/// One node pulls the image and is verified; a node that pulled an image it cannot read all
-/// of is completed from `source`.
-async fn pull_and_verify(
-    source: &LayerSource<'_>,
-    node: &Engine,
-    registry: &Registry,
-    shipment: &Shipment,
-    settings: &ShipSettings<'_>,
-    chains: &[String],
-    bar: &indicatif::ProgressBar,
-) -> NodeOutcome {
-    let pulled = match refuse_podman(node).await {
-        Ok(()) => pull(node, registry, shipment, bar).await,
-        Err(e) => Err(e),
-    };
-    let pulled = match pulled {
-        Ok(pulled) => pulled,
-        Err(e) => return NodeOutcome::failed(&node.node, e.to_string()),
-    };
-    let holding = node::holding(node, shipment, settings).await;
-    let mut outcome = if matches!(&holding, Ok(h) if h.state == Holding::Incomplete) {
-        complete(source, node, shipment, settings, chains, bar.clone()).await
-    } else {
-        let action = Action::Pulled(Transfer::default());
-        node::judged(&node.node, holding, shipment, action)
-    };
-    if let Action::Pulled(sent) = &mut outcome.action {
-        sent.layers_sent += pulled.layers;
-        sent.layer_bytes += pulled.bytes;
-        sent.archive_bytes += pulled.bytes;
+/// One node's pull, with what every node's pull shares.
+struct Pulling<'a> {
+    source: &'a LayerSource<'a>,
+    registry: &'a Registry,
+    shipment: &'a Shipment,
+    settings: &'a ShipSettings<'a>,
+    chains: &'a [String],
+    /// The image as the registry hallmark started holds it (from the layer store), if so.
+    seeded: Option<&'a StoredImage>,
+}
+
+impl Pulling<'_> {
+    /// One node pulls the image and is verified; a node that pulled an image it cannot read
+    /// all of is completed from the layer store. A classic node that holds some of the
+    /// image's layers it did not pull from this registry gets the rest by stream instead.
+    async fn pull_and_verify(&self, node: &Engine, bar: &indicatif::ProgressBar) -> NodeOutcome {
+        let (shipment, settings) = (self.shipment, self.settings);
+        if let Some(outcome) = self.by_stream(node, bar).await {
+            return outcome;
+        }
+        let pulled = match refuse_podman(node).await {
+            Ok(()) => pull(node, self.registry, shipment, self.seeded, bar).await,
+            Err(e) => Err(e),
+        };
+        let pulled = match pulled {
+            Ok(pulled) => pulled,
+            Err(e) => return NodeOutcome::failed(&node.node, e.to_string()),
+        };
+        let holding = node::holding(node, shipment, settings).await;
+        let mut outcome = if matches!(&holding, Ok(h) if h.state == Holding::Incomplete) {
+            complete(
+                self.source,
+                node,
+                shipment,
+                settings,
+                self.chains,
+                bar.clone(),
+            )
+            .await
+        } else {
+            let action = Action::Pulled(Transfer::default());
+            node::judged(&node.node, holding, shipment, action)
+        };
+        if let Action::Pulled(sent) = &mut outcome.action {
+            sent.layers_sent += pulled.layers;
+            sent.layer_bytes += pulled.bytes;
+            sent.archive_bytes += pulled.bytes;
+            if let Some(image) = self.seeded {
+                note_pulled(settings.cache, node, image);
+            }
+        }
+        outcome
     }
-    outcome
+
+    /// Docker's classic store skips a layer it holds only if it learned the registry's
+    /// digest for it from an earlier pull or push of that blob: layers it got by stream are
+    /// downloaded again (seen on Docker 20.10). So a classic node whose pull would download
+    /// more of what it holds (layers it did not pull from the registry hallmark fills) than
+    /// of what it lacks gets the layers it lacks as a thin archive instead: `Some` outcome;
+    /// `None` when it pulls.
+    async fn by_stream(&self, node: &Engine, bar: &indicatif::ProgressBar) -> Option<NodeOutcome> {
+        let image = self.seeded?;
+        if transfer::keeps_blobs(node).await {
+            return None;
+        }
+        let (cache, related) = (self.settings.cache, &self.shipment.related);
+        let first = transfer::held_prefix(node, cache, self.chains, related)
+            .await
+            .ok()?;
+        let pulled = pulled_digests(cache, node);
+        let again: u64 = image.layers[..first]
+            .iter()
+            .filter(|l| !pulled.contains(l.blob.digest.as_str()))
+            .map(|l| l.blob.size)
+            .sum();
+        let lacking: u64 = image.layers[first..].iter().map(|l| l.blob.size).sum();
+        if again <= lacking {
+            return None;
+        }
+        let store = self.source.store;
+        let settings = self.settings;
+        Some(
+            node::send_and_verify(
+                node,
+                store,
+                image,
+                self.shipment,
+                settings,
+                first,
+                bar.clone(),
+            )
+            .await,
+        )
+    }
+}
+
+/// `<cache>/registry/pulled/<node>.json`: the blobs a classic node pulled from the registry
+/// hallmark fills, whose digests it now knows.
+fn pulled_path(cache: &Path, node: &Engine) -> PathBuf {
+    cache
+        .join("registry/pulled")
+        .join(format!("{}.json", node.node))
+}
+
+fn pulled_digests(cache: &Path, node: &Engine) -> std::collections::BTreeSet<String> {
+    fs_err::read_to_string(pulled_path(cache, node))
+        .ok()
+        .and_then(|t| serde_json::from_str(&t).ok())
+        .unwrap_or_default()
+}
+
+/// After a verified pull of `image` by `node`: its blobs' digests are known to the node. A
+/// note not written costs that node's next update a stream instead of a pull.
+fn note_pulled(cache: &Path, node: &Engine, image: &StoredImage) {
+    let mut digests = pulled_digests(cache, node);
+    digests.extend(image.layers.iter().map(|l| l.blob.digest.to_string()));
+    let path = pulled_path(cache, node);
+    let text = serde_json::to_string(&digests).expect("serializes");
+    let _ = fs_err::create_dir_all(path.parent().expect("a folder"))
+        .and_then(|()| fs_err::write(&path, text));
 }
 
 /// Where a node that pulled an image it cannot read gets the layers it lacks: the layer
@@ -502,6 +626,19 @@ struct LayerSource<'a> {
     builder: &'a Engine,
     store: &'a Arc<LayerStore>,
     stored: tokio::sync::Mutex<Option<StoredImage>>,
+}
+
+impl LayerSource<'_> {
+    /// The shipment in the layer store, exported into it once, by whoever asks first.
+    async fn image(&self, shipment: &Shipment) -> Result<StoredImage> {
+        let mut stored = self.stored.lock().await;
+        if stored.is_none() {
+            let (_, image) =
+                transfer::stored_image(self.builder, self.store, &shipment.reference).await?;
+            *stored = Some(image);
+        }
+        Ok(stored.clone().expect("stored"))
+    }
 }
 
 /// Sends a node that pulled an image it cannot read all of the layers its store lacks, from
@@ -515,22 +652,14 @@ async fn complete(
     chains: &[String],
     bar: indicatif::ProgressBar,
 ) -> NodeOutcome {
-    let image = {
-        let mut stored = source.stored.lock().await;
-        if stored.is_none() {
-            match transfer::stored_image(source.builder, source.store, &shipment.reference).await {
-                Ok((_, image)) => *stored = Some(image),
-                Err(e) => {
-                    return NodeOutcome::failed(
-                        &node.node,
-                        format!(
-                            "pulled an image the node cannot read all of, and cannot complete it: {e}"
-                        ),
-                    );
-                }
-            }
+    let image = match source.image(shipment).await {
+        Ok(image) => image,
+        Err(e) => {
+            return NodeOutcome::failed(
+                &node.node,
+                format!("pulled an image the node cannot read all of, and cannot complete it: {e}"),
+            );
         }
-        stored.clone().expect("stored")
     };
     let first = match transfer::held_prefix(node, settings.cache, chains, &shipment.related).await {
         Ok(first) => first,
@@ -596,6 +725,7 @@ async fn pull(
     node: &Engine,
     registry: &Registry,
     shipment: &Shipment,
+    seeded: Option<&StoredImage>,
     bar: &indicatif::ProgressBar,
 ) -> Result<Pulled> {
     let tunnel = match registry.local_port {
@@ -608,17 +738,21 @@ async fn pull(
             registry.address
         )));
     }
-    let pulled = pull_and_tag(node, registry, shipment, bar).await;
+    let pulled = pull_and_tag(node, registry, shipment, seeded, bar).await;
     if let Some(port) = tunnel {
         node.cancel_forward(port).await;
     }
     pulled
 }
 
+/// The bytes pulled are what the engine's progress says; a blob small enough to arrive
+/// without a `Downloading` report is counted, when the registry was filled from the layer
+/// store (`seeded`), by its size there (the engine names it by its digest's first 12 hex).
 async fn pull_and_tag(
     node: &Engine,
     registry: &Registry,
     shipment: &Shipment,
+    seeded: Option<&StoredImage>,
     bar: &indicatif::ProgressBar,
 ) -> Result<Pulled> {
     let (reference, pulled) = registry_reference(node, registry, shipment)?;
@@ -630,6 +764,7 @@ async fn pull_and_tag(
     // Per layer: (bytes downloaded, bytes to download), as the engine reports them.
     let mut layer_bytes: HashMap<String, (u64, u64)> = HashMap::new();
     let mut layers = 0;
+    let mut downloaded = std::collections::HashSet::new();
     let failure = engine::follow(stream, |info| match info.status.as_deref() {
         Some("Downloading") => {
             if let Some(detail) = info.progress_detail {
@@ -641,6 +776,9 @@ async fn pull_and_tag(
             }
         }
         Some("Pull complete") => layers += 1,
+        Some("Download complete") => {
+            downloaded.insert(info.id.unwrap_or_default());
+        }
         _ => {}
     })
     .await;
@@ -653,9 +791,24 @@ async fn pull_and_tag(
     let pulled = pulled.to_string();
     node.tag(&pulled, &reference).await?;
     untag(node, &pulled).await;
+    let reported: u64 = layer_bytes.values().map(|b| b.1).sum();
+    let known: Vec<u64> = seeded
+        .map(|image| {
+            let short = |l: &&crate::store::StoredLayer| {
+                let hex = l.blob.digest.as_str().trim_start_matches("sha256:");
+                downloaded.contains(&hex[..12.min(hex.len())])
+            };
+            image
+                .layers
+                .iter()
+                .filter(short)
+                .map(|l| l.blob.size)
+                .collect()
+        })
+        .unwrap_or_default();
     Ok(Pulled {
-        layers,
-        bytes: layer_bytes.values().map(|b| b.1).sum(),
+        layers: layers.max(known.len()),
+        bytes: reported.max(known.iter().sum()),
     })
 }
 

@@ -11,8 +11,10 @@
 //! This file is the stream transport's distribute; `registry.rs` is the registry transport's.
 //! Both run each node's work through `ship/node.rs` and report `ship/outcome.rs`'s outcomes.
 
+pub mod batch;
 pub mod node;
 pub mod outcome;
+pub mod slots;
 
 pub use outcome::{Action, NodeOutcome, Transfer};
 
@@ -54,6 +56,17 @@ pub struct Shipment {
 }
 
 impl Shipment {
+    /// What a node should hold, as `verify` compares it (`store`: where hallmark's archive of
+    /// it may be, which a containerd node knows by its manifest digest).
+    pub fn wanted(&self, store: &LayerStore) -> verify::Wanted {
+        verify::Wanted {
+            reference: self.reference.clone(),
+            checksum: self.checksum.clone(),
+            fingerprint: self.fingerprint.clone(),
+            ids: verify::known_ids(store, &self.image_id),
+        }
+    }
+
     /// The builder's image, as its export into the layer store names it.
     pub fn on_builder(&self) -> OnBuilder<'_> {
         OnBuilder {
@@ -106,7 +119,7 @@ pub async fn distribute(
     shipment: &Shipment,
     settings: &ShipSettings<'_>,
 ) -> Result<Vec<NodeOutcome>> {
-    let mut full_nodes = remembered_full_nodes(settings.state_dir);
+    let full_nodes = remembered_full_nodes(settings.state_dir);
     let run = Distribute {
         builder,
         nodes,
@@ -139,8 +152,19 @@ pub async fn distribute(
         .into_iter()
         .map(|o| o.expect("every node has an outcome"))
         .collect();
+    note_full_nodes(settings.state_dir, full_nodes, &outcomes)?;
+    Ok(outcomes)
+}
+
+/// Remembers the nodes that refused a thin archive and took a full one (`outcomes`), so that
+/// the next distribute sends them full archives at once.
+fn note_full_nodes<'a>(
+    state_dir: &Path,
+    mut full_nodes: BTreeMap<String, String>,
+    outcomes: impl IntoIterator<Item = &'a NodeOutcome>,
+) -> Result<()> {
     let mut changed = false;
-    for outcome in &outcomes {
+    for outcome in outcomes {
         if outcome.action.transfer().fell_back_to_full
             && outcome.verified()
             && full_nodes
@@ -151,9 +175,9 @@ pub async fn distribute(
         }
     }
     if changed {
-        remember_full_nodes(settings.state_dir, &full_nodes)?;
+        remember_full_nodes(state_dir, &full_nodes)?;
     }
-    Ok(outcomes)
+    Ok(())
 }
 
 /// One image's distribute over the stream transport, phase by phase.
@@ -279,6 +303,17 @@ impl Distribute<'_> {
         stored: Option<StoredImage>,
     ) -> Vec<(usize, NodeOutcome)> {
         let (store, shipment, settings) = (self.store, self.shipment, self.settings);
+        let loads: Vec<u64> = decisions
+            .iter()
+            .enumerate()
+            .map(|(i, decision)| match (decision, &stored) {
+                (Decision::Send { first_missing }, Some(image)) if outcomes[i].is_none() => {
+                    let layers = &image.layers[(*first_missing).min(image.layers.len())..];
+                    layers.iter().map(|l| l.blob.size).sum::<u64>().max(1)
+                }
+                _ => 0,
+            })
+            .collect();
         let work = self
             .nodes
             .iter()
@@ -305,13 +340,11 @@ impl Distribute<'_> {
                     .await
                 };
                 (i, work)
-            });
-        let at_once = if settings.parallel {
-            self.nodes.len()
-        } else {
-            1
-        };
-        node::run(work, at_once, &self.phases).await
+            })
+            .collect::<Vec<_>>();
+        let slots = slots::Slots::new(settings.parallel, self.nodes, &loads).await;
+        let work = work.into_iter().map(|(i, work)| (i, slots.hold(i, work)));
+        node::run(work, slots.at_once, &self.phases).await
     }
 }
 

@@ -158,15 +158,7 @@ pub async fn held_prefix(
 ) -> Result<usize> {
     let blobs = keeps_blobs(engine).await;
     let prefix_of = |image: crate::engine::ImageAnswer| {
-        let layers = image.layers();
-        let ours = || {
-            let id = image.id().unwrap_or_default();
-            loaded(cache, id).is_some_and(|s| s.diff_ids() == layers)
-        };
-        if blobs && !ours() {
-            return 0;
-        }
-        let held: HashSet<String> = chain_ids(layers).into_iter().collect();
+        let held = usable_chains(cache, blobs, &image);
         chains.iter().take_while(|c| held.contains(*c)).count()
     };
     let mut best = None;
@@ -187,9 +179,26 @@ pub async fn held_prefix(
     Ok(best)
 }
 
+/// The layer chains of `image` (an engine's answer) a load into that engine can build on:
+/// all of them on the classic store; on a containerd store (`blobs`), only those of an image
+/// hallmark loaded there ([`held_prefix`] says why).
+pub fn usable_chains(
+    cache: &Path,
+    blobs: bool,
+    image: &crate::engine::ImageAnswer,
+) -> HashSet<String> {
+    let layers = image.layers();
+    let ours =
+        || loaded(cache, image.id().unwrap_or_default()).is_some_and(|s| s.diff_ids() == layers);
+    if blobs && !ours() {
+        return HashSet::new();
+    }
+    chain_ids(layers).into_iter().collect()
+}
+
 /// Whether the engine keeps images in containerd's content store (the containerd image
 /// store); if it cannot say, it is taken to (the cost is a thin archive carrying more).
-async fn keeps_blobs(engine: &Engine) -> bool {
+pub async fn keeps_blobs(engine: &Engine) -> bool {
     engine
         .info()
         .await
@@ -279,6 +288,26 @@ pub async fn send(
     });
     load_into(node, reference, body, &written, bar).await?;
     Ok((layer_bytes, written.load(Ordering::Relaxed)))
+}
+
+/// Streams one archive holding several images into `node`'s load (`oci::archive::write_many`:
+/// each image's layers from its `first` on, a shared blob once); returns the archive bytes.
+pub async fn send_many(
+    node: &Engine,
+    store: &Arc<LayerStore>,
+    images: Vec<(StoredImage, Reference, usize)>,
+    bar: &indicatif::ProgressBar,
+) -> Result<u64> {
+    let written = Arc::new(AtomicU64::new(0));
+    let store = Arc::clone(store);
+    let what = format!("{} images", images.len());
+    let body = engine::body_from_writer(Some(Arc::clone(&written)), move |writer| {
+        let entries: Vec<_> = images.iter().map(|(i, r, f)| (i, Some(r), *f)).collect();
+        oci::archive::write_many(&store, &entries, writer)
+            .map_err(|e| Error::io(store.root.clone(), e))
+    });
+    load_into(node, &what, body, &written, bar).await?;
+    Ok(written.load(Ordering::Relaxed))
 }
 
 /// `docker load` of `body` into `node`, with a progress bar fed by the `sent` counter.

@@ -161,21 +161,42 @@ pub struct Wanted {
     pub reference: String,
     pub checksum: String,
     pub fingerprint: String,
+    /// The ids an engine gives the builder's image ([`known_ids`]): a node that lists the tag
+    /// under one of them holds that very content (ids are content addresses), no inspect asked.
+    pub ids: Vec<String>,
+}
+
+/// The ids engines give the builder's image `builder_id`: that id (the config digest on a
+/// classic store, which a classic node computes alike; the manifest digest on a containerd
+/// builder, which a containerd node keeps) and, if the layer store holds the image, the
+/// digest of the manifest hallmark's archives carry (what a containerd node it loaded calls it).
+pub fn known_ids(store: &crate::store::LayerStore, builder_id: &str) -> Vec<String> {
+    let mut ids = vec![builder_id.to_string()];
+    if let Some(stored) = store.image(builder_id) {
+        ids.push(crate::oci::archive::manifest(&stored).0.to_string());
+    }
+    ids
 }
 
 /// How many images of one engine are inspected at once.
 const INSPECTS_AT_ONCE: usize = 8;
 
-/// What `engine` holds of each of `wanted`, in order: one listing of the engine's images
-/// first, so that a tag naming an image with another checksum is `stale` without a request
-/// of its own; the others are inspected, several at a time.
+/// What `engine` holds of each of `wanted`, in order, from one listing of the engine's
+/// images: a tag naming an image with another checksum is `stale`, one naming an id of
+/// `wanted.ids` with the checksum `current`, a tag a classic store does not list `missing`,
+/// each without a request of its own. Only the others are inspected, several at a time: a
+/// containerd store may hold a tag it does not list (Docker 26, an incomplete image), and an
+/// image under another id is judged by its content.
 pub async fn holdings(
     engine: &Engine,
     label_key: &str,
     wanted: &[Wanted],
 ) -> Vec<Result<NodeHolding>> {
     use futures_util::StreamExt as _;
-    let listed = match engine.listed_images().await {
+    let (listed, info) = futures_util::future::join(engine.listed_images(), engine.info()).await;
+    // If the engine cannot say which store it has, every unlisted tag is asked.
+    let lists_all = info.is_ok_and(|info| info.image_store() == "classic");
+    let listed = match listed {
         Ok(listed) => listed,
         Err(e) => {
             let message = e.to_string();
@@ -208,6 +229,24 @@ pub async fn holdings(
                     fingerprint: None,
                     detail: None,
                 });
+            }
+            let held = |state, fingerprint: Option<&str>| NodeHolding {
+                node: engine.node.clone(),
+                state,
+                checksum: fingerprint.map(|_| want.checksum.clone()),
+                fingerprint: fingerprint.map(str::to_string),
+                detail: None,
+            };
+            match seen {
+                None if lists_all => return Ok(held(Holding::Missing, None)),
+                Some(seen)
+                    if seen.labels.get(label_key) == Some(&want.checksum)
+                        && !want.fingerprint.is_empty()
+                        && want.ids.contains(&seen.id) =>
+                {
+                    return Ok(held(Holding::Current, Some(&want.fingerprint)));
+                }
+                _ => {}
             }
             holding_of(
                 engine,

@@ -11,6 +11,7 @@ use crate::registry;
 use crate::settings::Settings;
 use crate::ship::{self, NodeOutcome, ShipSettings};
 use crate::store::LayerStore;
+use futures_util::StreamExt as _;
 use serde::Serialize;
 use std::sync::Arc;
 
@@ -21,7 +22,10 @@ pub(super) fn run(
     parallel: bool,
     full: bool,
 ) -> Result<ExitStatus> {
-    let names = settings.names(images)?;
+    let names = match images {
+        [] => settings.project.image_names()?,
+        named => settings.names(named)?,
+    };
     let plan = Plan::new(&settings.project, &names)?;
     let nodes = settings.selected_nodes(to)?;
     let ship_settings = ShipSettings {
@@ -37,20 +41,29 @@ pub(super) fn run(
     let shipped = runtime()?.block_on(async {
         let builder = connect(settings, &settings.config.builder).await?;
         let targets = Targets::connect(settings, &nodes).await;
-        let mut shipped = Vec::new();
-        for name in &names {
-            let image = plan.get(name);
-            let shipment = shipment(settings, &builder, &plan, image).await?;
-            let outcomes = targets
-                .ship(settings, &builder, &store, &shipment, &ship_settings)
-                .await?;
-            shipped.push(Shipped {
-                image: name.to_string(),
-                nodes: outcomes,
-                reference: shipment.reference,
-            });
-        }
-        Ok::<_, Error>(shipped)
+        let shipments = futures_util::stream::iter(
+            names
+                .iter()
+                .map(|name| shipment(settings, &builder, &plan, plan.get(name))),
+        )
+        .buffered(8)
+        .collect::<Vec<_>>()
+        .await
+        .into_iter()
+        .collect::<Result<Vec<_>>>()?;
+        let outcomes = targets
+            .ship(settings, &builder, &store, &shipments, &ship_settings)
+            .await?;
+        let shipped = names.iter().zip(shipments).zip(outcomes);
+        Ok::<_, Error>(
+            shipped
+                .map(|((name, shipment), nodes)| Shipped {
+                    image: name.to_string(),
+                    nodes,
+                    reference: shipment.reference,
+                })
+                .collect::<Vec<_>>(),
+        )
     })?;
     // The table says what was done; with `-q` the exit code alone says whether it worked.
     if settings.output.json || !settings.output.quiet {
@@ -126,38 +139,47 @@ impl<'a> Targets<'a> {
         targets
     }
 
-    /// Ships `shipment` to every node; the outcomes in the cluster file's order.
+    /// Ships `shipments` to every node: per image, the outcomes in the cluster file's order.
+    /// The stream nodes get all the images in one archive each (one image: the export goes
+    /// straight into the first node that needs all of it); the registry's, image by image.
     async fn ship(
         &self,
         settings: &Settings,
         builder: &Engine,
         store: &Arc<LayerStore>,
-        shipment: &ship::Shipment,
+        shipments: &[ship::Shipment],
         ship_settings: &ShipSettings<'_>,
-    ) -> Result<Vec<NodeOutcome>> {
-        let mut outcomes = if self.by_stream.is_empty() {
-            Vec::new()
-        } else {
-            ship::distribute(builder, &self.by_stream, store, shipment, ship_settings).await?
+    ) -> Result<Vec<Vec<NodeOutcome>>> {
+        let mut outcomes: Vec<Vec<NodeOutcome>> = match (&self.by_stream[..], shipments) {
+            ([], _) => shipments.iter().map(|_| Vec::new()).collect(),
+            (nodes, [one]) => {
+                vec![ship::distribute(builder, nodes, store, one, ship_settings).await?]
+            }
+            (nodes, _) => {
+                ship::batch::distribute_many(builder, nodes, store, shipments, ship_settings)
+                    .await?
+            }
         };
-        if !self.by_registry.is_empty() {
-            outcomes.extend(
-                registry::distribute(
-                    builder,
-                    &self.by_registry,
-                    &settings.config.registry,
-                    &settings.cache,
-                    store,
-                    shipment,
-                    ship_settings,
-                )
-                .await,
-            );
+        for (shipment, outcomes) in shipments.iter().zip(&mut outcomes) {
+            if !self.by_registry.is_empty() {
+                outcomes.extend(
+                    registry::distribute(
+                        builder,
+                        &self.by_registry,
+                        &settings.config.registry,
+                        &settings.cache,
+                        store,
+                        shipment,
+                        ship_settings,
+                    )
+                    .await,
+                );
+            }
+            for (node, error) in &self.unreachable {
+                outcomes.push(NodeOutcome::failed(node, error.clone()));
+            }
+            outcomes.sort_by_key(|o| self.nodes.iter().position(|n| n.name.as_str() == o.node));
         }
-        for (node, error) in &self.unreachable {
-            outcomes.push(NodeOutcome::failed(node, error.clone()));
-        }
-        outcomes.sort_by_key(|o| self.nodes.iter().position(|n| n.name.as_str() == o.node));
         Ok(outcomes)
     }
 }

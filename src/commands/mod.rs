@@ -43,6 +43,7 @@ pub fn run(cli: Cli) -> Result<ExitStatus> {
         }
         Command::Distribute {
             images,
+            all: _, // no image named: all of them
             to,
             parallel,
             full,

@@ -18,29 +18,36 @@ pub(super) fn run(settings: &Settings) -> Result<ExitStatus> {
         let connected = connect_all(settings, &nodes).await;
         let builder = connect(settings, &settings.config.builder).await.ok();
         // The builder's fingerprint is the reference; without it, the label alone is known.
-        let expected = futures_util::stream::iter(names.iter().map(|name| {
+        let on_builder = futures_util::stream::iter(names.iter().map(|name| {
             let image = plan.get(name);
             let builder = builder.as_ref();
             async move {
                 let held = builder?.inspect(&image.loaded.reference()).await.ok()??;
                 (verify::label(&held, label) == Some(image.checksum.as_str()))
-                    .then(|| verify::fingerprint(&held))
+                    .then(|| (verify::fingerprint(&held), held.id().unwrap_or_default().to_string()))
             }
         }))
         .buffered(8)
-        .collect::<Vec<Option<String>>>()
+        .collect::<Vec<Option<(String, String)>>>()
         .await;
+        let store = crate::store::LayerStore::open(&settings.cache);
         let wanted: Vec<verify::Wanted> = names
             .iter()
-            .zip(&expected)
-            .map(|(name, expected)| {
+            .zip(&on_builder)
+            .map(|(name, on_builder)| {
                 let image = plan.get(name);
+                let (fingerprint, id) = on_builder.clone().unwrap_or_default();
                 verify::Wanted {
                     reference: image.loaded.reference(),
                     checksum: image.checksum.to_string(),
-                    fingerprint: expected.clone().unwrap_or_default(),
+                    fingerprint,
+                    ids: verify::known_ids(&store, &id),
                 }
             })
+            .collect();
+        let expected: Vec<Option<&str>> = on_builder
+            .iter()
+            .map(|b| b.as_ref().map(|(fingerprint, _)| fingerprint.as_str()))
             .collect();
         let mut columns = holdings_of_nodes(settings, &nodes, &connected, &wanted).await;
         for column in &mut columns {

@@ -30,13 +30,9 @@ pub(super) fn run(settings: &Settings, images: &[String], nodes: &[String]) -> R
         .collect::<Vec<_>>()
         .await;
         let mut wanted = Vec::new();
+        let store = crate::store::LayerStore::open(&settings.cache);
         for shipment in shipments {
-            let shipment = shipment?;
-            wanted.push(verify::Wanted {
-                reference: shipment.reference,
-                checksum: shipment.checksum,
-                fingerprint: shipment.fingerprint,
-            });
+            wanted.push(shipment?.wanted(&store));
         }
         let columns = holdings_of_nodes(settings, &nodes, &connected, &wanted).await;
         Ok::<_, Error>(image_rows(&names, columns))

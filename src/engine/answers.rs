@@ -178,6 +178,9 @@ pub struct EngineInfo {
     pub images: Option<i64>,
     #[serde(rename = "DockerRootDir", deserialize_with = "nullable")]
     pub docker_root_dir: String,
+    /// The engine's host name (`--parallel` counts the nodes on the builder's machine).
+    #[serde(rename = "Name", default, deserialize_with = "nullable")]
+    pub name: String,
 }
 
 impl EngineInfo {

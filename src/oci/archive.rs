@@ -82,8 +82,27 @@ pub fn manifest(image: &StoredImage) -> (Digest, String) {
     (Digest::of(&text), text)
 }
 
-/// `index.json`: the one manifest, named `reference` (none: the image loads untagged).
-fn index(manifest_digest: &Digest, manifest_size: u64, reference: Option<&Reference>) -> String {
+/// `index.json`: the manifests (digest, size), each named by its reference (none: the image
+/// loads untagged).
+fn index(manifests: &[(Digest, u64, Option<&Reference>)]) -> String {
+    let entries: Vec<Descriptor> = manifests
+        .iter()
+        .map(|(digest, size, reference)| index_entry(digest, *size, *reference))
+        .collect();
+    let index = ImageIndexBuilder::default()
+        .schema_version(2u32)
+        .media_type(MediaType::ImageIndex)
+        .manifests(entries)
+        .build()
+        .expect("every field of the index is set");
+    sorted_json(&index)
+}
+
+fn index_entry(
+    manifest_digest: &Digest,
+    manifest_size: u64,
+    reference: Option<&Reference>,
+) -> Descriptor {
     let annotations: HashMap<String, String> = match reference {
         None => HashMap::new(),
         Some(reference) => HashMap::from([
@@ -103,13 +122,7 @@ fn index(manifest_digest: &Digest, manifest_size: u64, reference: Option<&Refere
         oci_digest(manifest_digest),
     );
     entry.set_annotations(Some(annotations));
-    let index = ImageIndexBuilder::default()
-        .schema_version(2u32)
-        .media_type(MediaType::ImageIndex)
-        .manifests(vec![entry])
-        .build()
-        .expect("every field of the index is set");
-    sorted_json(&index)
+    entry
 }
 
 /// Docker's `manifest.json`: one entry per image (hallmark writes and reads one).
@@ -132,6 +145,18 @@ pub fn write(
     first: usize,
     out: &mut impl Write,
 ) -> std::io::Result<()> {
+    write_many(store, &[(image, reference, first)], out)
+}
+
+/// Writes one archive holding several images (`docker save A B` does the same): each image's
+/// layers from its `first` on are included, a blob two images share only once; the index
+/// and `manifest.json` list the images in order (a load takes them in that order). With one
+/// image, the bytes are [`write`]'s.
+pub fn write_many(
+    store: &LayerStore,
+    images: &[(&StoredImage, Option<&Reference>, usize)],
+    out: &mut impl Write,
+) -> std::io::Result<()> {
     let mut tar = tar::Builder::new(out);
     let mut add = |path: &str, size: u64, data: &mut dyn std::io::Read| {
         let header = tar::header(EntryType::Regular, 0o444, size, 0);
@@ -144,33 +169,43 @@ pub fn write(
             .expect("the layout version is set"),
     );
     add("oci-layout", layout.len() as u64, &mut layout.as_bytes())?;
-    let mut config = fs_err::File::open(store.blob_path(&image.config.digest))?;
-    add(
-        &blob_path(&image.config.digest),
-        image.config.size,
-        &mut config,
-    )?;
-    for layer in &image.layers[first..] {
-        let mut file = fs_err::File::open(store.blob_path(&layer.blob.digest))?;
-        add(&blob_path(&layer.blob.digest), layer.blob.size, &mut file)?;
+    let mut written = std::collections::HashSet::new();
+    let mut manifests = Vec::new();
+    for (image, reference, first) in images {
+        let blobs =
+            std::iter::once(&image.config).chain(image.layers[*first..].iter().map(|l| &l.blob));
+        for blob in blobs {
+            if written.insert(blob.digest.clone()) {
+                let mut file = fs_err::File::open(store.blob_path(&blob.digest))?;
+                add(&blob_path(&blob.digest), blob.size, &mut file)?;
+            }
+        }
+        let (manifest_digest, manifest) = manifest(image);
+        if written.insert(manifest_digest.clone()) {
+            add(
+                &blob_path(&manifest_digest),
+                manifest.len() as u64,
+                &mut manifest.as_bytes(),
+            )?;
+        }
+        manifests.push((manifest_digest, manifest.len() as u64, *reference));
     }
-    let (manifest_digest, manifest) = manifest(image);
-    add(
-        &blob_path(&manifest_digest),
-        manifest.len() as u64,
-        &mut manifest.as_bytes(),
-    )?;
-    let index = index(&manifest_digest, manifest.len() as u64, reference);
+    let index = index(&manifests);
     add("index.json", index.len() as u64, &mut index.as_bytes())?;
-    let docker_manifest = sorted_json(&[DockerManifest {
-        config: blob_path(&image.config.digest),
-        repo_tags: Some(reference.map(Reference::to_string).into_iter().collect()),
-        layers: image
-            .layers
+    let docker_manifest = sorted_json(
+        &images
             .iter()
-            .map(|l| blob_path(&l.blob.digest))
-            .collect(),
-    }]);
+            .map(|(image, reference, _)| DockerManifest {
+                config: blob_path(&image.config.digest),
+                repo_tags: Some(reference.map(Reference::to_string).into_iter().collect()),
+                layers: image
+                    .layers
+                    .iter()
+                    .map(|l| blob_path(&l.blob.digest))
+                    .collect(),
+            })
+            .collect::<Vec<_>>(),
+    );
     add(
         "manifest.json",
         docker_manifest.len() as u64,

@@ -168,7 +168,7 @@ pub fn judged(
     let error = match holding {
         Ok(h) if h.state == Holding::Current => return NodeOutcome::new(node, action),
         Ok(h) => format!(
-            "loaded, but the node reports {:?} for {}",
+            "node `{node}`: loaded, but the node reports {:?} for {}",
             h.state, shipment.reference
         ),
         Err(e) => format!("loaded, but cannot verify: {e}"),

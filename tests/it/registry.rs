@@ -8,7 +8,7 @@ use serde_json::Value;
 use std::io::BufRead;
 use std::process::{Command, Stdio};
 use support::{
-    OperatorRegistry, Testbed, free_port, hallmark_json, nodes_of, reference, registry_config,
+    MIB, OperatorRegistry, Testbed, free_port, hallmark_json, nodes_of, reference, registry_config,
     ship_project,
 };
 
@@ -17,6 +17,13 @@ fn nodes_pull_from_the_registry_verify_and_a_node_that_cannot_reach_it_fails_alo
     let testbed = Testbed::get();
     let project = ship_project(8, "v1");
     let run = support::unique();
+    // A base of its own (the builder's cache gives other tests' 8 MiB base the same layer,
+    // which a classic node holding it by stream would get thin, not pulled).
+    let spec = project.read("images/base/image.toml");
+    project.write(
+        "images/base/image.toml",
+        &spec.replace("run = [\"", &format!("run = [\"echo {run} > /run.txt && ")),
+    );
     let port = free_port();
     let config = registry_config(testbed, &run, &port.to_string());
     let wrap = reference(&project, "wrap");
@@ -62,7 +69,7 @@ fn nodes_pull_from_the_registry_verify_and_a_node_that_cannot_reach_it_fails_alo
     ]);
     assert_eq!(run_v.code(), 0, "{}", run_v.stderr());
     assert!(
-        run_v.stderr().contains(": 0 layers sent"),
+        run_v.stderr().contains(": 0 blobs sent"),
         "{}",
         run_v.stderr()
     );
@@ -475,4 +482,46 @@ fn a_pull_onto_a_containerd_store_that_shares_layers_leaves_the_whole_image() {
             stub = stick();
         }
     }
+}
+
+/// Issue 19 item 5: the base reached the nodes by stream; the first update through the
+/// registry hallmark starts (its storage empty) moves only the wrapper's 4 MiB layer to each
+/// node: the registry is filled from the layer store (the blobs the stream sent), so the
+/// containerd stores find the base under the digests the manifest names and fetch the new
+/// layer only, and the classic nodes, which would download the base again, get the new layer
+/// as a thin archive. Before, every node but one fetched the 16 MiB base again.
+#[test]
+fn the_first_registry_update_after_the_stream_moves_only_the_new_layer() {
+    let testbed = Testbed::get();
+    let project = ship_project(16, "seeded");
+    let run = support::unique();
+    let config = registry_config(testbed, &run, &free_port().to_string());
+    let streamed = testbed.config();
+    project
+        .run(&["--config", config.to_str().unwrap(), "-q", "build", "wrap"])
+        .success();
+    let (code, report) = hallmark_json(&project, &streamed, &["distribute", "base"]);
+    assert_eq!(code, 0, "{report}");
+
+    let (code, report) = hallmark_json(&project, &config, &["distribute", "wrap"]);
+    assert_eq!(code, 0, "{report}");
+    let nodes = nodes_of(&report);
+    assert_eq!(nodes.len(), 4);
+    for node in &nodes {
+        assert_eq!(node["verified"], true, "{node}");
+        assert_eq!(node["completed"], false, "{node}");
+        let bytes = node["layer_bytes"].as_u64().unwrap();
+        assert!(
+            (4 * MIB..5 * MIB).contains(&bytes),
+            "only the new layer: {node}"
+        );
+    }
+    for node in testbed.containerd_nodes() {
+        assert_eq!(
+            support::row(&Value::Array(nodes.clone()), &node)["action"],
+            "pulled"
+        );
+    }
+    let (code, report) = hallmark_json(&project, &config, &["verify", "wrap"]);
+    assert_eq!(code, 0, "{report}");
 }

@@ -299,7 +299,9 @@ fn thin_update_from_a_builder(builder_args: &[&str], base_mib: u64) {
         testbed.assert_saves_whole(&node, &wrap);
     }
 
-    // The next version through a registry: the builder pushes, every node pulls.
+    // The next version through the registry hallmark starts, filled from the layer store:
+    // the containerd-store nodes pull (the new layer only); the classic node, which would
+    // download the base it got by stream again, gets the new layer by stream.
     let spec = project.read("images/wrap/image.toml");
     project.write(
         "images/wrap/image.toml",
@@ -312,8 +314,15 @@ fn thin_update_from_a_builder(builder_args: &[&str], base_mib: u64) {
     let pull = support::registry_config(&testbed, &support::unique(), &port);
     let (code, report) = hallmark_json(&project, &pull, &["distribute", "wrap"]);
     assert_eq!(code, 0, "{report}");
+    let containerd = testbed.containerd_nodes();
     for node in nodes_of(&report) {
-        assert_eq!(node["action"], "pulled", "{node}");
+        let pulls = containerd.iter().any(|n| node["node"] == n.as_str());
+        assert_eq!(
+            node["action"],
+            if pulls { "pulled" } else { "thin" },
+            "{node}"
+        );
+        assert!(node["layer_bytes"].as_u64().unwrap() < 5 * MIB, "{node}");
         assert_eq!(node["verified"], true, "{node}");
     }
     for node in testbed.nodes() {
@@ -566,4 +575,237 @@ fn a_tcp_engine_is_reached_loaded_and_verified() {
     assert_eq!(code, 0, "{report}");
     let wrap = reference(&project, "wrap");
     testbed.run_container("node2", &wrap, &["test", "-s", "/wrap.bin"]);
+}
+
+/// Issue 19 item 3: a base the nodes hold, a 4 MiB `mid` assembled on it, and `x`, `y`, `z`
+/// assembled on `mid` with a small file each (under names of their own).
+fn many_project() -> support::TestProject {
+    let project = support::TestProject::new();
+    let run = support::unique();
+    let random = |mib: u64| {
+        let mut bytes = vec![0u8; (mib * MIB) as usize];
+        let mut state = 0x9e37_79b9_7f4a_7c15u64 ^ run.len() as u64 ^ mib;
+        for byte in bytes.iter_mut() {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            *byte = state as u8;
+        }
+        bytes
+    };
+    project
+        .write("pins/base.toml", include_str!("../../pins/hello.toml"))
+        .write(
+            "images/base/image.toml",
+            &format!("[image]\nname = \"many-base-{run}\"\n\n[from]\nref = \"hallmark-testbed/busybox:latest\"\n\n[build]\nrun = [\"echo {run} > /base.txt\"]\n"),
+        )
+        .write(
+            "images/mid/image.toml",
+            &format!("[image]\nname = \"many-mid-{run}\"\n\n[from]\nimage = \"base\"\n\n[[file]]\nsrc = \"payload\"\ndest = \"/opt/mid\"\n"),
+        );
+    std::fs::create_dir_all(project.root().join("images/mid/payload")).unwrap();
+    std::fs::write(project.root().join("images/mid/payload/mid.bin"), random(4)).unwrap();
+    for name in ["x", "y", "z"] {
+        project.write(
+            &format!("images/{name}/image.toml"),
+            &format!("[image]\nname = \"many-{name}-{run}\"\n\n[from]\nimage = \"mid\"\n\n[[file]]\nsrc = \"payload\"\ndest = \"/opt/{name}\"\n\n[env]\nMANY_VERSION = \"v1\"\n"),
+        );
+        let payload = project.root().join(format!("images/{name}/payload"));
+        std::fs::create_dir_all(&payload).unwrap();
+        let mut bytes = random(1);
+        bytes[..name.len()].copy_from_slice(name.as_bytes());
+        std::fs::write(payload.join(format!("{name}.bin")), bytes).unwrap();
+    }
+    project
+}
+
+/// The rows of `image` in a distribute report, node by node.
+fn image_rows(report: &Value, image: &str) -> Vec<Value> {
+    report
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|i| i["image"] == image)
+        .unwrap_or_else(|| panic!("no {image}: {report}"))["nodes"]
+        .as_array()
+        .unwrap()
+        .clone()
+}
+
+/// Issue 19 item 3: `distribute x y` sends each node one archive holding both images and the
+/// 4 MiB layer they share (which the node lacks) once; one image at a time sent it twice
+/// (the second image's parent is not on the node, so its layers were not found there). A node
+/// that already holds some of the images receives only the rest.
+#[test]
+fn many_images_go_in_one_archive_per_node() {
+    let _serial = NODES.lock().unwrap_or_else(|e| e.into_inner());
+    let testbed = Testbed::get();
+    let config = testbed.config();
+    let project = many_project();
+    project
+        .run(&[
+            "--config",
+            config.to_str().unwrap(),
+            "-q",
+            "build",
+            "x",
+            "y",
+            "z",
+        ])
+        .success();
+    let (code, report) = hallmark_json(&project, &config, &["distribute", "base"]);
+    assert_eq!(code, 0, "{report}");
+
+    let (code, report) = hallmark_json(&project, &config, &["distribute", "x", "y"]);
+    assert_eq!(code, 0, "{report}");
+    let (x, y) = (image_rows(&report, "x"), image_rows(&report, "y"));
+    assert_eq!(x.len(), 4);
+    for (x, y) in x.iter().zip(&y) {
+        for row in [x, y] {
+            assert_eq!(row["action"], "thin", "{row}");
+            assert_eq!(row["verified"], true, "{row}");
+        }
+        // mid's 4 MiB once, and 1 MiB each of x and y.
+        let layers = x["layer_bytes"].as_u64().unwrap() + y["layer_bytes"].as_u64().unwrap();
+        assert!((6 * MIB..7 * MIB).contains(&layers), "one archive: {x} {y}");
+        let archive = x["archive_bytes"].as_u64().unwrap() + y["archive_bytes"].as_u64().unwrap();
+        assert!(archive < layers + MIB / 4, "{x} {y}");
+    }
+    for node in testbed.nodes() {
+        for image in ["x", "y"] {
+            let name = reference(&project, image);
+            testbed.run_container(
+                &node,
+                &name,
+                &["test", "-s", &format!("/opt/{image}/{image}.bin")],
+            );
+        }
+    }
+
+    // z joins them: x and y are skipped, z carries its own layer only (mid is on the nodes).
+    let (code, report) = hallmark_json(&project, &config, &["distribute", "x", "y", "z"]);
+    assert_eq!(code, 0, "{report}");
+    for image in ["x", "y"] {
+        for row in image_rows(&report, image) {
+            assert_eq!(row["action"], "skipped", "{row}");
+        }
+    }
+    for row in image_rows(&report, "z") {
+        assert_eq!(row["action"], "thin", "{row}");
+        assert_eq!(row["layers_sent"], 1, "{row}");
+        assert_eq!(row["verified"], true, "{row}");
+    }
+    let (code, report) = hallmark_json(&project, &config, &["verify", "x", "y", "z"]);
+    assert_eq!(code, 0, "{report}");
+}
+
+/// Issue 19 item 3: among images sent together, one whose stored config was altered (same
+/// length, another env value) fails on every node, named with the node and the image, and
+/// the other is sent and verified.
+#[test]
+fn a_bad_image_among_many_fails_alone() {
+    let _serial = NODES.lock().unwrap_or_else(|e| e.into_inner());
+    let testbed = Testbed::get();
+    let config = testbed.config();
+    let project = many_project();
+    project
+        .run(&[
+            "--config",
+            config.to_str().unwrap(),
+            "-q",
+            "build",
+            "x",
+            "y",
+        ])
+        .success();
+    let y = reference(&project, "y");
+    let id = testbed.image_id("builder", &y);
+    let store = project.root().join(".test-cache/store");
+    let record: Value = serde_json::from_str(
+        &std::fs::read_to_string(store.join(format!("images/{}.json", &id[7..]))).unwrap(),
+    )
+    .unwrap();
+    let digest = record["config"]["digest"].as_str().unwrap();
+    let blob = store.join("blobs/sha256").join(&digest[7..]);
+    let text = std::fs::read_to_string(&blob).unwrap();
+    assert!(text.contains("MANY_VERSION=v1"), "{text}");
+    std::fs::write(&blob, text.replace("MANY_VERSION=v1", "MANY_VERSION=v9")).unwrap();
+
+    let (code, report) = hallmark_json(&project, &config, &["distribute", "x", "y"]);
+    assert_eq!(code, 1, "{report}");
+    for row in image_rows(&report, "x") {
+        assert_eq!(row["verified"], true, "{row}");
+    }
+    for row in image_rows(&report, "y") {
+        assert_eq!(row["action"], "failed", "{row}");
+        let error = row["error"].as_str().unwrap();
+        assert!(
+            error.contains(row["node"].as_str().unwrap()),
+            "names the node: {error}"
+        );
+        assert!(error.contains(&y), "names the image: {error}");
+    }
+}
+
+/// Issue 19 item 4: `status` and `verify` judge every node from one listing of its images
+/// (an inspect only where the listing cannot tell); their answers are the ones inspecting
+/// each image gave: current (by stream, on both stores and over ssh), stale, missing,
+/// unreachable, and `verify` agrees with `status` row for row.
+#[test]
+fn status_and_verify_from_one_listing_per_node() {
+    let _serial = NODES.lock().unwrap_or_else(|e| e.into_inner());
+    let testbed = Testbed::get();
+    let project = many_project();
+    let mut config = std::fs::read_to_string(testbed.config()).unwrap();
+    config.push_str("\n[[node]]\nname = \"gone\"\nengine = \"unix:///nonexistent/docker.sock\"\n");
+    let config_path = project.root().join("hallmark.toml");
+    std::fs::write(&config_path, config).unwrap();
+    let config = config_path;
+    let c = config.to_str().unwrap();
+    project
+        .run(&["--config", c, "-q", "build", "x", "y", "z"])
+        .success();
+    let nodes = ["node1", "node2", "node3", "node4"];
+    let to = nodes.join(",");
+    let (code, report) = hallmark_json(&project, &config, &["distribute", "x", "y", "--to", &to]);
+    assert_eq!(code, 0, "{report}");
+    // y changes on the builder only: the nodes hold a stale y.
+    let spec = project.read("images/y/image.toml");
+    project.write("images/y/image.toml", &spec.replace("\"v1\"", "\"v2\""));
+    project.run(&["--config", c, "-q", "build", "y"]).success();
+
+    let (_, status) = hallmark_json(&project, &config, &["status"]);
+    let (code, verified) = hallmark_json(&project, &config, &["verify", "x", "y", "z"]);
+    assert_eq!(code, 1, "{verified}");
+    let state = |rows: &Value, image: &str, node: &str| -> Value {
+        rows.as_array()
+            .unwrap()
+            .iter()
+            .find(|r| r["image"] == image && r["node"] == node)
+            .unwrap_or_else(|| panic!("no {image} on {node}: {rows}"))
+            .clone()
+    };
+    for (image, expected) in [("x", "current"), ("y", "stale"), ("z", "missing")] {
+        for node in nodes {
+            let row = state(&status, image, node);
+            assert_eq!(row["state"], expected, "{row}");
+            assert_eq!(
+                row,
+                state(&verified, image, node),
+                "status and verify agree"
+            );
+        }
+        let gone = state(&status, image, "gone");
+        assert_eq!(gone["state"], "unreachable", "{gone}");
+        assert_eq!(gone, state(&verified, image, "gone"));
+    }
+    // A current row carries the checksum and fingerprint it was judged by.
+    for node in nodes {
+        let row = state(&status, "x", node);
+        assert!(
+            row["fingerprint"].as_str().is_some_and(|f| f.len() == 64),
+            "{row}"
+        );
+        assert!(row["checksum"].is_string(), "{row}");
+    }
 }
