@@ -15,82 +15,265 @@
 //! writes instead (one per name the layers below hold there); and a group of hard links led
 //! by its first member in that order.
 //!
-//! Cost: one export of the built image into the layer store (which shipping needs anyway),
-//! one pass over the layers the build added plus a read of each file's content where it lies
-//! (a gzip layer, as the containerd store exports what it built, is unpacked to a temporary
-//! file first), and a read of the headers of the layers below only when a layer has an opaque
-//! directory.
+//! Cost: one export of the built image, read as it arrives (the parent's layers pass by,
+//! written nowhere; see `normalize/export.rs`); each new layer unpacked once into a temporary
+//! file (the rewrite sorts entries, then reads each file's content where it lies), rewritten
+//! into the layer store and put into the builder's load as soon as it is there; a read of the
+//! headers of the layers below only when a layer has an opaque directory (Docker 20.10), which
+//! exports the parent into the store if it is not there. The store keeps no raw layer.
 
-use crate::engine::Engine;
+use crate::engine::{Engine, StreamReader};
 use crate::error::{Error, Result};
+use crate::oci::Digest;
 use crate::render::rfc3339;
-use crate::store::{Blob, LAYER_TAR, LayerStore, StoredLayer};
+use crate::store::{Blob, LAYER_TAR, LayerStore, StoredImage, StoredLayer};
 use crate::transfer;
+use futures_util::StreamExt;
 use serde_json::{Value, json};
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::io::{Read, Seek, SeekFrom, Write};
 use std::sync::Arc;
 
-/// Normalises the builder's image `raw_id`, whose first `parent_layers` layers are its
+mod export;
+
+/// The parent of an image being normalised, as the builder knows it.
+pub struct Parent<'a> {
+    /// Its id (the store's record of it is looked up by it) or reference.
+    pub name: &'a str,
+    pub layers: usize,
+}
+
+/// Normalises the builder's image `raw_id`, whose first `parent.layers` layers are its
 /// parent's; loads the result untagged and returns the builder's id for it. With `finish`
 /// (label key and checksum), the result carries its checksum: nothing follows normalisation.
+///
+/// One pass: the export is read as it comes ([`export::split`]), each new layer rewritten as
+/// soon as it and the new layers below it are there, and put into the load as soon as it is
+/// rewritten; the store keeps only the rewritten layers and the config.
 pub async fn normalize(
     builder: &Engine,
     store: &Arc<LayerStore>,
     raw_id: &str,
-    parent_layers: usize,
+    parent: Parent<'_>,
     source_date: u64,
     finish: Option<(&str, &str)>,
 ) -> Result<String> {
-    let (_, raw) = transfer::stored_image(builder, store, raw_id).await?;
-    let mut layers: Vec<StoredLayer> = raw.layers[..parent_layers.min(raw.layers.len())].to_vec();
-    for layer in &raw.layers[layers.len()..] {
-        let input = seekable(store, layer)?;
-        let below = layers.clone();
-        let lower = || LowerTree::of(store, &below);
+    let inspected = builder
+        .inspect(raw_id)
+        .await?
+        .ok_or_else(|| builder.error(format!("the built image {raw_id} is gone")))?;
+    let diff_ids: Vec<Digest> = inspected
+        .layers()
+        .iter()
+        .map(|d| Digest::try_from(d.as_str()))
+        .collect::<std::result::Result<_, _>>()
+        .map_err(|e| builder.error(format!("{raw_id}: a layer {e}")))?;
+    let parent_record = match builder.inspect(parent.name).await? {
+        Some(found) => found.id().and_then(|id| store.record(id)),
+        None => None,
+    };
+    let mut plan = export::Plan {
+        parent_layers: parent.layers.min(diff_ids.len()),
+        diff_ids,
+        parent: parent_record,
+        spool: HashSet::new(),
+    };
+    loop {
+        match normalize_once(
+            builder,
+            store,
+            raw_id,
+            &plan,
+            parent.name,
+            source_date,
+            finish,
+        )
+        .await
+        {
+            Err(export::Failure::Collision(path)) => {
+                plan.spool.insert(path);
+            }
+            Err(export::Failure::Error(e)) => return Err(e),
+            Ok(id) => return Ok(id),
+        }
+    }
+}
+
+/// One reading of the export, rewrite and load (see [`normalize`]).
+async fn normalize_once(
+    builder: &Engine,
+    store: &Arc<LayerStore>,
+    raw_id: &str,
+    plan: &export::Plan,
+    parent: &str,
+    source_date: u64,
+    finish: Option<(&str, &str)>,
+) -> std::result::Result<String, export::Failure> {
+    let (spool_sender, spooled) = std::sync::mpsc::channel();
+    let (made_sender, made) = std::sync::mpsc::channel();
+    let (export_sender, reader) = StreamReader::channel();
+    let forward = async move {
+        let mut stream = builder.export(raw_id);
+        while let Some(chunk) = stream.next().await {
+            let failed = chunk.is_err();
+            if export_sender.send(chunk).await.is_err() || failed {
+                break;
+            }
+        }
+    };
+    let split = {
+        let (store, plan) = (Arc::clone(store), plan_copy(plan));
+        tokio::task::spawn_blocking(move || export::split(&plan, &store, reader, &spool_sender))
+    };
+    let (below, serve_parent) = parent_below(builder, store, parent);
+    let rewrite = {
+        let (store, sender) = (Arc::clone(store), made_sender.clone());
+        let (diff_ids, first) = (plan.diff_ids.clone(), plan.parent_layers);
+        tokio::task::spawn_blocking(move || {
+            rewrite_all(
+                &store,
+                &diff_ids,
+                first,
+                spooled,
+                below,
+                &sender,
+                source_date,
+            )
+        })
+    };
+    let made_image = async {
+        let (split, rewritten, ()) = tokio::join!(split, rewrite, serve_parent);
+        let split = split.expect("the export's reading does not panic");
+        let rewritten = rewritten.expect("the rewrite does not panic");
+        let split = split?;
+        let new = rewritten?;
+        let mut layers = split.layers[..plan.parent_layers].to_vec();
+        layers.extend(new);
+        let mut config = split.config;
+        normalize_config(&mut config, &layers, source_date);
+        if let Some((key, checksum)) = finish {
+            finish_config(&mut config, key, checksum);
+        }
+        let bytes = serde_json::to_vec(&config).expect("config serializes");
+        let (digest, size) = store.add_blob(|out| out.write_all(&bytes))?;
+        let config = Blob {
+            digest,
+            size,
+            media_type: crate::oci::archive::CONFIG.into(),
+        };
+        let _ = made_sender.send(transfer::Made::Image(StoredImage { config, layers }));
+        Ok::<(), export::Failure>(())
+    };
+    let load = transfer::load_streamed(builder, store, made, plan.parent_layers);
+    let ((), made_image, loaded) = tokio::join!(forward, made_image, load);
+    // The normalisation's own failure says more than the load it cut short.
+    made_image?;
+    Ok(loaded?)
+}
+
+fn plan_copy(plan: &export::Plan) -> export::Plan {
+    export::Plan {
+        diff_ids: plan.diff_ids.clone(),
+        parent_layers: plan.parent_layers,
+        parent: plan.parent.clone(),
+        spool: plan.spool.clone(),
+    }
+}
+
+/// The parent's layers with their content in the store, asked for only when a new layer
+/// has an opaque directory (Docker 20.10): the parent is exported into the store then, once.
+/// The closure (for the rewrite's thread) asks; the future answers.
+fn parent_below<'a>(
+    builder: &'a Engine,
+    store: &'a Arc<LayerStore>,
+    parent: &'a str,
+) -> (
+    impl FnOnce() -> std::io::Result<Vec<StoredLayer>> + Send + 'static,
+    impl std::future::Future<Output = ()> + 'a,
+) {
+    let (ask, mut asked) = tokio::sync::mpsc::channel::<std::sync::mpsc::Sender<_>>(1);
+    let closure = move || {
+        let (reply, answer) = std::sync::mpsc::channel();
+        ask.blocking_send(reply)
+            .map_err(|_| std::io::Error::other("the normalisation stopped"))?;
+        answer
+            .recv()
+            .map_err(|_| std::io::Error::other("the normalisation stopped"))?
+    };
+    let serve = async move {
+        if let Some(reply) = asked.recv().await {
+            let stored = transfer::stored_image(builder, store, parent).await;
+            let _ = reply.send(
+                stored
+                    .map(|(_, image)| image.layers)
+                    .map_err(|e| std::io::Error::other(e.to_string())),
+            );
+        }
+    };
+    (closure, serve)
+}
+
+/// Rewrites the new layers (positions `first..` of `diff_ids`) in order as they arrive on
+/// `spooled`, each sent on `made` once it is in the store; returns them in order.
+fn rewrite_all(
+    store: &LayerStore,
+    diff_ids: &[Digest],
+    first: usize,
+    spooled: std::sync::mpsc::Receiver<export::Spooled>,
+    parent: impl FnOnce() -> std::io::Result<Vec<StoredLayer>>,
+    made: &std::sync::mpsc::Sender<transfer::Made>,
+    source_date: u64,
+) -> Result<Vec<StoredLayer>> {
+    let mut arrived: HashMap<Digest, std::fs::File> = HashMap::new();
+    let mut parent = Some(parent);
+    let mut parent_layers: Option<Vec<StoredLayer>> = None;
+    let mut done: Vec<StoredLayer> = Vec::new();
+    for diff_id in &diff_ids[first..] {
+        while !arrived.contains_key(diff_id) {
+            let Ok(layer) = spooled.recv() else {
+                // The reading stopped; its error is the one reported.
+                return Err(Error::io(
+                    "the builder's export",
+                    std::io::ErrorKind::UnexpectedEof.into(),
+                ));
+            };
+            arrived.insert(layer.diff_id, layer.file);
+        }
+        let mut input = arrived[diff_id]
+            .try_clone()
+            .map_err(|e| Error::io(&store.root, e))?;
+        input
+            .seek(SeekFrom::Start(0))
+            .map_err(|e| Error::io(&store.root, e))?;
+        let lower = || {
+            if parent_layers.is_none() {
+                parent_layers = Some((parent.take().expect("asked once"))()?);
+            }
+            let mut below = parent_layers.clone().unwrap_or_default();
+            below.extend(done.iter().cloned());
+            LowerTree::of(store, &below)
+        };
         let (digest, size) = store
             .add_blob(|out| rewrite_layer(input, lower, out, source_date))
             .map_err(|e| match e {
                 Error::Io { path, source } => Error::Io {
                     path,
-                    source: std::io::Error::other(format!(
-                        "normalising layer {}: {source}",
-                        layer.diff_id
-                    )),
+                    source: std::io::Error::other(format!("normalising layer {diff_id}: {source}")),
                 },
                 other => other,
             })?;
-        layers.push(StoredLayer {
+        let layer = StoredLayer {
             diff_id: digest.clone(),
             blob: Blob {
                 digest,
                 size,
                 media_type: LAYER_TAR.into(),
             },
-        });
+        };
+        let _ = made.send(transfer::Made::Layer(layer.clone()));
+        done.push(layer);
     }
-    let mut config = store.read_config(&raw)?;
-    normalize_config(&mut config, &layers, source_date);
-    if let Some((key, checksum)) = finish {
-        finish_config(&mut config, key, checksum);
-    }
-    transfer::load_made(builder, store, &config, layers, parent_layers).await
-}
-
-/// The layer's tar as a file that can be read at any offset: the blob itself, or for a
-/// compressed blob its content unpacked into a temporary file.
-fn seekable(store: &LayerStore, layer: &StoredLayer) -> Result<std::fs::File> {
-    let path = store.blob_path(&layer.blob.digest);
-    if !layer.blob.media_type.contains('+') {
-        return std::fs::File::open(&path).map_err(|e| Error::io(&path, e));
-    }
-    let tmp_dir = store.root.join("tmp");
-    fs_err::create_dir_all(&tmp_dir).map_err(|e| Error::io(&tmp_dir, e))?;
-    let mut spool = tempfile::tempfile_in(&tmp_dir).map_err(|e| Error::io(&tmp_dir, e))?;
-    std::io::copy(&mut store.open_layer(layer)?, &mut spool)
-        .and_then(|_| spool.seek(SeekFrom::Start(0)))
-        .map_err(|e| Error::io(&path, e))?;
-    Ok(spool)
+    Ok(done)
 }
 
 /// The value of the checksum label while an image is unfinished (built, but not yet

@@ -333,6 +333,77 @@ pub async fn load_made(
     };
     let hidden = indicatif::ProgressBar::hidden();
     send(builder, store, &image, "", first, &hidden).await?;
+    settle(builder, store, image, first).await
+}
+
+/// What a normaliser hands the load as it makes it: each new layer once it is in the store,
+/// then the whole image, its config in the store too.
+pub enum Made {
+    Layer(crate::store::StoredLayer),
+    Image(StoredImage),
+}
+
+/// [`load_made`] of an image whose new layers come one by one on `made` as they are made:
+/// each goes into the load at once, the config and manifests last (engines take an archive's
+/// entries in any order). If `made` ends without the image, the archive names no image, so
+/// the load leaves nothing, and this fails.
+pub async fn load_streamed(
+    builder: &Engine,
+    store: &Arc<LayerStore>,
+    made: std::sync::mpsc::Receiver<Made>,
+    first: usize,
+) -> Result<String> {
+    let slot = Arc::new(std::sync::Mutex::new(None));
+    let body = {
+        let (store, slot) = (Arc::clone(store), Arc::clone(&slot));
+        engine::body_from_writer(None, move |out| {
+            write_streamed(&store, made, out, &slot).map_err(|e| Error::io(store.root.clone(), e))
+        })
+    };
+    let hidden = indicatif::ProgressBar::hidden();
+    load_into(builder, "", body, &Arc::new(AtomicU64::new(0)), &hidden).await?;
+    let image = slot.lock().expect("not poisoned").take();
+    let image = image.ok_or_else(|| builder.error("the normalised image was not made"))?;
+    settle(builder, store, image, first).await
+}
+
+fn write_streamed(
+    store: &LayerStore,
+    made: std::sync::mpsc::Receiver<Made>,
+    out: &mut impl std::io::Write,
+    slot: &std::sync::Mutex<Option<StoredImage>>,
+) -> std::io::Result<()> {
+    let mut tar = oci::tar::Builder::new(out);
+    oci::archive::write_layout(&mut tar)?;
+    let mut written = HashSet::new();
+    for message in made {
+        match message {
+            Made::Layer(layer) => {
+                if written.insert(layer.blob.digest.clone()) {
+                    oci::archive::write_blob(&mut tar, store, &layer.blob)?;
+                }
+            }
+            Made::Image(image) => {
+                oci::archive::write_blob(&mut tar, store, &image.config)?;
+                oci::archive::write_manifests(&mut tar, &image, None)?;
+                tar.finish()?;
+                *slot.lock().expect("not poisoned") = Some(image);
+                return Ok(());
+            }
+        }
+    }
+    Ok(())
+}
+
+/// After a load of `image` (its layers from `first` on sent): the builder's id for it,
+/// recorded in the store.
+async fn settle(
+    builder: &Engine,
+    store: &Arc<LayerStore>,
+    image: StoredImage,
+    first: usize,
+) -> Result<String> {
+    let hidden = indicatif::ProgressBar::hidden();
     let (manifest_digest, _) = oci::archive::manifest(&image);
     for id in [image.config.digest.to_string(), manifest_digest.to_string()] {
         if let Some(loaded) = builder.inspect(&id).await? {

@@ -133,35 +133,67 @@ pub fn write(
     out: &mut impl Write,
 ) -> std::io::Result<()> {
     let mut tar = tar::Builder::new(out);
-    let mut add = |path: &str, size: u64, data: &mut dyn std::io::Read| {
-        let header = tar::header(EntryType::Regular, 0o444, size, 0);
-        tar::append(&mut tar, header, path, data)
-    };
+    write_layout(&mut tar)?;
+    write_blob(&mut tar, store, &image.config)?;
+    for layer in &image.layers[first..] {
+        write_blob(&mut tar, store, &layer.blob)?;
+    }
+    write_manifests(&mut tar, image, reference)?;
+    tar.finish()
+}
+
+fn add(
+    tar: &mut tar::Builder<impl Write>,
+    path: &str,
+    size: u64,
+    data: &mut dyn std::io::Read,
+) -> std::io::Result<()> {
+    let header = tar::header(EntryType::Regular, 0o444, size, 0);
+    tar::append(tar, header, path, data)
+}
+
+/// `oci-layout`, the first entry of an archive.
+pub fn write_layout(tar: &mut tar::Builder<impl Write>) -> std::io::Result<()> {
     let layout = sorted_json(
         &OciLayoutBuilder::default()
             .image_layout_version("1.0.0")
             .build()
             .expect("the layout version is set"),
     );
-    add("oci-layout", layout.len() as u64, &mut layout.as_bytes())?;
-    let mut config = fs_err::File::open(store.blob_path(&image.config.digest))?;
     add(
-        &blob_path(&image.config.digest),
-        image.config.size,
-        &mut config,
-    )?;
-    for layer in &image.layers[first..] {
-        let mut file = fs_err::File::open(store.blob_path(&layer.blob.digest))?;
-        add(&blob_path(&layer.blob.digest), layer.blob.size, &mut file)?;
-    }
+        tar,
+        "oci-layout",
+        layout.len() as u64,
+        &mut layout.as_bytes(),
+    )
+}
+
+/// One blob of the store, under its digest. (Engines load the entries in any order: a
+/// writer may send layers before it has the config.)
+pub fn write_blob(
+    tar: &mut tar::Builder<impl Write>,
+    store: &LayerStore,
+    blob: &Blob,
+) -> std::io::Result<()> {
+    let mut file = fs_err::File::open(store.blob_path(&blob.digest))?;
+    add(tar, &blob_path(&blob.digest), blob.size, &mut file)
+}
+
+/// The manifest, `index.json` and `manifest.json` naming `image` (the last entries).
+pub fn write_manifests(
+    tar: &mut tar::Builder<impl Write>,
+    image: &StoredImage,
+    reference: Option<&Reference>,
+) -> std::io::Result<()> {
     let (manifest_digest, manifest) = manifest(image);
     add(
+        tar,
         &blob_path(&manifest_digest),
         manifest.len() as u64,
         &mut manifest.as_bytes(),
     )?;
     let index = index(&manifest_digest, manifest.len() as u64, reference);
-    add("index.json", index.len() as u64, &mut index.as_bytes())?;
+    add(tar, "index.json", index.len() as u64, &mut index.as_bytes())?;
     let docker_manifest = sorted_json(&[DockerManifest {
         config: blob_path(&image.config.digest),
         repo_tags: Some(reference.map(Reference::to_string).into_iter().collect()),
@@ -172,11 +204,11 @@ pub fn write(
             .collect(),
     }]);
     add(
+        tar,
         "manifest.json",
         docker_manifest.len() as u64,
         &mut docker_manifest.as_bytes(),
-    )?;
-    tar.finish()
+    )
 }
 
 #[cfg(test)]
