@@ -375,3 +375,125 @@ impl<R: Read> Read for HashingReader<R> {
         Ok(n)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A layer tar over the small-entry bound: one file of `fill` bytes.
+    fn layer(fill: u8) -> Vec<u8> {
+        let mut tar = tar::Builder::new(Vec::new());
+        let mut header = tar::Header::new_gnu();
+        header.set_size(3 << 19);
+        header.set_mode(0o644);
+        header.set_cksum();
+        tar.append_data(&mut header, "big", &vec![fill; 3 << 19][..])
+            .unwrap();
+        tar.into_inner().unwrap()
+    }
+
+    /// An export holding `files` in that order, `manifest.json` last.
+    fn export(files: &[(&str, &[u8])], config: &str, layers: &[&str]) -> Vec<u8> {
+        let mut tar = tar::Builder::new(Vec::new());
+        let manifest = serde_json::json!([{"Config": config, "RepoTags": null, "Layers": layers}]);
+        let manifest = manifest.to_string();
+        for (name, bytes) in files
+            .iter()
+            .copied()
+            .chain([("manifest.json", manifest.as_bytes())])
+        {
+            let mut header = tar::Header::new_gnu();
+            header.set_size(bytes.len() as u64);
+            header.set_mode(0o644);
+            header.set_cksum();
+            tar.append_data(&mut header, name, bytes).unwrap();
+        }
+        tar.into_inner().unwrap()
+    }
+
+    fn config(diff_ids: &[&Digest]) -> Vec<u8> {
+        serde_json::json!({"rootfs": {"type": "layers", "diff_ids": diff_ids}})
+            .to_string()
+            .into_bytes()
+    }
+
+    /// The diff ids `split` handed on as new.
+    fn handed_on(plan: &Plan, archive: &[u8]) -> std::result::Result<Vec<Digest>, String> {
+        let dir = tempfile::tempdir().unwrap();
+        let store = LayerStore::open_for(dir.path(), None);
+        let (sender, receiver) = std::sync::mpsc::channel();
+        match split(plan, &store, archive, &sender) {
+            Ok(split) => assert_eq!(split.layers.len(), plan.diff_ids.len()),
+            Err(Failure::Collision(path)) => return Err(path),
+            Err(Failure::Error(e)) => panic!("{}", e.render()),
+        }
+        drop(sender);
+        Ok(receiver.into_iter().map(|s| s.diff_id).collect())
+    }
+
+    fn plan(parent: &[u8], new: &[u8], record: bool) -> Plan {
+        let (p, n) = (Digest::of(parent), Digest::of(new));
+        let layer = StoredLayer {
+            diff_id: p.clone(),
+            blob: Blob {
+                digest: p.clone(),
+                size: parent.len() as u64,
+                media_type: LAYER_TAR.into(),
+            },
+        };
+        Plan {
+            diff_ids: vec![p, n],
+            parent_layers: 1,
+            parent: record.then(|| StoredImage {
+                config: layer.blob.clone(),
+                layers: vec![layer],
+            }),
+            spool: HashSet::new(),
+        }
+    }
+
+    /// An OCI-layout export names blobs by digest: the parent's layer is passed over, only the
+    /// new one is unpacked and handed on.
+    #[test]
+    fn an_oci_layout_export_hands_on_only_the_new_layer() {
+        let (parent, new) = (layer(1), layer(2));
+        let plan = plan(&parent, &new, false);
+        let config = config(&[&plan.diff_ids[0], &plan.diff_ids[1]]);
+        let name = |d: &Digest| format!("blobs/sha256/{}", d.hex());
+        let (p, n, c) = (
+            name(&plan.diff_ids[0]),
+            name(&plan.diff_ids[1]),
+            name(&Digest::of(&config)),
+        );
+        let archive = export(&[(&n, &new), (&c, &config), (&p, &parent)], &c, &[&p, &n]);
+        assert_eq!(
+            handed_on(&plan, &archive),
+            Ok(vec![plan.diff_ids[1].clone()])
+        );
+    }
+
+    /// Docker 20.10 names layers `<v1 id>/layer.tar`: one of a parent's layer's size is hashed
+    /// as it passes; a new layer of that very size is a collision, read again spooled.
+    #[test]
+    fn a_docker_20_10_layer_the_size_of_a_parents_is_told_apart_by_its_digest() {
+        let (parent, new) = (layer(1), layer(2));
+        assert_eq!(parent.len(), new.len());
+        let mut plan = plan(&parent, &new, true);
+        let config = config(&[&plan.diff_ids[0], &plan.diff_ids[1]]);
+        let archive = export(
+            &[
+                ("a/layer.tar", &new),
+                ("b/layer.tar", &parent),
+                ("c.json", &config),
+            ],
+            "c.json",
+            &["b/layer.tar", "a/layer.tar"],
+        );
+        assert_eq!(handed_on(&plan, &archive), Err("a/layer.tar".to_string()));
+        plan.spool.insert("a/layer.tar".into());
+        assert_eq!(
+            handed_on(&plan, &archive),
+            Ok(vec![plan.diff_ids[1].clone()])
+        );
+    }
+}
