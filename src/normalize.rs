@@ -110,7 +110,9 @@ async fn normalize_once(
     finish: Option<(&str, &str)>,
 ) -> std::result::Result<String, export::Failure> {
     let (spool_sender, spooled) = std::sync::mpsc::channel();
-    let (made_sender, made) = std::sync::mpsc::channel();
+    // Bounded: a layer streamed into the load waits for the load, not for memory.
+    let (made_sender, made) = std::sync::mpsc::sync_channel(16);
+    let streamed = !transfer::keeps_blobs(builder).await;
     let (export_sender, reader) = StreamReader::channel();
     let forward = async move {
         let mut stream = builder.export(raw_id);
@@ -130,15 +132,11 @@ async fn normalize_once(
         let (store, sender) = (Arc::clone(store), made_sender.clone());
         let (diff_ids, first) = (plan.diff_ids.clone(), plan.parent_layers);
         tokio::task::spawn_blocking(move || {
-            rewrite_all(
-                &store,
-                &diff_ids,
-                first,
-                spooled,
-                below,
-                &sender,
-                source_date,
-            )
+            let into = Into {
+                made: &sender,
+                streamed,
+            };
+            rewrite_all(&store, &diff_ids, first, spooled, below, into, source_date)
         })
     };
     let made_image = async {
@@ -213,15 +211,22 @@ fn parent_below<'a>(
     (closure, serve)
 }
 
+/// Where rewritten layers go besides the store: the load's channel, each layer sent as it is
+/// written (`streamed`) or once it is in the store.
+struct Into<'a> {
+    made: &'a std::sync::mpsc::SyncSender<transfer::Made>,
+    streamed: bool,
+}
+
 /// Rewrites the new layers (positions `first..` of `diff_ids`) in order as they arrive on
-/// `spooled`, each sent on `made` once it is in the store; returns them in order.
+/// `spooled`, each into the store and the load; returns them in order.
 fn rewrite_all(
     store: &LayerStore,
     diff_ids: &[Digest],
     first: usize,
     spooled: std::sync::mpsc::Receiver<export::Spooled>,
     parent: impl FnOnce() -> std::io::Result<Vec<StoredLayer>>,
-    made: &std::sync::mpsc::Sender<transfer::Made>,
+    into: Into<'_>,
     source_date: u64,
 ) -> Result<Vec<StoredLayer>> {
     let mut arrived: HashMap<Digest, std::fs::File> = HashMap::new();
@@ -239,12 +244,12 @@ fn rewrite_all(
             };
             arrived.insert(layer.diff_id, layer.file);
         }
-        let mut input = arrived[diff_id]
-            .try_clone()
-            .map_err(|e| Error::io(&store.root, e))?;
-        input
-            .seek(SeekFrom::Start(0))
-            .map_err(|e| Error::io(&store.root, e))?;
+        let failed = |e: std::io::Error| Error::Io {
+            path: store.root.join("tmp"),
+            source: std::io::Error::other(format!("normalising layer {diff_id}: {e}")),
+        };
+        let mut input = arrived[diff_id].try_clone().map_err(failed)?;
+        input.seek(SeekFrom::Start(0)).map_err(failed)?;
         let lower = || {
             if parent_layers.is_none() {
                 parent_layers = Some((parent.take().expect("asked once"))()?);
@@ -253,27 +258,86 @@ fn rewrite_all(
             below.extend(done.iter().cloned());
             LowerTree::of(store, &below)
         };
-        let (digest, size) = store
-            .add_blob(|out| rewrite_layer(input, lower, out, source_date))
-            .map_err(|e| match e {
-                Error::Io { path, source } => Error::Io {
-                    path,
-                    source: std::io::Error::other(format!("normalising layer {diff_id}: {source}")),
-                },
+        let mut canonical = Canonical::read(input, lower).map_err(failed)?;
+        let layer =
+            rewrite_one(store, &mut canonical, &into, source_date).map_err(|e| match e {
+                Error::Io { source, .. } => failed(source),
                 other => other,
             })?;
-        let layer = StoredLayer {
-            diff_id: digest.clone(),
-            blob: Blob {
-                digest,
-                size,
-                media_type: LAYER_TAR.into(),
-            },
-        };
-        let _ = made.send(transfer::Made::Layer(layer.clone()));
         done.push(layer);
     }
     Ok(done)
+}
+
+/// Writes one canonical layer into the store and hands it to the load.
+fn rewrite_one<R: Read + Seek>(
+    store: &LayerStore,
+    canonical: &mut Canonical<R>,
+    into: &Into<'_>,
+    source_date: u64,
+) -> Result<StoredLayer> {
+    let stored = |(digest, size): (Digest, u64)| StoredLayer {
+        diff_id: digest.clone(),
+        blob: Blob {
+            digest,
+            size,
+            media_type: LAYER_TAR.into(),
+        },
+    };
+    // A send fails only once the load has stopped, which reports its own error.
+    if !into.streamed {
+        let layer = stored(store.add_blob(|out| canonical.write(out, source_date))?);
+        let _ = into.made.send(transfer::Made::Layer(layer.clone()));
+        return Ok(layer);
+    }
+    let size = canonical
+        .size(source_date)
+        .map_err(|e| Error::io(&store.root, e))?;
+    let _ = into.made.send(transfer::Made::Begin(size));
+    let layer = stored(store.add_blob(|out| {
+        let load = std::io::BufWriter::with_capacity(1 << 20, ToLoad(into.made));
+        let mut both = Both { out, load };
+        canonical.write(&mut both, source_date)?;
+        both.load.flush()
+    })?);
+    let _ = into.made.send(transfer::Made::End(layer.clone()));
+    Ok(layer)
+}
+
+/// Writes to the store's file and to the load alike.
+struct Both<'a, L: Write> {
+    out: &'a mut dyn Write,
+    load: L,
+}
+
+impl<L: Write> Write for Both<'_, L> {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.out.write_all(buf)?;
+        self.load.write_all(buf)?;
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        self.out.flush()?;
+        self.load.flush()
+    }
+}
+
+/// Sends what is written to it to the load as [`transfer::Made::Chunk`]s.
+struct ToLoad<'a>(&'a std::sync::mpsc::SyncSender<transfer::Made>);
+
+impl Write for ToLoad<'_> {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        // A load that stopped reports its own error; the store's copy goes on.
+        let _ = self
+            .0
+            .send(transfer::Made::Chunk(bytes::Bytes::copy_from_slice(buf)));
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
 }
 
 /// The value of the checksum label while an image is unfinished (built, but not yet
@@ -359,57 +423,131 @@ pub fn rewrite_layer<R: Read + Seek>(
     out: &mut dyn Write,
     source_date: u64,
 ) -> std::io::Result<()> {
-    let (mut items, opaque, mut input) =
-        read_items(std::io::BufReader::with_capacity(256 * 1024, input))?;
-    if !opaque.is_empty() {
-        let lower = lower()?;
-        items.extend(explicit_whiteouts(&items, &opaque, &lower));
+    Canonical::read(input, lower)?.write(out, source_date)
+}
+
+/// A layer read and put in canonical order, ready to be written.
+pub struct Canonical<R> {
+    items: Vec<Item>,
+    input: std::io::BufReader<R>,
+}
+
+impl<R: Read + Seek> Canonical<R> {
+    /// Reads the layer's entries (not their content); `lower` as for [`rewrite_layer`].
+    pub fn read(
+        input: R,
+        lower: impl FnOnce() -> std::io::Result<LowerTree>,
+    ) -> std::io::Result<Canonical<R>> {
+        let (mut items, opaque, input) =
+            read_items(std::io::BufReader::with_capacity(256 * 1024, input))?;
+        if !opaque.is_empty() {
+            let lower = lower()?;
+            items.extend(explicit_whiteouts(&items, &opaque, &lower));
+        }
+        items.sort_by_cached_key(|item| components(&item.key()));
+        let items = lead_hard_links(items);
+        Ok(Canonical { items, input })
     }
-    items.sort_by_cached_key(|item| components(&item.key()));
-    let items = lead_hard_links(items);
-    let mut tar = tar::Builder::new(out);
-    for item in &items {
-        let size = if item.kind == Kind::File {
-            item.size
-        } else {
-            0
-        };
-        let mut header = crate::oci::tar::owned(
-            item.kind.entry_type(),
-            item.mode & 0o7777,
-            size,
-            item.mtime.min(source_date),
-            item.uid,
-            item.gid,
-        );
-        if let Some((major, minor)) = item.device {
-            header.set_device_major(major)?;
-            header.set_device_minor(minor)?;
-        }
-        if let Some(capability) = &item.capability {
-            tar.append_pax_extensions([(CAPABILITY, capability.as_slice())])?;
-        }
-        // `./` first: a layer whose first name starts with `BZh` fails to load
-        // (`oci::tar::append`).
-        let name = match item.kind {
-            Kind::Dir => format!("./{}/", item.path),
-            _ => format!("./{}", item.path),
-        };
-        match (&item.kind, &item.link) {
-            (Kind::Symlink | Kind::HardLink, Some(target))
-                if header.set_link_name(raw(target)).is_err() =>
-            {
-                tar.append_link(&mut header, raw(&name), raw(target))?;
-            }
-            (Kind::File, _) => {
-                input.seek(SeekFrom::Start(item.data))?;
-                let data = (&mut input).take(item.size);
-                crate::oci::tar::append_bytes(&mut tar, header, &bytes(&name), data)?;
-            }
-            _ => crate::oci::tar::append_bytes(&mut tar, header, &bytes(&name), std::io::empty())?,
-        }
+
+    /// How many bytes [`Canonical::write`] writes (files' content is not read): an archive
+    /// entry's size comes before its content.
+    pub fn size(&mut self, source_date: u64) -> std::io::Result<u64> {
+        let mut counted = Counted(0);
+        self.write_to(&mut counted, source_date, false)?;
+        Ok(counted.0)
     }
-    tar.finish()
+
+    /// Writes the canonical layer.
+    pub fn write(&mut self, out: &mut dyn Write, source_date: u64) -> std::io::Result<()> {
+        self.write_to(out, source_date, true)
+    }
+
+    /// With `content` false, files hold zeros of their size.
+    fn write_to(
+        &mut self,
+        out: &mut dyn Write,
+        source_date: u64,
+        content: bool,
+    ) -> std::io::Result<()> {
+        let mut tar = tar::Builder::new(out);
+        for item in &self.items {
+            let header = header_of(item, source_date)?;
+            if let Some(capability) = &item.capability {
+                tar.append_pax_extensions([(CAPABILITY, capability.as_slice())])?;
+            }
+            append_item(&mut tar, item, header, &mut self.input, content)?;
+        }
+        tar.finish()
+    }
+}
+
+/// Counts what is written to it.
+struct Counted(u64);
+
+impl Write for Counted {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0 += buf.len() as u64;
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+/// The canonical header of `item` (see the module doc).
+fn header_of(item: &Item, source_date: u64) -> std::io::Result<tar::Header> {
+    let size = if item.kind == Kind::File {
+        item.size
+    } else {
+        0
+    };
+    let mut header = crate::oci::tar::owned(
+        item.kind.entry_type(),
+        item.mode & 0o7777,
+        size,
+        item.mtime.min(source_date),
+        item.uid,
+        item.gid,
+    );
+    if let Some((major, minor)) = item.device {
+        header.set_device_major(major)?;
+        header.set_device_minor(minor)?;
+    }
+    Ok(header)
+}
+
+/// Appends `item` with its `header`, its content read from `input` (zeros unless `content`).
+fn append_item<W: Write, R: Read + Seek>(
+    tar: &mut tar::Builder<W>,
+    item: &Item,
+    mut header: tar::Header,
+    input: &mut R,
+    content: bool,
+) -> std::io::Result<()> {
+    // `./` first: a layer whose first name starts with `BZh` fails to load
+    // (`oci::tar::append`).
+    let name = match item.kind {
+        Kind::Dir => format!("./{}/", item.path),
+        _ => format!("./{}", item.path),
+    };
+    match (&item.kind, &item.link) {
+        (Kind::Symlink | Kind::HardLink, Some(target))
+            if header.set_link_name(raw(target)).is_err() =>
+        {
+            tar.append_link(&mut header, raw(&name), raw(target))
+        }
+        (Kind::File, _) if content => {
+            input.seek(SeekFrom::Start(item.data))?;
+            let data = input.take(item.size);
+            crate::oci::tar::append_bytes(tar, header, &bytes(&name), data)
+        }
+        (Kind::File, _) => {
+            let data = std::io::repeat(0).take(item.size);
+            crate::oci::tar::append_bytes(tar, header, &bytes(&name), data)
+        }
+        _ => crate::oci::tar::append_bytes(tar, header, &bytes(&name), std::io::empty()),
+    }
 }
 
 /// The one extended attribute kept: file capabilities (`setcap`), which both image stores

@@ -15,7 +15,7 @@ use crate::oci::{self, Reference};
 use crate::store::{LayerStore, StoredImage};
 use crate::verify;
 use futures_util::StreamExt;
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::path::Path;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -189,7 +189,7 @@ pub async fn held_prefix(
 
 /// Whether the engine keeps images in containerd's content store (the containerd image
 /// store); if it cannot say, it is taken to (the cost is a thin archive carrying more).
-async fn keeps_blobs(engine: &Engine) -> bool {
+pub async fn keeps_blobs(engine: &Engine) -> bool {
     engine
         .info()
         .await
@@ -336,10 +336,18 @@ pub async fn load_made(
     settle(builder, store, image, first).await
 }
 
-/// What a normaliser hands the load as it makes it: each new layer once it is in the store,
-/// then the whole image, its config in the store too.
+/// What a normaliser hands the load as it makes it: each new layer, then the whole image, its
+/// config in the store.
 pub enum Made {
+    /// A layer in the store: written from there, under its digest.
     Layer(crate::store::StoredLayer),
+    /// A layer of this many bytes, which follow as [`Made::Chunk`]s as they are made, then
+    /// [`Made::End`]: put into the load while it is written into the store (Docker's classic
+    /// store only, which reads layers by the names `manifest.json` gives; the containerd
+    /// store takes the OCI layout, which names blobs by a digest known only at the end).
+    Begin(u64),
+    Chunk(bytes::Bytes),
+    End(crate::store::StoredLayer),
     Image(StoredImage),
 }
 
@@ -376,16 +384,46 @@ fn write_streamed(
     let mut tar = oci::tar::Builder::new(out);
     oci::archive::write_layout(&mut tar)?;
     let mut written = HashSet::new();
-    for message in made {
+    let mut streamed: HashMap<oci::Digest, String> = HashMap::new();
+    let mut made = made.into_iter();
+    while let Some(message) = made.next() {
         match message {
             Made::Layer(layer) => {
                 if written.insert(layer.blob.digest.clone()) {
                     oci::archive::write_blob(&mut tar, store, &layer.blob)?;
                 }
             }
+            Made::Begin(size) => {
+                let path = format!("layers/{}.tar", streamed.len());
+                let mut chunks = Chunks {
+                    made: &mut made,
+                    current: bytes::Bytes::new(),
+                    read: 0,
+                    end: None,
+                };
+                let header = oci::tar::header(oci::tar::EntryType::Regular, 0o444, size, 0);
+                oci::tar::append(&mut tar, header, &path, &mut chunks)?;
+                match chunks.end {
+                    Some(layer) if chunks.read == size => {
+                        streamed.insert(layer.blob.digest, path);
+                    }
+                    _ => return Err(std::io::Error::other("a layer was cut short")),
+                }
+            }
+            Made::Chunk(_) | Made::End(_) => {
+                return Err(std::io::Error::other("a layer's bytes out of place"));
+            }
             Made::Image(image) => {
                 oci::archive::write_blob(&mut tar, store, &image.config)?;
-                oci::archive::write_manifests(&mut tar, &image, None)?;
+                if streamed.is_empty() {
+                    oci::archive::write_manifests(&mut tar, &image, None)?;
+                } else {
+                    let path_of = |blob: &crate::store::Blob| match streamed.get(&blob.digest) {
+                        Some(path) => path.clone(),
+                        None => oci::archive::blob_path(&blob.digest),
+                    };
+                    oci::archive::write_docker_manifest(&mut tar, &image, None, path_of)?;
+                }
                 tar.finish()?;
                 *slot.lock().expect("not poisoned") = Some(image);
                 return Ok(());
@@ -393,6 +431,33 @@ fn write_streamed(
         }
     }
     Ok(())
+}
+
+/// A streamed layer's bytes, read from the [`Made::Chunk`]s up to its [`Made::End`].
+struct Chunks<'a, I: Iterator<Item = Made>> {
+    made: &'a mut I,
+    current: bytes::Bytes,
+    read: u64,
+    end: Option<crate::store::StoredLayer>,
+}
+
+impl<I: Iterator<Item = Made>> std::io::Read for Chunks<'_, I> {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        while self.current.is_empty() {
+            if self.end.is_some() {
+                return Ok(0);
+            }
+            match self.made.next() {
+                Some(Made::Chunk(bytes)) => self.current = bytes,
+                Some(Made::End(layer)) => self.end = Some(layer),
+                _ => return Err(std::io::Error::other("the normalisation stopped")),
+            }
+        }
+        let n = buf.len().min(self.current.len());
+        buf[..n].copy_from_slice(&self.current.split_to(n));
+        self.read += n as u64;
+        Ok(n)
+    }
 }
 
 /// After a load of `image` (its layers from `first` on sent): the builder's id for it,

@@ -194,14 +194,21 @@ pub fn write_manifests(
     )?;
     let index = index(&manifest_digest, manifest.len() as u64, reference);
     add(tar, "index.json", index.len() as u64, &mut index.as_bytes())?;
+    write_docker_manifest(tar, image, reference, |blob| blob_path(&blob.digest))
+}
+
+/// `manifest.json` alone (what Docker's classic image store reads), each layer's entry named
+/// by `path_of`: an archive may carry layers under names other than their digests.
+pub fn write_docker_manifest(
+    tar: &mut tar::Builder<impl Write>,
+    image: &StoredImage,
+    reference: Option<&Reference>,
+    path_of: impl Fn(&Blob) -> String,
+) -> std::io::Result<()> {
     let docker_manifest = sorted_json(&[DockerManifest {
         config: blob_path(&image.config.digest),
         repo_tags: Some(reference.map(Reference::to_string).into_iter().collect()),
-        layers: image
-            .layers
-            .iter()
-            .map(|l| blob_path(&l.blob.digest))
-            .collect(),
+        layers: image.layers.iter().map(|l| path_of(&l.blob)).collect(),
     }]);
     add(
         tar,
