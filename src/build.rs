@@ -424,16 +424,20 @@ impl Job<'_> {
             .and_then(|old| old.id().map(str::to_string));
         engine.tag(&id, &image.loaded.image_reference()).await?;
         // The engine's raw image (and its build cache) and the unstamped one are superseded.
-        for superseded in [
-            record.raw_image_id.as_deref(),
-            Some(made.id.as_str()),
-            previous.as_deref(),
-        ]
-        .into_iter()
-        .flatten()
-        .filter(|s| *s != id)
+        for superseded in [record.raw_image_id.as_deref(), Some(made.id.as_str())]
+            .into_iter()
+            .flatten()
+            .filter(|s| *s != id)
         {
             engine.remove_untagged(superseded).await;
+        }
+        // The previous image only if no other tag names it (removing an image by id removes
+        // its last tag with it).
+        if let Some(previous) = previous.filter(|p| *p != id)
+            && let Some(old) = engine.inspect(&previous).await?
+            && old.repo_tags.is_empty()
+        {
+            engine.remove_untagged(&previous).await;
         }
         record.image_id = id;
         record.size = inspected.size;

@@ -313,12 +313,16 @@ impl Reading<'_> {
             .into());
         }
         let mut layers = Vec::new();
-        for (diff_id, path) in self.plan.diff_ids.iter().zip(&manifest.layers) {
+        for (i, (diff_id, path)) in self.plan.diff_ids.iter().zip(&manifest.layers).enumerate() {
             let path = store::normalize(path);
             let entry = entries
                 .get(&path)
                 .ok_or_else(|| invalid(&path, "is named but not in the archive".into()))?;
-            if let Some(bytes) = &entry.small {
+            if let Some(bytes) = entry
+                .small
+                .as_ref()
+                .filter(|_| i >= self.plan.parent_layers)
+            {
                 let (_, spooled) = self
                     .spool(&mut bytes.as_slice())
                     .map_err(|e| invalid(&path, e.to_string()))?;

@@ -1576,6 +1576,22 @@ fn a_normalised_build_keeps_no_raw_copy_and_removes_the_image_it_supersedes() {
             "{node} ({kind}): the superseded image {first} is still on the builder"
         );
     }
+    // An image another tag still names stays when hallmark's tag moves off it.
+    let second = testbed.image_id("builder", &tag);
+    let other = format!("other-{tag}");
+    testbed.docker_ok("builder", &["tag", &second, &other]);
+    std::fs::write(&spec_path, spec.replace(" one ", " three ")).unwrap();
+    project
+        .run(&[
+            "--config",
+            testbed.config().to_str().unwrap(),
+            "-q",
+            "build",
+            "lean",
+        ])
+        .success();
+    assert_eq!(testbed.image_id("builder", &other), second);
+    testbed.docker_ok("builder", &["rmi", &other]);
 }
 
 /// Issue 19: a build interrupted while normalising (or right after, in its smoke test) leaves
