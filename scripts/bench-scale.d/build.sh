@@ -97,6 +97,7 @@ for run in $(seq "$runs"); do
   t0=$(now); docker -H "$builder" save "bench-scale-small-$tag:latest" >/dev/null; t1=$(now)
   ss=$(secs "$t0" "$t1")
   echo "$run,$hb,$db,$nb,$sb,$ns,$ss,$(store_bytes),$(layer_bytes "bench-scale-small-$tag:latest"),$base_bytes,$(cut -d' ' -f1 /proc/loadavg)" >> "$work/rows"
+  echo "build.sh: run $run of $runs: $(tail -1 "$work/rows")" >&2
 done
 
 python3 - "$work/rows" "$mib" "$engine" "$store_kind" <<'PY'
