@@ -336,9 +336,10 @@ impl Job<'_> {
         let raw = self
             .engine_build(&pending_label(&self.checksum), record)
             .await?;
+        let parent = self.parent();
         let parent_layers = self
             .engine
-            .inspect(&self.parent())
+            .inspect(&parent)
             .await?
             .map_or(0, |i| i.layers().len());
         let started = Instant::now();
@@ -348,7 +349,10 @@ impl Job<'_> {
             self.engine,
             &self.store,
             &raw,
-            parent_layers,
+            normalize::Parent {
+                name: &parent,
+                layers: parent_layers,
+            },
             self.image.loaded.spec.image.source_date_epoch,
             finish,
         )
@@ -410,6 +414,14 @@ impl Job<'_> {
                 stamped,
             )));
         }
+        // The image the tag names now, if hallmark made it (it carries the checksum label):
+        // once the tag moves it is superseded, and left on the builder it would be a dangling
+        // image for every rebuild.
+        let previous = engine
+            .inspect(&image.loaded.reference())
+            .await?
+            .filter(|old| old.label(label).is_some())
+            .and_then(|old| old.id().map(str::to_string));
         engine.tag(&id, &image.loaded.image_reference()).await?;
         // The engine's raw image (and its build cache) and the unstamped one are superseded.
         for superseded in [record.raw_image_id.as_deref(), Some(made.id.as_str())]
@@ -418,6 +430,14 @@ impl Job<'_> {
             .filter(|s| *s != id)
         {
             engine.remove_untagged(superseded).await;
+        }
+        // The previous image only if no other tag names it (removing an image by id removes
+        // its last tag with it).
+        if let Some(previous) = previous.filter(|p| *p != id)
+            && let Some(old) = engine.inspect(&previous).await?
+            && old.repo_tags.is_empty()
+        {
+            engine.remove_untagged(&previous).await;
         }
         record.image_id = id;
         record.size = inspected.size;
@@ -435,7 +455,7 @@ async fn stamp_made(
     checksum: &str,
 ) -> Result<String> {
     let stored = store
-        .image(made)
+        .record(made)
         .ok_or_else(|| engine.error(format!("the new image {made} is not in the layer store")))?;
     let mut config = store.read_config(&stored)?;
     normalize::finish_config(&mut config, key, checksum);

@@ -15,82 +15,329 @@
 //! writes instead (one per name the layers below hold there); and a group of hard links led
 //! by its first member in that order.
 //!
-//! Cost: one export of the built image into the layer store (which shipping needs anyway),
-//! one pass over the layers the build added plus a read of each file's content where it lies
-//! (a gzip layer, as the containerd store exports what it built, is unpacked to a temporary
-//! file first), and a read of the headers of the layers below only when a layer has an opaque
-//! directory.
+//! Cost: one export of the built image, read as it arrives (the parent's layers pass by,
+//! written nowhere; see `normalize/export.rs`); each new layer unpacked once into a temporary
+//! file (the rewrite sorts entries, then reads each file's content where it lies), rewritten
+//! into the layer store and put into the builder's load as soon as it is there; a read of the
+//! headers of the layers below only when a layer has an opaque directory (Docker 20.10), which
+//! exports the parent into the store if it is not there. The store keeps no raw layer.
 
-use crate::engine::Engine;
+use crate::engine::{Engine, StreamReader};
 use crate::error::{Error, Result};
+use crate::oci::Digest;
 use crate::render::rfc3339;
-use crate::store::{Blob, LAYER_TAR, LayerStore, StoredLayer};
+use crate::store::{Blob, LAYER_TAR, LayerStore, StoredImage, StoredLayer};
 use crate::transfer;
+use futures_util::StreamExt;
 use serde_json::{Value, json};
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::io::{Read, Seek, SeekFrom, Write};
 use std::sync::Arc;
 
-/// Normalises the builder's image `raw_id`, whose first `parent_layers` layers are its
+mod export;
+
+/// The parent of an image being normalised, as the builder knows it.
+pub struct Parent<'a> {
+    /// Its id (the store's record of it is looked up by it) or reference.
+    pub name: &'a str,
+    pub layers: usize,
+}
+
+/// Normalises the builder's image `raw_id`, whose first `parent.layers` layers are its
 /// parent's; loads the result untagged and returns the builder's id for it. With `finish`
 /// (label key and checksum), the result carries its checksum: nothing follows normalisation.
+///
+/// One pass: the export is read as it comes ([`export::split`]), each new layer rewritten as
+/// soon as it and the new layers below it are there, and put into the load as soon as it is
+/// rewritten; the store keeps only the rewritten layers and the config.
 pub async fn normalize(
     builder: &Engine,
     store: &Arc<LayerStore>,
     raw_id: &str,
-    parent_layers: usize,
+    parent: Parent<'_>,
     source_date: u64,
     finish: Option<(&str, &str)>,
 ) -> Result<String> {
-    let (_, raw) = transfer::stored_image(builder, store, raw_id).await?;
-    let mut layers: Vec<StoredLayer> = raw.layers[..parent_layers.min(raw.layers.len())].to_vec();
-    for layer in &raw.layers[layers.len()..] {
-        let input = seekable(store, layer)?;
-        let below = layers.clone();
-        let lower = || LowerTree::of(store, &below);
-        let (digest, size) = store
-            .add_blob(|out| rewrite_layer(input, lower, out, source_date))
-            .map_err(|e| match e {
-                Error::Io { path, source } => Error::Io {
-                    path,
-                    source: std::io::Error::other(format!(
-                        "normalising layer {}: {source}",
-                        layer.diff_id
-                    )),
-                },
-                other => other,
-            })?;
-        layers.push(StoredLayer {
-            diff_id: digest.clone(),
-            blob: Blob {
-                digest,
-                size,
-                media_type: LAYER_TAR.into(),
-            },
-        });
+    let inspected = builder
+        .inspect(raw_id)
+        .await?
+        .ok_or_else(|| builder.error(format!("the built image {raw_id} is gone")))?;
+    let diff_ids: Vec<Digest> = inspected
+        .layers()
+        .iter()
+        .map(|d| Digest::try_from(d.as_str()))
+        .collect::<std::result::Result<_, _>>()
+        .map_err(|e| builder.error(format!("{raw_id}: a layer {e}")))?;
+    let parent_record = match builder.inspect(parent.name).await? {
+        Some(found) => found.id().and_then(|id| store.record(id)),
+        None => None,
+    };
+    let mut plan = export::Plan {
+        parent_layers: parent.layers.min(diff_ids.len()),
+        diff_ids,
+        parent: parent_record,
+        spool: HashSet::new(),
+    };
+    loop {
+        match normalize_once(
+            builder,
+            store,
+            raw_id,
+            &plan,
+            parent.name,
+            source_date,
+            finish,
+        )
+        .await
+        {
+            Err(export::Failure::Collision(path)) => {
+                plan.spool.insert(path);
+            }
+            Err(export::Failure::Error(e)) => return Err(e),
+            Ok(id) => return Ok(id),
+        }
     }
-    let mut config = store.read_config(&raw)?;
-    normalize_config(&mut config, &layers, source_date);
-    if let Some((key, checksum)) = finish {
-        finish_config(&mut config, key, checksum);
-    }
-    transfer::load_made(builder, store, &config, layers, parent_layers).await
 }
 
-/// The layer's tar as a file that can be read at any offset: the blob itself, or for a
-/// compressed blob its content unpacked into a temporary file.
-fn seekable(store: &LayerStore, layer: &StoredLayer) -> Result<std::fs::File> {
-    let path = store.blob_path(&layer.blob.digest);
-    if !layer.blob.media_type.contains('+') {
-        return std::fs::File::open(&path).map_err(|e| Error::io(&path, e));
+/// One reading of the export, rewrite and load (see [`normalize`]).
+async fn normalize_once(
+    builder: &Engine,
+    store: &Arc<LayerStore>,
+    raw_id: &str,
+    plan: &export::Plan,
+    parent: &str,
+    source_date: u64,
+    finish: Option<(&str, &str)>,
+) -> std::result::Result<String, export::Failure> {
+    let (spool_sender, spooled) = std::sync::mpsc::channel();
+    // Bounded: a layer streamed into the load waits for the load, not for memory.
+    let (made_sender, made) = std::sync::mpsc::sync_channel(16);
+    let streamed = !transfer::keeps_blobs(builder).await;
+    let (export_sender, reader) = StreamReader::channel();
+    let forward = async move {
+        let mut stream = builder.export(raw_id);
+        while let Some(chunk) = stream.next().await {
+            let failed = chunk.is_err();
+            if export_sender.send(chunk).await.is_err() || failed {
+                break;
+            }
+        }
+    };
+    let split = {
+        let (store, plan) = (Arc::clone(store), plan_copy(plan));
+        tokio::task::spawn_blocking(move || export::split(&plan, &store, reader, &spool_sender))
+    };
+    let (below, serve_parent) = parent_below(builder, store, parent);
+    let rewrite = {
+        let (store, sender) = (Arc::clone(store), made_sender.clone());
+        let (diff_ids, first) = (plan.diff_ids.clone(), plan.parent_layers);
+        tokio::task::spawn_blocking(move || {
+            let into = Into {
+                made: &sender,
+                streamed,
+            };
+            rewrite_all(&store, &diff_ids, first, spooled, below, into, source_date)
+        })
+    };
+    let made_image = async {
+        let (split, rewritten, ()) = tokio::join!(split, rewrite, serve_parent);
+        let split = split.expect("the export's reading does not panic");
+        let rewritten = rewritten.expect("the rewrite does not panic");
+        let split = split?;
+        let new = rewritten?;
+        let mut layers = split.layers[..plan.parent_layers].to_vec();
+        layers.extend(new);
+        let mut config = split.config;
+        normalize_config(&mut config, &layers, source_date);
+        if let Some((key, checksum)) = finish {
+            finish_config(&mut config, key, checksum);
+        }
+        let bytes = serde_json::to_vec(&config).expect("config serializes");
+        let (digest, size) = store.add_blob(|out| out.write_all(&bytes))?;
+        let config = Blob {
+            digest,
+            size,
+            media_type: crate::oci::archive::CONFIG.into(),
+        };
+        let _ = made_sender.send(transfer::Made::Image(StoredImage { config, layers }));
+        Ok::<(), export::Failure>(())
+    };
+    let load = transfer::load_streamed(builder, store, made, plan.parent_layers);
+    let ((), made_image, loaded) = tokio::join!(forward, made_image, load);
+    // The normalisation's own failure says more than the load it cut short.
+    made_image?;
+    Ok(loaded?)
+}
+
+fn plan_copy(plan: &export::Plan) -> export::Plan {
+    export::Plan {
+        diff_ids: plan.diff_ids.clone(),
+        parent_layers: plan.parent_layers,
+        parent: plan.parent.clone(),
+        spool: plan.spool.clone(),
     }
-    let tmp_dir = store.root.join("tmp");
-    fs_err::create_dir_all(&tmp_dir).map_err(|e| Error::io(&tmp_dir, e))?;
-    let mut spool = tempfile::tempfile_in(&tmp_dir).map_err(|e| Error::io(&tmp_dir, e))?;
-    std::io::copy(&mut store.open_layer(layer)?, &mut spool)
-        .and_then(|_| spool.seek(SeekFrom::Start(0)))
-        .map_err(|e| Error::io(&path, e))?;
-    Ok(spool)
+}
+
+/// The parent's layers with their content in the store, asked for only when a new layer
+/// has an opaque directory (Docker 20.10): the parent is exported into the store then, once.
+/// The closure (for the rewrite's thread) asks; the future answers.
+fn parent_below<'a>(
+    builder: &'a Engine,
+    store: &'a Arc<LayerStore>,
+    parent: &'a str,
+) -> (
+    impl FnOnce() -> std::io::Result<Vec<StoredLayer>> + Send + 'static,
+    impl std::future::Future<Output = ()> + 'a,
+) {
+    let (ask, mut asked) = tokio::sync::mpsc::channel::<std::sync::mpsc::Sender<_>>(1);
+    let closure = move || {
+        let (reply, answer) = std::sync::mpsc::channel();
+        ask.blocking_send(reply)
+            .map_err(|_| std::io::Error::other("the normalisation stopped"))?;
+        answer
+            .recv()
+            .map_err(|_| std::io::Error::other("the normalisation stopped"))?
+    };
+    let serve = async move {
+        if let Some(reply) = asked.recv().await {
+            let stored = transfer::stored_image(builder, store, parent).await;
+            let _ = reply.send(
+                stored
+                    .map(|(_, image)| image.layers)
+                    .map_err(|e| std::io::Error::other(e.to_string())),
+            );
+        }
+    };
+    (closure, serve)
+}
+
+/// Where rewritten layers go besides the store: the load's channel, each layer sent as it is
+/// written (`streamed`) or once it is in the store.
+struct Into<'a> {
+    made: &'a std::sync::mpsc::SyncSender<transfer::Made>,
+    streamed: bool,
+}
+
+/// Rewrites the new layers (positions `first..` of `diff_ids`) in order as they arrive on
+/// `spooled`, each into the store and the load; returns them in order.
+fn rewrite_all(
+    store: &LayerStore,
+    diff_ids: &[Digest],
+    first: usize,
+    spooled: std::sync::mpsc::Receiver<export::Spooled>,
+    parent: impl FnOnce() -> std::io::Result<Vec<StoredLayer>>,
+    into: Into<'_>,
+    source_date: u64,
+) -> Result<Vec<StoredLayer>> {
+    let mut arrived: HashMap<Digest, std::fs::File> = HashMap::new();
+    let mut parent = Some(parent);
+    let mut parent_layers: Option<Vec<StoredLayer>> = None;
+    let mut done: Vec<StoredLayer> = Vec::new();
+    for diff_id in &diff_ids[first..] {
+        while !arrived.contains_key(diff_id) {
+            let Ok(layer) = spooled.recv() else {
+                // The reading stopped; its error is the one reported.
+                return Err(Error::io(
+                    "the builder's export",
+                    std::io::ErrorKind::UnexpectedEof.into(),
+                ));
+            };
+            arrived.insert(layer.diff_id, layer.file);
+        }
+        let failed = |e: std::io::Error| Error::Io {
+            path: store.root.join("tmp"),
+            source: std::io::Error::other(format!("normalising layer {diff_id}: {e}")),
+        };
+        let mut input = arrived[diff_id].try_clone().map_err(failed)?;
+        input.seek(SeekFrom::Start(0)).map_err(failed)?;
+        let lower = || {
+            if parent_layers.is_none() {
+                parent_layers = Some((parent.take().expect("asked once"))()?);
+            }
+            let mut below = parent_layers.clone().unwrap_or_default();
+            below.extend(done.iter().cloned());
+            LowerTree::of(store, &below)
+        };
+        let mut canonical = Canonical::read(input, lower).map_err(failed)?;
+        let layer =
+            rewrite_one(store, &mut canonical, &into, source_date).map_err(|e| match e {
+                Error::Io { source, .. } => failed(source),
+                other => other,
+            })?;
+        done.push(layer);
+    }
+    Ok(done)
+}
+
+/// Writes one canonical layer into the store and hands it to the load.
+fn rewrite_one<R: Read + Seek>(
+    store: &LayerStore,
+    canonical: &mut Canonical<R>,
+    into: &Into<'_>,
+    source_date: u64,
+) -> Result<StoredLayer> {
+    let stored = |(digest, size): (Digest, u64)| StoredLayer {
+        diff_id: digest.clone(),
+        blob: Blob {
+            digest,
+            size,
+            media_type: LAYER_TAR.into(),
+        },
+    };
+    // A send fails only once the load has stopped, which reports its own error.
+    if !into.streamed {
+        let layer = stored(store.add_blob(|out| canonical.write(out, source_date))?);
+        let _ = into.made.send(transfer::Made::Layer(layer.clone()));
+        return Ok(layer);
+    }
+    let size = canonical
+        .size(source_date)
+        .map_err(|e| Error::io(&store.root, e))?;
+    let _ = into.made.send(transfer::Made::Begin(size));
+    let layer = stored(store.add_blob(|out| {
+        let load = std::io::BufWriter::with_capacity(1 << 20, ToLoad(into.made));
+        let mut both = Both { out, load };
+        canonical.write(&mut both, source_date)?;
+        both.load.flush()
+    })?);
+    let _ = into.made.send(transfer::Made::End(layer.clone()));
+    Ok(layer)
+}
+
+/// Writes to the store's file and to the load alike.
+struct Both<'a, L: Write> {
+    out: &'a mut dyn Write,
+    load: L,
+}
+
+impl<L: Write> Write for Both<'_, L> {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.out.write_all(buf)?;
+        self.load.write_all(buf)?;
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        self.out.flush()?;
+        self.load.flush()
+    }
+}
+
+/// Sends what is written to it to the load as [`transfer::Made::Chunk`]s.
+struct ToLoad<'a>(&'a std::sync::mpsc::SyncSender<transfer::Made>);
+
+impl Write for ToLoad<'_> {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        // A load that stopped reports its own error; the store's copy goes on.
+        let _ = self
+            .0
+            .send(transfer::Made::Chunk(bytes::Bytes::copy_from_slice(buf)));
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
 }
 
 /// The value of the checksum label while an image is unfinished (built, but not yet
@@ -176,57 +423,131 @@ pub fn rewrite_layer<R: Read + Seek>(
     out: &mut dyn Write,
     source_date: u64,
 ) -> std::io::Result<()> {
-    let (mut items, opaque, mut input) =
-        read_items(std::io::BufReader::with_capacity(256 * 1024, input))?;
-    if !opaque.is_empty() {
-        let lower = lower()?;
-        items.extend(explicit_whiteouts(&items, &opaque, &lower));
+    Canonical::read(input, lower)?.write(out, source_date)
+}
+
+/// A layer read and put in canonical order, ready to be written.
+pub struct Canonical<R> {
+    items: Vec<Item>,
+    input: std::io::BufReader<R>,
+}
+
+impl<R: Read + Seek> Canonical<R> {
+    /// Reads the layer's entries (not their content); `lower` as for [`rewrite_layer`].
+    pub fn read(
+        input: R,
+        lower: impl FnOnce() -> std::io::Result<LowerTree>,
+    ) -> std::io::Result<Canonical<R>> {
+        let (mut items, opaque, input) =
+            read_items(std::io::BufReader::with_capacity(256 * 1024, input))?;
+        if !opaque.is_empty() {
+            let lower = lower()?;
+            items.extend(explicit_whiteouts(&items, &opaque, &lower));
+        }
+        items.sort_by_cached_key(|item| components(&item.key()));
+        let items = lead_hard_links(items);
+        Ok(Canonical { items, input })
     }
-    items.sort_by_cached_key(|item| components(&item.key()));
-    let items = lead_hard_links(items);
-    let mut tar = tar::Builder::new(out);
-    for item in &items {
-        let size = if item.kind == Kind::File {
-            item.size
-        } else {
-            0
-        };
-        let mut header = crate::oci::tar::owned(
-            item.kind.entry_type(),
-            item.mode & 0o7777,
-            size,
-            item.mtime.min(source_date),
-            item.uid,
-            item.gid,
-        );
-        if let Some((major, minor)) = item.device {
-            header.set_device_major(major)?;
-            header.set_device_minor(minor)?;
-        }
-        if let Some(capability) = &item.capability {
-            tar.append_pax_extensions([(CAPABILITY, capability.as_slice())])?;
-        }
-        // `./` first: a layer whose first name starts with `BZh` fails to load
-        // (`oci::tar::append`).
-        let name = match item.kind {
-            Kind::Dir => format!("./{}/", item.path),
-            _ => format!("./{}", item.path),
-        };
-        match (&item.kind, &item.link) {
-            (Kind::Symlink | Kind::HardLink, Some(target))
-                if header.set_link_name(raw(target)).is_err() =>
-            {
-                tar.append_link(&mut header, raw(&name), raw(target))?;
-            }
-            (Kind::File, _) => {
-                input.seek(SeekFrom::Start(item.data))?;
-                let data = (&mut input).take(item.size);
-                crate::oci::tar::append_bytes(&mut tar, header, &bytes(&name), data)?;
-            }
-            _ => crate::oci::tar::append_bytes(&mut tar, header, &bytes(&name), std::io::empty())?,
-        }
+
+    /// How many bytes [`Canonical::write`] writes (files' content is not read): an archive
+    /// entry's size comes before its content.
+    pub fn size(&mut self, source_date: u64) -> std::io::Result<u64> {
+        let mut counted = Counted(0);
+        self.write_to(&mut counted, source_date, false)?;
+        Ok(counted.0)
     }
-    tar.finish()
+
+    /// Writes the canonical layer.
+    pub fn write(&mut self, out: &mut dyn Write, source_date: u64) -> std::io::Result<()> {
+        self.write_to(out, source_date, true)
+    }
+
+    /// With `content` false, files hold zeros of their size.
+    fn write_to(
+        &mut self,
+        out: &mut dyn Write,
+        source_date: u64,
+        content: bool,
+    ) -> std::io::Result<()> {
+        let mut tar = tar::Builder::new(out);
+        for item in &self.items {
+            let header = header_of(item, source_date)?;
+            if let Some(capability) = &item.capability {
+                tar.append_pax_extensions([(CAPABILITY, capability.as_slice())])?;
+            }
+            append_item(&mut tar, item, header, &mut self.input, content)?;
+        }
+        tar.finish()
+    }
+}
+
+/// Counts what is written to it.
+struct Counted(u64);
+
+impl Write for Counted {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0 += buf.len() as u64;
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+/// The canonical header of `item` (see the module doc).
+fn header_of(item: &Item, source_date: u64) -> std::io::Result<tar::Header> {
+    let size = if item.kind == Kind::File {
+        item.size
+    } else {
+        0
+    };
+    let mut header = crate::oci::tar::owned(
+        item.kind.entry_type(),
+        item.mode & 0o7777,
+        size,
+        item.mtime.min(source_date),
+        item.uid,
+        item.gid,
+    );
+    if let Some((major, minor)) = item.device {
+        header.set_device_major(major)?;
+        header.set_device_minor(minor)?;
+    }
+    Ok(header)
+}
+
+/// Appends `item` with its `header`, its content read from `input` (zeros unless `content`).
+fn append_item<W: Write, R: Read + Seek>(
+    tar: &mut tar::Builder<W>,
+    item: &Item,
+    mut header: tar::Header,
+    input: &mut R,
+    content: bool,
+) -> std::io::Result<()> {
+    // `./` first: a layer whose first name starts with `BZh` fails to load
+    // (`oci::tar::append`).
+    let name = match item.kind {
+        Kind::Dir => format!("./{}/", item.path),
+        _ => format!("./{}", item.path),
+    };
+    match (&item.kind, &item.link) {
+        (Kind::Symlink | Kind::HardLink, Some(target))
+            if header.set_link_name(raw(target)).is_err() =>
+        {
+            tar.append_link(&mut header, raw(&name), raw(target))
+        }
+        (Kind::File, _) if content => {
+            input.seek(SeekFrom::Start(item.data))?;
+            let data = input.take(item.size);
+            crate::oci::tar::append_bytes(tar, header, &bytes(&name), data)
+        }
+        (Kind::File, _) => {
+            let data = std::io::repeat(0).take(item.size);
+            crate::oci::tar::append_bytes(tar, header, &bytes(&name), data)
+        }
+        _ => crate::oci::tar::append_bytes(tar, header, &bytes(&name), std::io::empty()),
+    }
 }
 
 /// The one extended attribute kept: file capabilities (`setcap`), which both image stores

@@ -55,6 +55,10 @@ pub async fn check(
         &forced,
     )
     .await?;
+    // The second build moves the tag and removes the first image from the builder: it is
+    // read into the layer store before.
+    let store = Arc::new(LayerStore::open(settings.cache));
+    let (_, a) = transfer::stored_image(engine, &store, &first.image_id).await?;
     let second = build::build_one(
         engine,
         image,
@@ -77,8 +81,6 @@ pub async fn check(
     let mut differences = if first.image_id == second.image_id {
         Vec::new()
     } else {
-        let store = Arc::new(LayerStore::open(settings.cache));
-        let (_, a) = transfer::stored_image(engine, &store, &first.image_id).await?;
         let (_, b) = transfer::stored_image(engine, &store, &second.image_id).await?;
         compare(&store, &a, &b)?
     };

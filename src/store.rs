@@ -4,7 +4,8 @@
 //! Docker 25 and later an OCI layout), and each file lands under its sha256. Thin archives for
 //! the nodes are then written from here, so the export, not repeated per node, is the cost.
 //!
-//! Disk cost: one copy of every layer of every image shipped, until `hallmark prune`.
+//! Disk cost: one copy of every layer of every image shipped or normalised (a normalised
+//! image's own layers are only ever here in their normalised form), until `hallmark prune`.
 //! Archive paths are never used to write: only digests name files, so a hostile archive cannot
 //! place a file outside the store.
 //!
@@ -193,9 +194,24 @@ impl LayerStore {
         Some(image)
     }
 
-    fn read_record(&self, image_id: &str) -> Option<StoredImage> {
+    /// The record of `image_id` as written, if its config is here: a normalised image's
+    /// record names its parent's layers, which the store holds only once something exported
+    /// them (stamping an image needs its config alone).
+    pub fn record(&self, image_id: &str) -> Option<StoredImage> {
+        let image = self.parse_record(image_id)?;
+        self.blob_path(&image.config.digest).is_file().then(|| {
+            self.mark_used(image_id);
+            image
+        })
+    }
+
+    fn parse_record(&self, image_id: &str) -> Option<StoredImage> {
         let text = fs_err::read_to_string(self.record_path(image_id)).ok()?;
-        let image: StoredImage = serde_json::from_str(&text).ok()?;
+        serde_json::from_str(&text).ok()
+    }
+
+    fn read_record(&self, image_id: &str) -> Option<StoredImage> {
+        let image = self.parse_record(image_id)?;
         let complete = std::iter::once(&image.config)
             .chain(image.layers.iter().map(|l| &l.blob))
             .all(|b| self.blob_path(&b.digest).is_file());
@@ -495,11 +511,7 @@ impl LayerStore {
         let path = self.blob_path(digest);
         let mut file = fs_err::File::open(&path).map_err(|e| Error::io(&path, e))?;
         let n = file.read(&mut magic).map_err(|e| Error::io(&path, e))?;
-        Ok(match &magic[..n] {
-            [0x1f, 0x8b, ..] => format!("{LAYER_TAR}+gzip"),
-            [0x28, 0xb5, 0x2f, 0xfd] => format!("{LAYER_TAR}+zstd"),
-            _ => LAYER_TAR.to_string(),
-        })
+        Ok(layer_media_type(&magic[..n]))
     }
 
     /// Removes every stored image and blob that neither this project's `keep` (the builder's
@@ -527,7 +539,7 @@ impl LayerStore {
             self.mark_compiled(checksum);
         }
         for id in keep {
-            if self.read_record(id).is_some() {
+            if self.parse_record(id).is_some() {
                 self.mark_used(id);
             }
         }
@@ -569,7 +581,9 @@ impl LayerStore {
         for entry in fs_err::read_dir(&images).into_iter().flatten().flatten() {
             let name = entry.file_name().to_string_lossy().into_owned();
             let id = name.trim_end_matches(".json");
-            match self.read_record(id).filter(|_| kept.contains(id)) {
+            // A kept record keeps whatever of its blobs the store holds (a normalised image's
+            // own layers, before anything exported its parent's).
+            match self.parse_record(id).filter(|_| kept.contains(id)) {
                 Some(image) => {
                     used.insert(image.config.digest.clone());
                     used.extend(image.layers.iter().map(|l| l.blob.digest.clone()));
@@ -640,7 +654,17 @@ impl LayerStore {
     }
 }
 
-fn normalize(path: &str) -> String {
+/// The media type of a layer blob starting with `magic` (its first four bytes).
+pub fn layer_media_type(magic: &[u8]) -> String {
+    match magic {
+        [0x1f, 0x8b, ..] => format!("{LAYER_TAR}+gzip"),
+        [0x28, 0xb5, 0x2f, 0xfd] => format!("{LAYER_TAR}+zstd"),
+        _ => LAYER_TAR.to_string(),
+    }
+}
+
+/// An archive entry's name without `./`, `//` or `..` steps.
+pub fn normalize(path: &str) -> String {
     let mut parts: Vec<&str> = Vec::new();
     for part in path.split('/') {
         match part {

@@ -15,7 +15,7 @@ use crate::oci::{self, Reference};
 use crate::store::{LayerStore, StoredImage};
 use crate::verify;
 use futures_util::StreamExt;
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::path::Path;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -362,6 +362,142 @@ pub async fn load_made(
     };
     let hidden = indicatif::ProgressBar::hidden();
     send(builder, store, &image, "", first, &hidden).await?;
+    settle(builder, store, image, first).await
+}
+
+/// What a normaliser hands the load as it makes it: each new layer, then the whole image, its
+/// config in the store.
+pub enum Made {
+    /// A layer in the store: written from there, under its digest.
+    Layer(crate::store::StoredLayer),
+    /// A layer of this many bytes, which follow as [`Made::Chunk`]s as they are made, then
+    /// [`Made::End`]: put into the load while it is written into the store (Docker's classic
+    /// store only, which reads layers by the names `manifest.json` gives; the containerd
+    /// store takes the OCI layout, which names blobs by a digest known only at the end).
+    Begin(u64),
+    Chunk(bytes::Bytes),
+    End(crate::store::StoredLayer),
+    Image(StoredImage),
+}
+
+/// [`load_made`] of an image whose new layers come one by one on `made` as they are made:
+/// each goes into the load at once, the config and manifests last (engines take an archive's
+/// entries in any order). If `made` ends without the image, the archive names no image, so
+/// the load leaves nothing, and this fails.
+pub async fn load_streamed(
+    builder: &Engine,
+    store: &Arc<LayerStore>,
+    made: std::sync::mpsc::Receiver<Made>,
+    first: usize,
+) -> Result<String> {
+    let slot = Arc::new(std::sync::Mutex::new(None));
+    let body = {
+        let (store, slot) = (Arc::clone(store), Arc::clone(&slot));
+        engine::body_from_writer(None, move |out| {
+            write_streamed(&store, made, out, &slot).map_err(|e| Error::io(store.root.clone(), e))
+        })
+    };
+    let hidden = indicatif::ProgressBar::hidden();
+    load_into(builder, "", body, &Arc::new(AtomicU64::new(0)), &hidden).await?;
+    let image = slot.lock().expect("not poisoned").take();
+    let image = image.ok_or_else(|| builder.error("the normalised image was not made"))?;
+    settle(builder, store, image, first).await
+}
+
+fn write_streamed(
+    store: &LayerStore,
+    made: std::sync::mpsc::Receiver<Made>,
+    out: &mut impl std::io::Write,
+    slot: &std::sync::Mutex<Option<StoredImage>>,
+) -> std::io::Result<()> {
+    let mut tar = oci::tar::Builder::new(out);
+    oci::archive::write_layout(&mut tar)?;
+    let mut written = HashSet::new();
+    let mut streamed: HashMap<oci::Digest, String> = HashMap::new();
+    let mut made = made.into_iter();
+    while let Some(message) = made.next() {
+        match message {
+            Made::Layer(layer) => {
+                if written.insert(layer.blob.digest.clone()) {
+                    oci::archive::write_blob(&mut tar, store, &layer.blob)?;
+                }
+            }
+            Made::Begin(size) => {
+                let path = format!("layers/{}.tar", streamed.len());
+                let mut chunks = Chunks {
+                    made: &mut made,
+                    current: bytes::Bytes::new(),
+                    read: 0,
+                    end: None,
+                };
+                let header = oci::tar::header(oci::tar::EntryType::Regular, 0o444, size, 0);
+                oci::tar::append(&mut tar, header, &path, &mut chunks)?;
+                match chunks.end {
+                    Some(layer) if chunks.read == size => {
+                        streamed.insert(layer.blob.digest, path);
+                    }
+                    _ => return Err(std::io::Error::other("a layer was cut short")),
+                }
+            }
+            Made::Chunk(_) | Made::End(_) => {
+                return Err(std::io::Error::other("a layer's bytes out of place"));
+            }
+            Made::Image(image) => {
+                oci::archive::write_blob(&mut tar, store, &image.config)?;
+                if streamed.is_empty() {
+                    oci::archive::write_manifests(&mut tar, &image, None)?;
+                } else {
+                    let path_of = |blob: &crate::store::Blob| match streamed.get(&blob.digest) {
+                        Some(path) => path.clone(),
+                        None => oci::archive::blob_path(&blob.digest),
+                    };
+                    oci::archive::write_docker_manifest(&mut tar, &image, None, path_of)?;
+                }
+                tar.finish()?;
+                *slot.lock().expect("not poisoned") = Some(image);
+                return Ok(());
+            }
+        }
+    }
+    Ok(())
+}
+
+/// A streamed layer's bytes, read from the [`Made::Chunk`]s up to its [`Made::End`].
+struct Chunks<'a, I: Iterator<Item = Made>> {
+    made: &'a mut I,
+    current: bytes::Bytes,
+    read: u64,
+    end: Option<crate::store::StoredLayer>,
+}
+
+impl<I: Iterator<Item = Made>> std::io::Read for Chunks<'_, I> {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        while self.current.is_empty() {
+            if self.end.is_some() {
+                return Ok(0);
+            }
+            match self.made.next() {
+                Some(Made::Chunk(bytes)) => self.current = bytes,
+                Some(Made::End(layer)) => self.end = Some(layer),
+                _ => return Err(std::io::Error::other("the normalisation stopped")),
+            }
+        }
+        let n = buf.len().min(self.current.len());
+        buf[..n].copy_from_slice(&self.current.split_to(n));
+        self.read += n as u64;
+        Ok(n)
+    }
+}
+
+/// After a load of `image` (its layers from `first` on sent): the builder's id for it,
+/// recorded in the store.
+async fn settle(
+    builder: &Engine,
+    store: &Arc<LayerStore>,
+    image: StoredImage,
+    first: usize,
+) -> Result<String> {
+    let hidden = indicatif::ProgressBar::hidden();
     let (manifest_digest, _) = oci::archive::manifest(&image);
     for id in [image.config.digest.to_string(), manifest_digest.to_string()] {
         if let Some(loaded) = builder.inspect(&id).await? {

@@ -22,6 +22,8 @@ pub struct ImageAnswer {
     id: String,
     #[serde(rename = "RepoDigests", deserialize_with = "nullable")]
     pub repo_digests: Vec<String>,
+    #[serde(rename = "RepoTags", deserialize_with = "nullable")]
+    pub repo_tags: Vec<String>,
     /// The runtime config as the engine wrote it (`Env`, `Cmd`, `Labels`, ...).
     #[serde(rename = "Config", deserialize_with = "nullable")]
     pub config: Map<String, Value>,

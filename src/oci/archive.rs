@@ -158,17 +158,7 @@ pub fn write_many(
     out: &mut impl Write,
 ) -> std::io::Result<()> {
     let mut tar = tar::Builder::new(out);
-    let mut add = |path: &str, size: u64, data: &mut dyn std::io::Read| {
-        let header = tar::header(EntryType::Regular, 0o444, size, 0);
-        tar::append(&mut tar, header, path, data)
-    };
-    let layout = sorted_json(
-        &OciLayoutBuilder::default()
-            .image_layout_version("1.0.0")
-            .build()
-            .expect("the layout version is set"),
-    );
-    add("oci-layout", layout.len() as u64, &mut layout.as_bytes())?;
+    write_layout(&mut tar)?;
     let mut written = std::collections::HashSet::new();
     let mut manifests = Vec::new();
     for (image, reference, first) in images {
@@ -176,42 +166,101 @@ pub fn write_many(
             std::iter::once(&image.config).chain(image.layers[*first..].iter().map(|l| &l.blob));
         for blob in blobs {
             if written.insert(blob.digest.clone()) {
-                let mut file = fs_err::File::open(store.blob_path(&blob.digest))?;
-                add(&blob_path(&blob.digest), blob.size, &mut file)?;
+                write_blob(&mut tar, store, blob)?;
             }
         }
         let (manifest_digest, manifest) = manifest(image);
         if written.insert(manifest_digest.clone()) {
-            add(
-                &blob_path(&manifest_digest),
-                manifest.len() as u64,
-                &mut manifest.as_bytes(),
-            )?;
+            add_text(&mut tar, &blob_path(&manifest_digest), &manifest)?;
         }
         manifests.push((manifest_digest, manifest.len() as u64, *reference));
     }
-    let index = index(&manifests);
-    add("index.json", index.len() as u64, &mut index.as_bytes())?;
-    let docker_manifest = sorted_json(
+    add_text(&mut tar, "index.json", &index(&manifests))?;
+    let listed: Vec<_> = images.iter().map(|(i, r, _)| (*i, *r)).collect();
+    let docker_manifest = docker_manifest(&listed, |blob| blob_path(&blob.digest));
+    add_text(&mut tar, "manifest.json", &docker_manifest)?;
+    tar.finish()
+}
+
+fn add(
+    tar: &mut tar::Builder<impl Write>,
+    path: &str,
+    size: u64,
+    data: &mut dyn std::io::Read,
+) -> std::io::Result<()> {
+    let header = tar::header(EntryType::Regular, 0o444, size, 0);
+    tar::append(tar, header, path, data)
+}
+
+fn add_text(tar: &mut tar::Builder<impl Write>, path: &str, text: &str) -> std::io::Result<()> {
+    add(tar, path, text.len() as u64, &mut text.as_bytes())
+}
+
+/// `oci-layout`, the first entry of an archive.
+pub fn write_layout(tar: &mut tar::Builder<impl Write>) -> std::io::Result<()> {
+    let layout = sorted_json(
+        &OciLayoutBuilder::default()
+            .image_layout_version("1.0.0")
+            .build()
+            .expect("the layout version is set"),
+    );
+    add_text(tar, "oci-layout", &layout)
+}
+
+/// One blob of the store, under its digest. (Engines load the entries in any order: a
+/// writer may send layers before it has the config.)
+pub fn write_blob(
+    tar: &mut tar::Builder<impl Write>,
+    store: &LayerStore,
+    blob: &Blob,
+) -> std::io::Result<()> {
+    let mut file = fs_err::File::open(store.blob_path(&blob.digest))?;
+    add(tar, &blob_path(&blob.digest), blob.size, &mut file)
+}
+
+/// The manifest, `index.json` and `manifest.json` naming `image` (the last entries).
+pub fn write_manifests(
+    tar: &mut tar::Builder<impl Write>,
+    image: &StoredImage,
+    reference: Option<&Reference>,
+) -> std::io::Result<()> {
+    let (manifest_digest, manifest) = manifest(image);
+    add_text(tar, &blob_path(&manifest_digest), &manifest)?;
+    let index = index(&[(manifest_digest, manifest.len() as u64, reference)]);
+    add_text(tar, "index.json", &index)?;
+    write_docker_manifest(tar, image, reference, |blob| blob_path(&blob.digest))
+}
+
+/// `manifest.json` alone (what Docker's classic image store reads), each layer's entry named
+/// by `path_of`: an archive may carry layers under names other than their digests.
+pub fn write_docker_manifest(
+    tar: &mut tar::Builder<impl Write>,
+    image: &StoredImage,
+    reference: Option<&Reference>,
+    path_of: impl Fn(&Blob) -> String,
+) -> std::io::Result<()> {
+    add_text(
+        tar,
+        "manifest.json",
+        &docker_manifest(&[(image, reference)], path_of),
+    )
+}
+
+/// Docker's `manifest.json` for `images`, in order.
+fn docker_manifest(
+    images: &[(&StoredImage, Option<&Reference>)],
+    path_of: impl Fn(&Blob) -> String,
+) -> String {
+    sorted_json(
         &images
             .iter()
-            .map(|(image, reference, _)| DockerManifest {
+            .map(|(image, reference)| DockerManifest {
                 config: blob_path(&image.config.digest),
                 repo_tags: Some(reference.map(Reference::to_string).into_iter().collect()),
-                layers: image
-                    .layers
-                    .iter()
-                    .map(|l| blob_path(&l.blob.digest))
-                    .collect(),
+                layers: image.layers.iter().map(|l| path_of(&l.blob)).collect(),
             })
             .collect::<Vec<_>>(),
-    );
-    add(
-        "manifest.json",
-        docker_manifest.len() as u64,
-        &mut docker_manifest.as_bytes(),
-    )?;
-    tar.finish()
+    )
 }
 
 #[cfg(test)]

@@ -820,6 +820,11 @@ cmd = ["x\ny", "$HOME"]
     let assembled = build_named(&project, &config, "exact");
     assert_eq!(assembled["outcome"], "assembled", "{assembled}");
     let assembled = assembled["image_id"].as_str().unwrap().to_string();
+    // Another name keeps the assembled image once the engine path's build takes its tag.
+    testbed.docker_ok(
+        "builder",
+        &["tag", &assembled, &format!("kept-exact-{run}:latest")],
+    );
     project
         .run(&[
             "--config",

@@ -1494,3 +1494,133 @@ expect-files = ["/opt/many/499.txt", "/opt/s$HOME'x/greeting.txt"]
         ]
     );
 }
+
+/// The layer blobs (not configs or manifests) in the project's layer store, as digests.
+fn stored_layers(project: &TestProject) -> Vec<String> {
+    let blobs = project.root().join(".test-cache/store/blobs/sha256");
+    let mut layers = Vec::new();
+    for entry in std::fs::read_dir(&blobs).unwrap() {
+        let path = entry.unwrap().path();
+        let mut first = [0u8; 1];
+        std::io::Read::read(&mut std::fs::File::open(&path).unwrap(), &mut first).unwrap();
+        if !matches!(&first, b"{" | b"[") {
+            let name = path.file_name().unwrap().to_string_lossy().into_owned();
+            layers.push(format!("sha256:{name}"));
+        }
+    }
+    layers
+}
+
+/// The layers (diff ids) of `reference` on `node`.
+fn layers_of(testbed: &Testbed, node: &str, reference: &str) -> Vec<String> {
+    let args = [
+        "image",
+        "inspect",
+        "--format",
+        "{{json .RootFS.Layers}}",
+        reference,
+    ];
+    serde_json::from_str(&testbed.docker_ok(node, &args)).unwrap()
+}
+
+/// Issue 19: on every engine kind, a normalised build leaves in the layer store only the
+/// normalised layers (no raw copy of the build's layers, none of the parent's written), and
+/// a rebuild that moves the tag removes the image it supersedes from the builder.
+#[test]
+fn a_normalised_build_keeps_no_raw_copy_and_removes_the_image_it_supersedes() {
+    let testbed = Testbed::get();
+    let body =
+        "[build]\nrun = [\"echo RUNWORD one > /built && mkdir -p /opt/d && echo x > /opt/d/f\"]\n";
+    let (project, tag, _) = busybox_project("lean", "", body);
+    let spec_path = project.root().join("images/lean/image.toml");
+    let spec = std::fs::read_to_string(&spec_path).unwrap();
+    let parent = layers_of(testbed, "builder", "hallmark-testbed/busybox:latest");
+    let mut built: Vec<String> = Vec::new();
+    for (round, (node, kind)) in engine_kinds(testbed, &project).iter().enumerate() {
+        if node != "builder" {
+            testbed.script("load-bases", &["--node", node]);
+        }
+        let config = testbed.config_with_builder(project.root(), node);
+        let build = || {
+            project
+                .run(&["--config", config.to_str().unwrap(), "-q", "build", "lean"])
+                .success();
+        };
+        std::fs::write(&spec_path, spec.replace(" one ", &format!(" one{round} "))).unwrap();
+        build();
+        let first = testbed.image_id(node, &tag);
+        let first_layers = layers_of(testbed, node, &tag);
+        std::fs::write(&spec_path, spec.replace(" one ", &format!(" two{round} "))).unwrap();
+        build();
+        let second = testbed.image_id(node, &tag);
+        assert_ne!(first, second, "{node} ({kind})");
+        built.extend(first_layers);
+        built.extend(layers_of(testbed, node, &tag));
+        for layer in stored_layers(&project) {
+            // On a containerd store, the check of the external base's pin exports the base
+            // into the store once (base.rs); normalisation never writes a parent's layer.
+            assert!(
+                !parent.contains(&layer) || kind.contains("containerd"),
+                "{node} ({kind}): the parent's layer {layer} was written into the store"
+            );
+            assert!(
+                built.contains(&layer) || parent.contains(&layer),
+                "{node} ({kind}): {layer} in the store is no layer of the images built (a raw copy)"
+            );
+        }
+        assert!(
+            !testbed
+                .docker(node, &["image", "inspect", &first])
+                .status
+                .success(),
+            "{node} ({kind}): the superseded image {first} is still on the builder"
+        );
+    }
+    // An image another tag still names stays when hallmark's tag moves off it.
+    let second = testbed.image_id("builder", &tag);
+    let other = format!("other-{tag}");
+    testbed.docker_ok("builder", &["tag", &second, &other]);
+    std::fs::write(&spec_path, spec.replace(" one ", " three ")).unwrap();
+    project
+        .run(&[
+            "--config",
+            testbed.config().to_str().unwrap(),
+            "-q",
+            "build",
+            "lean",
+        ])
+        .success();
+    assert_eq!(testbed.image_id("builder", &other), second);
+    testbed.docker_ok("builder", &["rmi", &other]);
+}
+
+/// Issue 19: a build interrupted while normalising (or right after, in its smoke test) leaves
+/// the tag on the image it had and that image on the builder; nothing carries the new
+/// checksum.
+#[test]
+fn an_interrupted_normalisation_leaves_the_tag_and_the_previous_image() {
+    let testbed = Testbed::get();
+    let config = testbed.config();
+    let body = "[build]\nrun = [\"echo RUNWORD > /built-by\"]\n";
+    let (project, tag, _) = busybox_project("kept", "", body);
+    project
+        .run(&["--config", config.to_str().unwrap(), "-q", "build", "kept"])
+        .success();
+    let before = testbed.image_id("builder", &tag);
+    let spec_path = project.root().join("images/kept/image.toml");
+    let spec = std::fs::read_to_string(&spec_path).unwrap().replace(
+        "echo ",
+        "dd if=/dev/urandom of=/big bs=1M count=200 && echo ",
+    ) + "\n[[smoke]]\nname = \"hangs\"\nrun = [\"sleep\", \"600\"]\n";
+    std::fs::write(&spec_path, spec).unwrap();
+    let checksum = project.run(&["checksum", "kept"]).success().stdout()[..64].to_string();
+    let child = support::spawn(&project, &config, &["build", "kept"]);
+    support::wait_for("the engine's unfinished image", || {
+        !images_labelled(testbed, "builder", &pending(&checksum)).is_empty()
+    });
+    let (code, stderr) = interrupt(child);
+    assert_eq!(code, Some(130), "{stderr}");
+    assert_eq!(testbed.image_id("builder", &tag), before, "the tag moved");
+    assert!(images_labelled(testbed, "builder", &checksum).is_empty());
+    assert!(running_labelled(testbed, "builder", &pending(&checksum)).is_empty());
+}

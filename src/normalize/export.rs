@@ -1,0 +1,503 @@
+//! The builder's export of a raw image, read once as it arrives: the parent's layers are
+//! recognised and passed over (read from the stream, written nowhere), the config kept in
+//! memory, and each layer the build added unpacked into an unnamed temporary file (the
+//! rewrite reads entries out of order) and handed on to be rewritten at once.
+//!
+//! How a parent's layer is recognised before its bytes are read: an OCI-layout export
+//! (Docker 25 and later, both image stores) names each blob by its digest, which for an
+//! uncompressed layer is its diff ID, and the store's record of the parent names its blobs
+//! (compressed ones included). Docker 20.10 names layers `<v1 id>/layer.tar`, an id that says
+//! nothing of the content; a layer whose size is that of one of the parent's layers (the
+//! parent's record knows them) is hashed as it passes, written nowhere. Should it be a new
+//! layer after all (the same size, other bytes), the export is read again with that layer
+//! spooled ([`Failure::Collision`]). Without a record of the parent, its layers are spooled
+//! and hashed like new ones, then dropped.
+
+use crate::error::Error;
+use crate::oci::archive::DockerManifest;
+use crate::oci::{Digest, Hashing};
+use crate::store::{self, Blob, LAYER_TAR, LayerStore, StoredImage, StoredLayer};
+use std::collections::{HashMap, HashSet};
+use std::io::{Read, Write};
+
+/// Entries up to this size are kept in memory whole (configs, manifests, tiny layers).
+const SMALL: u64 = 1 << 20;
+
+/// What the reading knows beforehand.
+pub struct Plan {
+    /// The raw image's layers, from the builder's inspect.
+    pub diff_ids: Vec<Digest>,
+    pub parent_layers: usize,
+    /// The store's record of the parent, if it has one.
+    pub parent: Option<StoredImage>,
+    /// Archive entries to spool whatever their size (a size matched a parent's layer, the
+    /// content did not).
+    pub spool: HashSet<String>,
+}
+
+impl Plan {
+    /// Digests whose blob is one of the parent's layers and none of the new ones.
+    fn passed_over(&self) -> HashSet<Digest> {
+        let new: HashSet<&Digest> = self.diff_ids[self.parent_layers..].iter().collect();
+        let mut parent: HashSet<Digest> = self.diff_ids[..self.parent_layers]
+            .iter()
+            .cloned()
+            .collect();
+        if let Some(record) = self.parent_record() {
+            parent.extend(record.iter().map(|l| l.blob.digest.clone()));
+        }
+        parent.retain(|d| !new.contains(d));
+        parent
+    }
+
+    /// The parent record's layers, if they are the raw image's first layers.
+    fn parent_record(&self) -> Option<&[StoredLayer]> {
+        let record = self.parent.as_ref()?;
+        let same = record.layers.len() == self.parent_layers
+            && record
+                .layers
+                .iter()
+                .zip(&self.diff_ids)
+                .all(|(l, d)| l.diff_id == *d);
+        same.then_some(record.layers.as_slice())
+    }
+
+    fn parent_sizes(&self) -> HashSet<u64> {
+        let record = self.parent_record().unwrap_or_default();
+        record
+            .iter()
+            .filter(|l| l.blob.media_type == LAYER_TAR)
+            .map(|l| l.blob.size)
+            .collect()
+    }
+}
+
+/// A new layer, unpacked, as the export gave it.
+pub struct Spooled {
+    pub diff_id: Digest,
+    pub file: std::fs::File,
+}
+
+/// What the export held besides the new layers.
+pub struct Split {
+    pub config: serde_json::Value,
+    /// Every layer as the builder names its blob: the parent's are not in the store.
+    pub layers: Vec<StoredLayer>,
+}
+
+pub enum Failure {
+    /// The entry had the size of a parent's layer and other content: read again, spooling it.
+    Collision(String),
+    Error(Error),
+}
+
+impl From<Error> for Failure {
+    fn from(e: Error) -> Failure {
+        Failure::Error(e)
+    }
+}
+
+/// One regular entry of the export: its blob's digest, size and media type, and its bytes if
+/// small.
+struct Entry {
+    blob: Blob,
+    small: Option<Vec<u8>>,
+}
+
+struct Reading<'a> {
+    plan: &'a Plan,
+    store: &'a LayerStore,
+    passed_over: HashSet<Digest>,
+    parent_sizes: HashSet<u64>,
+    new: &'a std::sync::mpsc::Sender<Spooled>,
+    sent: HashSet<Digest>,
+}
+
+/// Reads the export `archive`, sending each new layer on `new` as soon as it is unpacked.
+pub fn split(
+    plan: &Plan,
+    store: &LayerStore,
+    archive: impl Read,
+    new: &std::sync::mpsc::Sender<Spooled>,
+) -> std::result::Result<Split, Failure> {
+    let mut reading = Reading {
+        plan,
+        store,
+        passed_over: plan.passed_over(),
+        parent_sizes: plan.parent_sizes(),
+        new,
+        sent: HashSet::new(),
+    };
+    let invalid = |entry: Option<&str>, message: String| Error::Archive {
+        archive: "the builder's export of the built image".into(),
+        entry: entry.map(str::to_string),
+        message,
+    };
+    let mut entries: HashMap<String, Entry> = HashMap::new();
+    let mut links: Vec<(String, String)> = Vec::new();
+    let mut archive = tar::Archive::new(archive);
+    for entry in archive
+        .entries()
+        .map_err(|e| invalid(None, e.to_string()))?
+    {
+        let mut entry = entry.map_err(|e| invalid(None, e.to_string()))?;
+        let path = store::normalize(&String::from_utf8_lossy(&entry.path_bytes()));
+        let kind = entry.header().entry_type();
+        if matches!(kind, tar::EntryType::Symlink | tar::EntryType::Link) {
+            let target = entry.link_name().ok().flatten().unwrap_or_default();
+            let base = match kind {
+                tar::EntryType::Symlink => path.rsplit_once('/').map_or("", |(d, _)| d),
+                _ => "",
+            };
+            let target = store::normalize(&format!("{base}/{}", target.display()));
+            links.push((path, target));
+            continue;
+        }
+        if !matches!(kind, tar::EntryType::Regular | tar::EntryType::Continuous) {
+            continue;
+        }
+        let size = entry
+            .header()
+            .size()
+            .map_err(|e| invalid(Some(&path), e.to_string()))?;
+        let read = reading
+            .entry(&path, size, &mut entry)
+            .map_err(|e| match e {
+                Failure::Error(Error::Io { source, .. }) => {
+                    Failure::Error(invalid(Some(&path), source.to_string()))
+                }
+                other => other,
+            })?;
+        entries.insert(path, read);
+    }
+    for (path, target) in links {
+        if let Some(entry) = entries.get(&target) {
+            let copy = Entry {
+                blob: entry.blob.clone(),
+                small: entry.small.clone(),
+            };
+            entries.insert(path, copy);
+        }
+    }
+    reading.finish(&entries)
+}
+
+impl Reading<'_> {
+    /// Reads one regular entry of `size` bytes.
+    fn entry(
+        &mut self,
+        path: &str,
+        size: u64,
+        data: &mut impl Read,
+    ) -> std::result::Result<Entry, Failure> {
+        let io = |e: std::io::Error| Error::io(path, e);
+        if size <= SMALL {
+            let mut bytes = Vec::with_capacity(size as usize);
+            data.read_to_end(&mut bytes).map_err(io)?;
+            let blob = blob(Digest::of(&bytes), size, &bytes);
+            return Ok(Entry {
+                blob,
+                small: Some(bytes),
+            });
+        }
+        let named = path
+            .strip_prefix("blobs/sha256/")
+            .and_then(Digest::from_hex);
+        if let Some(digest) = named.filter(|d| self.passed_over.contains(d)) {
+            // A parent's layer: only its first bytes are looked at (for its media type).
+            let mut magic = [0u8; 4];
+            data.read_exact(&mut magic).map_err(io)?;
+            std::io::copy(data, &mut std::io::sink()).map_err(io)?;
+            return Ok(Entry {
+                blob: blob(digest, size, &magic),
+                small: None,
+            });
+        }
+        let legacy_layer = path.ends_with("/layer.tar") && !self.plan.spool.contains(path);
+        if legacy_layer && self.parent_sizes.contains(&size) {
+            let (digest, _) = Digest::of_reader(data).map_err(io)?;
+            if !self.passed_over.contains(&digest) {
+                return Err(Failure::Collision(path.to_string()));
+            }
+            let blob = blob(digest, size, b"");
+            return Ok(Entry { blob, small: None });
+        }
+        let (blob, spooled) = self.spool(data).map_err(io)?;
+        self.hand_on(spooled);
+        Ok(Entry { blob, small: None })
+    }
+
+    /// Unpacks a layer blob into a temporary file, hashing it as it is and as unpacked.
+    fn spool(&self, data: &mut impl Read) -> std::io::Result<(Blob, Spooled)> {
+        let tmp_dir = self.store.root.join("tmp");
+        std::fs::create_dir_all(&tmp_dir)?;
+        let file = tempfile::tempfile_in(&tmp_dir)?;
+        let mut magic = [0u8; 4];
+        data.read_exact(&mut magic)?;
+        let media_type = store::layer_media_type(&magic);
+        let mut raw = HashingReader::new(std::io::Read::chain(&magic[..], data));
+        let mut unpacked = Hashing::new(std::io::BufWriter::with_capacity(256 * 1024, file));
+        match media_type.rsplit_once('+').map(|(_, c)| c) {
+            None => std::io::copy(&mut raw, &mut unpacked)?,
+            Some("gzip") => {
+                let mut gz = flate2::read::GzDecoder::new(std::io::BufReader::new(&mut raw));
+                let copied = std::io::copy(&mut gz, &mut unpacked)?;
+                // The rest of the entry (gzip padding, if any) is part of the blob.
+                let mut rest = gz.into_inner();
+                std::io::copy(&mut rest, &mut std::io::sink())?;
+                copied
+            }
+            Some(other) => {
+                return Err(std::io::Error::new(
+                    std::io::ErrorKind::Unsupported,
+                    format!("an {other}-compressed layer, which hallmark cannot read yet"),
+                ));
+            }
+        };
+        unpacked.flush()?;
+        let (writer, (diff_id, _)) = unpacked.finish();
+        let file = writer.into_inner().map_err(|e| e.into_error())?;
+        let (digest, size) = raw.finish();
+        let blob = Blob {
+            digest,
+            size,
+            media_type,
+        };
+        Ok((blob, Spooled { diff_id, file }))
+    }
+
+    /// Hands a spooled layer to the rewrite, unless it is one of the parent's.
+    fn hand_on(&mut self, spooled: Spooled) {
+        let new = !self.passed_over.contains(&spooled.diff_id)
+            && self.plan.diff_ids[self.plan.parent_layers..].contains(&spooled.diff_id);
+        if new && self.sent.insert(spooled.diff_id.clone()) {
+            // The rewrite having stopped (it failed), its error is the one reported.
+            let _ = self.new.send(spooled);
+        }
+    }
+
+    /// The config and the layers `manifest.json` names; new layers small enough to have been
+    /// kept in memory are handed on now.
+    fn finish(mut self, entries: &HashMap<String, Entry>) -> std::result::Result<Split, Failure> {
+        let invalid = |entry: &str, message: String| Error::Archive {
+            archive: "the builder's export of the built image".into(),
+            entry: Some(entry.to_string()),
+            message,
+        };
+        let small = |path: &str| {
+            entries
+                .get(path)
+                .and_then(|e| e.small.as_deref())
+                .ok_or_else(|| invalid(path, "is named but not in the archive".into()))
+        };
+        let manifests: Vec<DockerManifest> = serde_json::from_slice(small("manifest.json")?)
+            .map_err(|e| invalid("manifest.json", e.to_string()))?;
+        let [manifest] = manifests.as_slice() else {
+            return Err(invalid("manifest.json", "expected one image".into()).into());
+        };
+        let config_path = store::normalize(&manifest.config);
+        let config: serde_json::Value = serde_json::from_slice(small(&config_path)?)
+            .map_err(|e| invalid(&config_path, format!("image config: {e}")))?;
+        let diff_ids = config["rootfs"]["diff_ids"].as_array().map(|ids| {
+            ids.iter()
+                .filter_map(|d| d.as_str().and_then(|d| Digest::try_from(d).ok()))
+                .collect::<Vec<_>>()
+        });
+        if diff_ids.as_ref() != Some(&self.plan.diff_ids)
+            || manifest.layers.len() != self.plan.diff_ids.len()
+        {
+            return Err(invalid(
+                &config_path,
+                "not the image inspected: it moved during the export".into(),
+            )
+            .into());
+        }
+        let mut layers = Vec::new();
+        for (i, (diff_id, path)) in self.plan.diff_ids.iter().zip(&manifest.layers).enumerate() {
+            let path = store::normalize(path);
+            let entry = entries
+                .get(&path)
+                .ok_or_else(|| invalid(&path, "is named but not in the archive".into()))?;
+            if let Some(bytes) = entry
+                .small
+                .as_ref()
+                .filter(|_| i >= self.plan.parent_layers)
+            {
+                let (_, spooled) = self
+                    .spool(&mut bytes.as_slice())
+                    .map_err(|e| invalid(&path, e.to_string()))?;
+                self.hand_on(spooled);
+            }
+            let mut blob = entry.blob.clone();
+            if blob.digest == *diff_id {
+                blob.media_type = LAYER_TAR.into();
+            }
+            layers.push(StoredLayer {
+                diff_id: diff_id.clone(),
+                blob,
+            });
+        }
+        Ok(Split { config, layers })
+    }
+}
+
+/// A blob's descriptor from its digest, size and first bytes.
+fn blob(digest: Digest, size: u64, magic: &[u8]) -> Blob {
+    Blob {
+        digest,
+        size,
+        media_type: store::layer_media_type(&magic[..magic.len().min(4)]),
+    }
+}
+
+/// Hashes what is read through it.
+struct HashingReader<R> {
+    inner: R,
+    hasher: sha2::Sha256,
+    size: u64,
+}
+
+impl<R: Read> HashingReader<R> {
+    fn new(inner: R) -> Self {
+        HashingReader {
+            inner,
+            hasher: sha2::Digest::new(),
+            size: 0,
+        }
+    }
+
+    fn finish(self) -> (Digest, u64) {
+        (Digest::of_hasher(self.hasher), self.size)
+    }
+}
+
+impl<R: Read> Read for HashingReader<R> {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        let n = self.inner.read(buf)?;
+        sha2::Digest::update(&mut self.hasher, &buf[..n]);
+        self.size += n as u64;
+        Ok(n)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A layer tar over the small-entry bound: one file of `fill` bytes.
+    fn layer(fill: u8) -> Vec<u8> {
+        let mut tar = tar::Builder::new(Vec::new());
+        let mut header = tar::Header::new_gnu();
+        header.set_size(3 << 19);
+        header.set_mode(0o644);
+        header.set_cksum();
+        tar.append_data(&mut header, "big", &vec![fill; 3 << 19][..])
+            .unwrap();
+        tar.into_inner().unwrap()
+    }
+
+    /// An export holding `files` in that order, `manifest.json` last.
+    fn export(files: &[(&str, &[u8])], config: &str, layers: &[&str]) -> Vec<u8> {
+        let mut tar = tar::Builder::new(Vec::new());
+        let manifest = serde_json::json!([{"Config": config, "RepoTags": null, "Layers": layers}]);
+        let manifest = manifest.to_string();
+        for (name, bytes) in files
+            .iter()
+            .copied()
+            .chain([("manifest.json", manifest.as_bytes())])
+        {
+            let mut header = tar::Header::new_gnu();
+            header.set_size(bytes.len() as u64);
+            header.set_mode(0o644);
+            header.set_cksum();
+            tar.append_data(&mut header, name, bytes).unwrap();
+        }
+        tar.into_inner().unwrap()
+    }
+
+    fn config(diff_ids: &[&Digest]) -> Vec<u8> {
+        serde_json::json!({"rootfs": {"type": "layers", "diff_ids": diff_ids}})
+            .to_string()
+            .into_bytes()
+    }
+
+    /// The diff ids `split` handed on as new.
+    fn handed_on(plan: &Plan, archive: &[u8]) -> std::result::Result<Vec<Digest>, String> {
+        let dir = tempfile::tempdir().unwrap();
+        let store = LayerStore::open_for(dir.path(), None);
+        let (sender, receiver) = std::sync::mpsc::channel();
+        match split(plan, &store, archive, &sender) {
+            Ok(split) => assert_eq!(split.layers.len(), plan.diff_ids.len()),
+            Err(Failure::Collision(path)) => return Err(path),
+            Err(Failure::Error(e)) => panic!("{}", e.render()),
+        }
+        drop(sender);
+        Ok(receiver.into_iter().map(|s| s.diff_id).collect())
+    }
+
+    fn plan(parent: &[u8], new: &[u8], record: bool) -> Plan {
+        let (p, n) = (Digest::of(parent), Digest::of(new));
+        let layer = StoredLayer {
+            diff_id: p.clone(),
+            blob: Blob {
+                digest: p.clone(),
+                size: parent.len() as u64,
+                media_type: LAYER_TAR.into(),
+            },
+        };
+        Plan {
+            diff_ids: vec![p, n],
+            parent_layers: 1,
+            parent: record.then(|| StoredImage {
+                config: layer.blob.clone(),
+                layers: vec![layer],
+            }),
+            spool: HashSet::new(),
+        }
+    }
+
+    /// An OCI-layout export names blobs by digest: the parent's layer is passed over, only the
+    /// new one is unpacked and handed on.
+    #[test]
+    fn an_oci_layout_export_hands_on_only_the_new_layer() {
+        let (parent, new) = (layer(1), layer(2));
+        let plan = plan(&parent, &new, false);
+        let config = config(&[&plan.diff_ids[0], &plan.diff_ids[1]]);
+        let name = |d: &Digest| format!("blobs/sha256/{}", d.hex());
+        let (p, n, c) = (
+            name(&plan.diff_ids[0]),
+            name(&plan.diff_ids[1]),
+            name(&Digest::of(&config)),
+        );
+        let archive = export(&[(&n, &new), (&c, &config), (&p, &parent)], &c, &[&p, &n]);
+        assert_eq!(
+            handed_on(&plan, &archive),
+            Ok(vec![plan.diff_ids[1].clone()])
+        );
+    }
+
+    /// Docker 20.10 names layers `<v1 id>/layer.tar`: one of a parent's layer's size is hashed
+    /// as it passes; a new layer of that very size is a collision, read again spooled.
+    #[test]
+    fn a_docker_20_10_layer_the_size_of_a_parents_is_told_apart_by_its_digest() {
+        let (parent, new) = (layer(1), layer(2));
+        assert_eq!(parent.len(), new.len());
+        let mut plan = plan(&parent, &new, true);
+        let config = config(&[&plan.diff_ids[0], &plan.diff_ids[1]]);
+        let archive = export(
+            &[
+                ("a/layer.tar", &new),
+                ("b/layer.tar", &parent),
+                ("c.json", &config),
+            ],
+            "c.json",
+            &["b/layer.tar", "a/layer.tar"],
+        );
+        assert_eq!(handed_on(&plan, &archive), Err("a/layer.tar".to_string()));
+        plan.spool.insert("a/layer.tar".into());
+        assert_eq!(
+            handed_on(&plan, &archive),
+            Ok(vec![plan.diff_ids[1].clone()])
+        );
+    }
+}
