@@ -493,15 +493,21 @@ impl LayerStore {
     /// once cannot lose each other's marks). Best effort, as a lost mark costs a re-export
     /// after another project's prune, never a wrong image.
     fn mark_used(&self, image_id: &str) {
+        self.mark("images", hex_of(image_id));
+    }
+
+    /// Notes in `projects/<key>/<kind>/<name>` that this project uses `name` (best effort: a
+    /// mark that cannot be written only lets another project's prune take it).
+    fn mark(&self, kind: &str, name: &str) {
         let Some(project) = &self.project else { return };
         let dir = self.project_dir(project);
         let marked = || -> std::io::Result<()> {
-            std::fs::create_dir_all(dir.join("images"))?;
+            std::fs::create_dir_all(dir.join(kind))?;
             if !dir.join("root").is_file() {
                 write_atomically(&dir.join("root"), project.as_os_str().as_encoded_bytes())
                     .map_err(std::io::Error::other)?;
             }
-            std::fs::File::create(dir.join("images").join(hex_of(image_id))).map(drop)
+            std::fs::File::create(dir.join(kind).join(name)).map(drop)
         };
         let _ = marked();
     }
@@ -543,39 +549,7 @@ impl LayerStore {
                 self.mark_used(id);
             }
         }
-        for entry in fs_err::read_dir(self.root.join("projects"))
-            .into_iter()
-            .flatten()
-            .flatten()
-        {
-            let dir = entry.path();
-            if dir == own {
-                continue;
-            }
-            let alive = fs_err::read(dir.join("root")).is_ok_and(|root| {
-                Path::new(&*String::from_utf8_lossy(&root))
-                    .join(crate::project::PROJECT_FILE)
-                    .is_file()
-            });
-            if !alive {
-                let _ = fs_err::remove_dir_all(&dir);
-                continue;
-            }
-            for marker in fs_err::read_dir(dir.join("images"))
-                .into_iter()
-                .flatten()
-                .flatten()
-            {
-                kept.insert(marker.file_name().to_string_lossy().into_owned());
-            }
-            for marker in fs_err::read_dir(dir.join("compiled"))
-                .into_iter()
-                .flatten()
-                .flatten()
-            {
-                kept_compiled.insert(marker.file_name().to_string_lossy().into_owned());
-            }
-        }
+        self.add_other_projects_marks(&own, &mut kept, &mut kept_compiled);
         let mut used = HashSet::new();
         let images = self.root.join("images");
         for entry in fs_err::read_dir(&images).into_iter().flatten().flatten() {
@@ -614,6 +588,44 @@ impl LayerStore {
         })
     }
 
+    /// Adds to `images` and `compiled` what every other live project sharing the store marked
+    /// as used; forgets the projects whose root no longer holds `hallmark.toml`.
+    fn add_other_projects_marks(
+        &self,
+        own: &Path,
+        images: &mut HashSet<String>,
+        compiled: &mut HashSet<String>,
+    ) {
+        let names_in = |dir: PathBuf| {
+            fs_err::read_dir(dir)
+                .into_iter()
+                .flatten()
+                .flatten()
+                .map(|marker| marker.file_name().to_string_lossy().into_owned())
+        };
+        for entry in fs_err::read_dir(self.root.join("projects"))
+            .into_iter()
+            .flatten()
+            .flatten()
+        {
+            let dir = entry.path();
+            if dir == own {
+                continue;
+            }
+            let alive = fs_err::read(dir.join("root")).is_ok_and(|root| {
+                Path::new(&*String::from_utf8_lossy(&root))
+                    .join(crate::project::PROJECT_FILE)
+                    .is_file()
+            });
+            if !alive {
+                let _ = fs_err::remove_dir_all(&dir);
+                continue;
+            }
+            images.extend(names_in(dir.join("images")));
+            compiled.extend(names_in(dir.join("compiled")));
+        }
+    }
+
     /// Removes the kept wheels of every compile stage not in `kept` (and leftovers of
     /// interrupted compiles): a stage no current spec of any project using the store has.
     fn prune_compiled(&self, kept: &HashSet<String>) -> Result<(usize, u64)> {
@@ -640,17 +652,7 @@ impl LayerStore {
     /// Notes that this project uses the wheels kept for compile stage `checksum`, so that a
     /// `prune` in another project sharing the store keeps them.
     pub fn mark_compiled(&self, checksum: &str) {
-        let Some(project) = &self.project else { return };
-        let dir = self.project_dir(project);
-        let marked = || -> std::io::Result<()> {
-            std::fs::create_dir_all(dir.join("compiled"))?;
-            if !dir.join("root").is_file() {
-                write_atomically(&dir.join("root"), project.as_os_str().as_encoded_bytes())
-                    .map_err(std::io::Error::other)?;
-            }
-            std::fs::File::create(dir.join("compiled").join(checksum)).map(drop)
-        };
-        let _ = marked();
+        self.mark("compiled", checksum);
     }
 }
 
