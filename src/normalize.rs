@@ -110,9 +110,15 @@ async fn normalize_once(
     finish: Option<(&str, &str)>,
 ) -> std::result::Result<String, export::Failure> {
     let (spool_sender, spooled) = std::sync::mpsc::channel();
-    // Bounded: a layer streamed into the load waits for the load, not for memory.
-    let (made_sender, made) = std::sync::mpsc::sync_channel(16);
-    let streamed = !transfer::keeps_blobs(builder).await;
+    // The load starts once the export is read and every new layer is in the store: with the
+    // load running beside the export (each layer streamed into it as it was written), a build
+    // on Docker 20.10's classic store hung for good under the test suite's load (export done,
+    // the load waiting for data, hallmark waiting for the load; not understood yet). So every
+    // layer is sent from the store, and the channel holds one message per new layer and the
+    // image.
+    let (made_sender, made) =
+        std::sync::mpsc::sync_channel(plan.diff_ids.len().saturating_sub(plan.parent_layers) + 2);
+    let streamed = false;
     let (export_sender, reader) = StreamReader::channel();
     let forward = async move {
         let mut stream = builder.export(raw_id);
@@ -162,11 +168,10 @@ async fn normalize_once(
         let _ = made_sender.send(transfer::Made::Image(StoredImage { config, layers }));
         Ok::<(), export::Failure>(())
     };
-    let load = transfer::load_streamed(builder, store, made, plan.parent_layers);
-    let ((), made_image, loaded) = tokio::join!(forward, made_image, load);
-    // The normalisation's own failure says more than the load it cut short.
+    let ((), made_image) = tokio::join!(forward, made_image);
     made_image?;
-    Ok(loaded?)
+    drop(made_sender);
+    Ok(transfer::load_streamed(builder, store, made, plan.parent_layers).await?)
 }
 
 fn plan_copy(plan: &export::Plan) -> export::Plan {
