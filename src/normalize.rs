@@ -18,7 +18,7 @@
 //! Cost: one export of the built image, read as it arrives (the parent's layers pass by,
 //! written nowhere; see `normalize/export.rs`); each new layer unpacked once into a temporary
 //! file (the rewrite sorts entries, then reads each file's content where it lies), rewritten
-//! into the layer store and put into the builder's load as soon as it is there; a read of the
+//! into the layer store, and loaded back into the builder once all are there; a read of the
 //! headers of the layers below only when a layer has an opaque directory (Docker 20.10), which
 //! exports the parent into the store if it is not there. The store keeps no raw layer.
 
@@ -48,8 +48,8 @@ pub struct Parent<'a> {
 /// (label key and checksum), the result carries its checksum: nothing follows normalisation.
 ///
 /// One pass: the export is read as it comes ([`export::split`]), each new layer rewritten as
-/// soon as it and the new layers below it are there, and put into the load as soon as it is
-/// rewritten; the store keeps only the rewritten layers and the config.
+/// soon as it and the new layers below it are there; then the image is loaded from the store.
+/// The store keeps only the rewritten layers and the config.
 pub async fn normalize(
     builder: &Engine,
     store: &Arc<LayerStore>,
