@@ -18,7 +18,7 @@
 //! Cost: one export of the built image, read as it arrives (the parent's layers pass by,
 //! written nowhere; see `normalize/export.rs`); each new layer unpacked once into a temporary
 //! file (the rewrite sorts entries, then reads each file's content where it lies), rewritten
-//! into the layer store, and loaded back into the builder once all are there; a read of the
+//! into the layer store and put into the builder's load as soon as it is there; a read of the
 //! headers of the layers below only when a layer has an opaque directory (Docker 20.10), which
 //! exports the parent into the store if it is not there. The store keeps no raw layer.
 
@@ -48,8 +48,8 @@ pub struct Parent<'a> {
 /// (label key and checksum), the result carries its checksum: nothing follows normalisation.
 ///
 /// One pass: the export is read as it comes ([`export::split`]), each new layer rewritten as
-/// soon as it and the new layers below it are there; then the image is loaded from the store.
-/// The store keeps only the rewritten layers and the config.
+/// soon as it and the new layers below it are there, and put into the load as soon as it is
+/// rewritten; the store keeps only the rewritten layers and the config.
 pub async fn normalize(
     builder: &Engine,
     store: &Arc<LayerStore>,
@@ -110,15 +110,9 @@ async fn normalize_once(
     finish: Option<(&str, &str)>,
 ) -> std::result::Result<String, export::Failure> {
     let (spool_sender, spooled) = std::sync::mpsc::channel();
-    // The load starts once the export is read and every new layer is in the store: with the
-    // load running beside the export (each layer streamed into it as it was written), a build
-    // on Docker 20.10's classic store hung for good under the test suite's load (export done,
-    // the load waiting for data, hallmark waiting for the load; not understood yet). So every
-    // layer is sent from the store, and the channel holds one message per new layer and the
-    // image.
-    let (made_sender, made) =
-        std::sync::mpsc::sync_channel(plan.diff_ids.len().saturating_sub(plan.parent_layers) + 2);
-    let streamed = false;
+    // Bounded: a layer streamed into the load waits for the load, not for memory.
+    let (made_sender, made) = std::sync::mpsc::sync_channel(16);
+    let streamed = !transfer::keeps_blobs(builder).await;
     let (export_sender, reader) = StreamReader::channel();
     let forward = async move {
         let mut stream = builder.export(raw_id);
@@ -145,7 +139,10 @@ async fn normalize_once(
             rewrite_all(&store, &diff_ids, first, spooled, below, into, source_date)
         })
     };
-    let made_image = async {
+    // `made_sender` moves in and is dropped however this ends, which ends the load's input:
+    // held past a failure (a layer the size of a parent's, read again), the load waited for
+    // the image for good, and the build with it.
+    let made_image = async move {
         let (split, rewritten, ()) = tokio::join!(split, rewrite, serve_parent);
         let split = split.expect("the export's reading does not panic");
         let rewritten = rewritten.expect("the rewrite does not panic");
@@ -168,10 +165,11 @@ async fn normalize_once(
         let _ = made_sender.send(transfer::Made::Image(StoredImage { config, layers }));
         Ok::<(), export::Failure>(())
     };
-    let ((), made_image) = tokio::join!(forward, made_image);
+    let load = transfer::load_streamed(builder, store, made, plan.parent_layers);
+    let ((), made_image, loaded) = tokio::join!(forward, made_image, load);
+    // The normalisation's own failure says more than the load it cut short.
     made_image?;
-    drop(made_sender);
-    Ok(transfer::load_streamed(builder, store, made, plan.parent_layers).await?)
+    Ok(loaded?)
 }
 
 fn plan_copy(plan: &export::Plan) -> export::Plan {

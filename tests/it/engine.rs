@@ -356,6 +356,65 @@ fn normalised_builds_on_every_engine_kind_are_identical() {
     }
 }
 
+/// A new layer exactly the size of one of its parent's (4 MiB of random bytes in an
+/// eight-letter file over the same in the parent) builds and normalises on every engine kind.
+/// On Docker 20.10, whose export names layers by an id that says nothing of their content,
+/// such a layer is first taken for the parent's by its size and the export read again; with
+/// the load running beside the export, that second reading once left the build waiting for
+/// good. `timeout` turns such a wait into this test's failure.
+#[test]
+fn a_new_layer_the_size_of_its_parents_builds_on_every_engine_kind() {
+    let testbed = Testbed::get();
+    let project = support::ship_project(4, "same-size");
+    let wrap = support::reference(&project, "wrap");
+    for (node, kind) in engine_kinds(testbed, &project) {
+        if node != "builder" {
+            testbed.script("load-bases", &["--node", &node]);
+        }
+        let config = testbed.config_with_builder(project.root(), &node);
+        let build = std::process::Command::new("timeout")
+            .args(["--kill-after=10", "600", env!("CARGO_BIN_EXE_hallmark")])
+            .args([
+                "--config",
+                config.to_str().unwrap(),
+                "-q",
+                "build",
+                "--force",
+            ])
+            .arg("wrap")
+            .current_dir(project.root())
+            .env("HALLMARK_CACHE", project.root().join(".test-cache"))
+            .env_remove("DOCKER_HOST")
+            .output()
+            .unwrap();
+        assert!(
+            build.status.success(),
+            "build on {node} ({kind}): {:?}\n{}",
+            build.status,
+            String::from_utf8_lossy(&build.stderr)
+        );
+        let layers = testbed.docker_ok(
+            &node,
+            &[
+                "image",
+                "inspect",
+                "--format",
+                "{{json .RootFS.Layers}}",
+                &wrap,
+            ],
+        );
+        let layers: Vec<String> = serde_json::from_str(&layers).unwrap();
+        let (last, below) = layers.split_last().unwrap();
+        assert!(!below.contains(last), "{node} ({kind}): {layers:?}");
+        let sizes = testbed.run_container(&node, &wrap, &["wc", "-c", "/base.bin", "/wrap.bin"]);
+        assert_eq!(
+            sizes.matches("4194304").count(),
+            2,
+            "{node} ({kind}): {sizes}"
+        );
+    }
+}
+
 /// One engine of each kind (version and image store) in the testbed, the builder first.
 fn engine_kinds(testbed: &Testbed, project: &TestProject) -> Vec<(String, String)> {
     let (_, nodes) = support::hallmark_json(project, &testbed.config(), &["nodes"]);
