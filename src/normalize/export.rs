@@ -6,12 +6,16 @@
 //! How a parent's layer is recognised before its bytes are read: an OCI-layout export
 //! (Docker 25 and later, both image stores) names each blob by its digest, which for an
 //! uncompressed layer is its diff ID, and the store's record of the parent names its blobs
-//! (compressed ones included). Docker 20.10 names layers `<v1 id>/layer.tar`, an id that says
-//! nothing of the content; a layer whose size is that of one of the parent's layers (the
-//! parent's record knows them) is hashed as it passes, written nowhere. Should it be a new
-//! layer after all (the same size, other bytes), the export is read again with that layer
-//! spooled ([`Failure::Collision`]). Without a record of the parent, its layers are spooled
-//! and hashed like new ones, then dropped.
+//! (compressed ones included). Docker 20.10 names layers `<v1 id>/layer.tar`; for every layer
+//! but the image's last that id is a digest of the layer's chain ID and the id below it alone
+//! ([`legacy_ids`]), so the parent's layers are known by name too, and a layer under another
+//! name is new once a layer's `json` (which comes before its `layer.tar`) shows the engine
+//! names layers so. Until then, a layer whose size is that of one of the parent's layers (the
+//! parent's record knows them) is hashed as it passes, written nowhere; should it be a new
+//! layer after all
+//! (the same size, other bytes), the export is read again with that layer spooled
+//! ([`Failure::Collision`]). Without a record of the parent, its layers are spooled and hashed
+//! like new ones, then dropped.
 
 use crate::error::Error;
 use crate::oci::archive::DockerManifest;
@@ -22,6 +26,44 @@ use std::io::{Read, Write};
 
 /// Entries up to this size are kept in memory whole (configs, manifests, tiny layers).
 const SMALL: u64 = 1 << 20;
+
+/// The zero `container_config` Docker 20.10 writes into each legacy layer's v1 JSON, as Go's
+/// encoder writes it (field order, `null`s): part of what its layer ids are a digest of.
+const ZERO_CONTAINER_CONFIG: &str = concat!(
+    r#"{"Hostname":"","Domainname":"","User":"","AttachStdin":false,"AttachStdout":false,"#,
+    r#""AttachStderr":false,"Tty":false,"OpenStdin":false,"StdinOnce":false,"Env":null,"#,
+    r#""Cmd":null,"Image":"","Volumes":null,"WorkingDir":"","Entrypoint":null,"#,
+    r#""OnBuild":null,"Labels":null}"#
+);
+
+/// The v1 ids Docker 20.10's `docker save` gives the layers of an image with `diff_ids` (it
+/// writes each as `<id hex>/layer.tar`), for every layer but the last (whose id digests the
+/// image's config too).
+/// moby's `v1.CreateID`: the sha256 of the JSON object, keys sorted, of the zero container
+/// config, the epoch as `created`, the chain ID as `layer_id` and the id below as `parent`.
+/// Written by hand: no crate computes these legacy ids.
+pub fn legacy_ids(diff_ids: &[Digest]) -> Vec<Digest> {
+    let mut ids = Vec::new();
+    let mut chain: Option<Digest> = None;
+    let mut parent: Option<Digest> = None;
+    for diff_id in diff_ids.iter().take(diff_ids.len().saturating_sub(1)) {
+        let layer_id = match &chain {
+            None => diff_id.clone(),
+            Some(below) => Digest::of(format!("{below} {diff_id}")),
+        };
+        let parent_field = parent
+            .as_ref()
+            .map_or(String::new(), |p| format!(r#","parent":"{p}""#));
+        let v1 = format!(
+            r#"{{"container_config":{ZERO_CONTAINER_CONFIG},"created":"1970-01-01T00:00:00Z","layer_id":"{layer_id}"{parent_field}}}"#
+        );
+        let id = Digest::of(v1);
+        ids.push(id.clone());
+        chain = Some(layer_id);
+        parent = Some(id);
+    }
+    ids
+}
 
 /// What the reading knows beforehand.
 pub struct Plan {
@@ -108,6 +150,12 @@ struct Reading<'a> {
     plan: &'a Plan,
     store: &'a LayerStore,
     passed_over: HashSet<Digest>,
+    /// The parent's layers by the names Docker 20.10 gives them ([`legacy_ids`]).
+    legacy_parent: HashMap<String, Digest>,
+    /// Every layer's Docker 20.10 id but the last's (hex), and whether an entry of this
+    /// export showed one: then a layer under another name is no parent's.
+    legacy_ids: HashSet<String>,
+    legacy_names_hold: bool,
     parent_sizes: HashSet<u64>,
     new: &'a std::sync::mpsc::Sender<Spooled>,
     sent: HashSet<Digest>,
@@ -124,6 +172,16 @@ pub fn split(
         plan,
         store,
         passed_over: plan.passed_over(),
+        legacy_parent: legacy_ids(&plan.diff_ids)
+            .into_iter()
+            .zip(&plan.diff_ids[..plan.parent_layers])
+            .map(|(id, diff_id)| (format!("{}/layer.tar", id.hex()), diff_id.clone()))
+            .collect(),
+        legacy_ids: legacy_ids(&plan.diff_ids)
+            .iter()
+            .map(|id| id.hex().to_string())
+            .collect(),
+        legacy_names_hold: false,
         parent_sizes: plan.parent_sizes(),
         new,
         sent: HashSet::new(),
@@ -194,6 +252,9 @@ impl Reading<'_> {
         if size <= SMALL {
             let mut bytes = Vec::with_capacity(size as usize);
             data.read_to_end(&mut bytes).map_err(io)?;
+            if path.ends_with("/json") && !self.legacy_names_hold {
+                self.legacy_names_hold = self.names_a_known_layer(&bytes);
+            }
             let blob = blob(Digest::of(&bytes), size, &bytes);
             return Ok(Entry {
                 blob,
@@ -202,8 +263,10 @@ impl Reading<'_> {
         }
         let named = path
             .strip_prefix("blobs/sha256/")
-            .and_then(Digest::from_hex);
-        if let Some(digest) = named.filter(|d| self.passed_over.contains(d)) {
+            .and_then(Digest::from_hex)
+            .filter(|d| self.passed_over.contains(d))
+            .or_else(|| self.legacy_parent.get(path).cloned());
+        if let Some(digest) = named {
             // A parent's layer: only its first bytes are looked at (for its media type).
             let mut magic = [0u8; 4];
             data.read_exact(&mut magic).map_err(io)?;
@@ -214,7 +277,7 @@ impl Reading<'_> {
             });
         }
         let legacy_layer = path.ends_with("/layer.tar") && !self.plan.spool.contains(path);
-        if legacy_layer && self.parent_sizes.contains(&size) {
+        if legacy_layer && !self.legacy_names_hold && self.parent_sizes.contains(&size) {
             let (digest, _) = Digest::of_reader(data).map_err(io)?;
             if !self.passed_over.contains(&digest) {
                 return Err(Failure::Collision(path.to_string()));
@@ -225,6 +288,18 @@ impl Reading<'_> {
         let (blob, spooled) = self.spool(data).map_err(io)?;
         self.hand_on(spooled);
         Ok(Entry { blob, small: None })
+    }
+
+    /// Whether a legacy layer's v1 JSON names, as its own id or its parent's, an id
+    /// [`legacy_ids`] computed: the engine names layers as Docker 20.10 does.
+    fn names_a_known_layer(&self, json: &[u8]) -> bool {
+        let Ok(v1) = serde_json::from_slice::<serde_json::Value>(json) else {
+            return false;
+        };
+        ["id", "parent"]
+            .iter()
+            .filter_map(|key| v1[key].as_str())
+            .any(|id| self.legacy_ids.contains(id))
     }
 
     /// Unpacks a layer blob into a temporary file, hashing it as it is and as unpacked.
@@ -470,6 +545,57 @@ mod tests {
             name(&Digest::of(&config)),
         );
         let archive = export(&[(&n, &new), (&c, &config), (&p, &parent)], &c, &[&p, &n]);
+        assert_eq!(
+            handed_on(&plan, &archive),
+            Ok(vec![plan.diff_ids[1].clone()])
+        );
+    }
+
+    /// The names of a three-layer image's layers in a `docker save` by Docker 20.10.24 (the
+    /// testbed's builder): the first two computed, the last (its id digests the config) not.
+    #[test]
+    fn docker_20_10_layer_names_are_computed_from_the_diff_ids() {
+        let diff_ids: Vec<Digest> = [
+            "e5e2c34635aae1307de6c24114942d8c1e6bcb2af645619c6ea28e15b8a08438",
+            "f37d2024c98ca83f922910daafc76e5bc08f2e7c055ec1818405a8805544fe2c",
+            "66e096efc55c4314aa55c0e4b91b2e21ed70a46c8136f2cc18a659ba19496d4d",
+        ]
+        .iter()
+        .map(|hex| Digest::from_hex(hex).unwrap())
+        .collect();
+        let ids: Vec<String> = legacy_ids(&diff_ids)
+            .iter()
+            .map(|id| id.hex().to_string())
+            .collect();
+        assert_eq!(
+            ids,
+            [
+                "bc7f7a69bf704fa221cd491fb240f0f358aa01f4086fc633393dfb206ee20212",
+                "619a64a3ea2b6231a60abf0b44e8ed1cf31061676ab22ed41908ae35a3e294b2",
+            ]
+        );
+    }
+
+    /// A parent's layer under its Docker 20.10 name is passed over unhashed; a new layer of
+    /// its size, whose `json` names the parent's id as its parent, is no collision.
+    #[test]
+    fn a_docker_20_10_parent_layer_is_known_by_its_name() {
+        let (parent, new) = (layer(1), layer(2));
+        let plan = plan(&parent, &new, true);
+        let config = config(&[&plan.diff_ids[0], &plan.diff_ids[1]]);
+        let below = legacy_ids(&plan.diff_ids).remove(0);
+        let named = format!("{}/layer.tar", below.hex());
+        let json = format!(r#"{{"id":"0a","parent":"{}"}}"#, below.hex());
+        let archive = export(
+            &[
+                ("0a/json", json.as_bytes()),
+                ("0a/layer.tar", &new),
+                (&named, &parent),
+                ("c.json", &config),
+            ],
+            "c.json",
+            &[&named, "0a/layer.tar"],
+        );
         assert_eq!(
             handed_on(&plan, &archive),
             Ok(vec![plan.diff_ids[1].clone()])
