@@ -9,6 +9,7 @@ use crate::engine::{self, Engine};
 use crate::error::{Error, Result};
 use crate::fetch;
 use crate::normalize::{self, pending_label};
+use crate::oci::Hashing;
 use crate::plan::{Plan, PlannedImage};
 use crate::render::{self, PARENT_ARG};
 use crate::store::LayerStore;
@@ -776,11 +777,12 @@ fn context_stream(
     digest: tokio::sync::oneshot::Sender<String>,
 ) -> impl futures_util::Stream<Item = bytes::Bytes> + Send + 'static {
     engine::body_from_writer(None, move |writer| {
-        let writer = context::write(&image, &dockerfile, &fetched, writer)?;
+        let hashing = context::write(&image, &dockerfile, &fetched, Hashing::new(writer))?;
+        let (writer, (sha256, _)) = hashing.finish();
         writer
             .flush()
             .map_err(|e| Error::io(&image.loaded.path, e))?;
-        let _ = digest.send(writer.get_ref().sha256());
+        let _ = digest.send(sha256.hex().to_string());
         Ok(())
     })
 }

@@ -5,7 +5,6 @@
 
 use crate::error::{Error, Result};
 use futures_util::stream::BoxStream;
-use sha2::{Digest as _, Sha256};
 use std::io::{Read, Write};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -29,23 +28,15 @@ impl From<Vec<u8>> for Body {
 }
 
 /// A `Write` whose bytes become the chunks of a request body: a bounded channel, so at most
-/// a few chunks are in memory whatever the size of what is written. It hashes and counts
-/// what passes (the context's sha256, a transfer's progress).
+/// a few chunks are in memory whatever the size of what is written. It counts what passes
+/// (a transfer's progress); a writer that wants a digest hashes on its side.
 pub struct ChannelWriter {
     sender: tokio::sync::mpsc::Sender<bytes::Bytes>,
-    hasher: Sha256,
     written: Option<Arc<AtomicU64>>,
-}
-
-impl ChannelWriter {
-    pub fn sha256(&self) -> String {
-        hex::encode(self.hasher.clone().finalize())
-    }
 }
 
 impl Write for ChannelWriter {
     fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        self.hasher.update(buf);
         self.sender
             .blocking_send(bytes::Bytes::copy_from_slice(buf))
             .map_err(|_| {
@@ -70,11 +61,7 @@ pub fn body_from_writer(
 ) -> impl futures_util::Stream<Item = bytes::Bytes> + Send + 'static {
     let (sender, receiver) = tokio::sync::mpsc::channel::<bytes::Bytes>(8);
     std::thread::spawn(move || {
-        let writer = ChannelWriter {
-            sender,
-            hasher: Sha256::new(),
-            written,
-        };
+        let writer = ChannelWriter { sender, written };
         let mut buffered = std::io::BufWriter::with_capacity(256 * 1024, writer);
         let outcome = produce(&mut buffered)
             .and_then(|()| buffered.flush().map_err(|e| Error::io("request body", e)));

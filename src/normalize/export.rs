@@ -310,25 +310,31 @@ impl Reading<'_> {
         let mut magic = [0u8; 4];
         data.read_exact(&mut magic)?;
         let media_type = store::layer_media_type(&magic);
-        let mut raw = HashingReader::new(std::io::Read::chain(&magic[..], data));
         let mut unpacked = Hashing::new(std::io::BufWriter::with_capacity(256 * 1024, file));
-        match media_type.rsplit_once('+').map(|(_, c)| c) {
-            None => std::io::copy(&mut raw, &mut unpacked)?,
-            Some("gzip") => {
-                let mut gz = flate2::read::GzDecoder::new(std::io::BufReader::new(&mut raw));
-                let copied = std::io::copy(&mut gz, &mut unpacked)?;
-                // The rest of the entry (gzip padding, if any) is part of the blob.
-                let mut rest = gz.into_inner();
-                std::io::copy(&mut rest, &mut std::io::sink())?;
-                copied
-            }
-            Some(other) => {
-                return Err(std::io::Error::new(
-                    std::io::ErrorKind::Unsupported,
-                    format!("an {other}-compressed layer, which hallmark cannot read yet"),
-                ));
-            }
+        let Some((_, compression)) = media_type.rsplit_once('+') else {
+            // Uncompressed, the blob is the layer: hashed once.
+            std::io::copy(&mut std::io::Read::chain(&magic[..], data), &mut unpacked)?;
+            unpacked.flush()?;
+            let (writer, (diff_id, size)) = unpacked.finish();
+            let file = writer.into_inner().map_err(|e| e.into_error())?;
+            let blob = Blob {
+                digest: diff_id.clone(),
+                size,
+                media_type,
+            };
+            return Ok((blob, Spooled { diff_id, file }));
         };
+        if compression != "gzip" {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::Unsupported,
+                format!("an {compression}-compressed layer, which hallmark cannot read yet"),
+            ));
+        }
+        let mut raw = HashingReader::new(std::io::Read::chain(&magic[..], data));
+        let mut gz = flate2::read::GzDecoder::new(std::io::BufReader::new(&mut raw));
+        std::io::copy(&mut gz, &mut unpacked)?;
+        // The rest of the entry (gzip padding, if any) is part of the blob.
+        std::io::copy(&mut gz.into_inner(), &mut std::io::sink())?;
         unpacked.flush()?;
         let (writer, (diff_id, _)) = unpacked.finish();
         let file = writer.into_inner().map_err(|e| e.into_error())?;
