@@ -16,7 +16,8 @@
 //! by its first member in that order.
 //!
 //! Cost: one export of the built image, read as it arrives (the parent's layers pass by,
-//! written nowhere; see `normalize/export.rs`); each new layer unpacked once into a temporary
+//! written nowhere, and the reading stops once the new layers and the config are in hand;
+//! see `normalize/export.rs`); each new layer unpacked once into a temporary
 //! file (the rewrite sorts entries, then reads each file's content where it lies), rewritten
 //! into the layer store and put into the builder's load as soon as it is there; a read of the
 //! headers of the layers below only when a layer has an opaque directory (Docker 20.10), which

@@ -123,7 +123,8 @@ pub struct Spooled {
 /// What the export held besides the new layers.
 pub struct Split {
     pub config: serde_json::Value,
-    /// Every layer as the builder names its blob: the parent's are not in the store.
+    /// Every layer as the builder names its blob (the parent's are not in the store), or
+    /// only the parent's, from the store's record of it, when the reading stopped early.
     pub layers: Vec<StoredLayer>,
 }
 
@@ -159,6 +160,11 @@ struct Reading<'a> {
     parent_sizes: HashSet<u64>,
     new: &'a std::sync::mpsc::Sender<Spooled>,
     sent: HashSet<Digest>,
+    /// The new layers to hand on, and small entries already handed on.
+    wanted: HashSet<Digest>,
+    handed_small: HashSet<String>,
+    /// The image's config, once an entry was it (its diff IDs are the image's).
+    config: Option<serde_json::Value>,
 }
 
 /// Reads the export `archive`, sending each new layer on `new` as soon as it is unpacked.
@@ -168,10 +174,10 @@ pub fn split(
     archive: impl Read,
     new: &std::sync::mpsc::Sender<Spooled>,
 ) -> std::result::Result<Split, Failure> {
+    let passed_over = plan.passed_over();
     let mut reading = Reading {
         plan,
         store,
-        passed_over: plan.passed_over(),
         legacy_parent: legacy_ids(&plan.diff_ids)
             .into_iter()
             .zip(&plan.diff_ids[..plan.parent_layers])
@@ -185,6 +191,14 @@ pub fn split(
         parent_sizes: plan.parent_sizes(),
         new,
         sent: HashSet::new(),
+        wanted: plan.diff_ids[plan.parent_layers..]
+            .iter()
+            .filter(|d| !passed_over.contains(*d))
+            .cloned()
+            .collect(),
+        handed_small: HashSet::new(),
+        config: None,
+        passed_over,
     };
     let invalid = |entry: Option<&str>, message: String| Error::Archive {
         archive: "the builder's export of the built image".into(),
@@ -227,6 +241,9 @@ pub fn split(
                 other => other,
             })?;
         entries.insert(path, read);
+        if let Some(early) = reading.all_in_hand() {
+            return Ok(early);
+        }
     }
     for (path, target) in links {
         if let Some(entry) = entries.get(&target) {
@@ -255,6 +272,7 @@ impl Reading<'_> {
             if path.ends_with("/json") && !self.legacy_names_hold {
                 self.legacy_names_hold = self.names_a_known_layer(&bytes);
             }
+            self.small_entry(path, &bytes).map_err(io)?;
             let blob = blob(Digest::of(&bytes), size, &bytes);
             return Ok(Entry {
                 blob,
@@ -288,6 +306,69 @@ impl Reading<'_> {
         let (blob, spooled) = self.spool(data).map_err(io)?;
         self.hand_on(spooled);
         Ok(Entry { blob, small: None })
+    }
+
+    /// The split, if every new layer is handed on and the config is in hand, and the parent's
+    /// layers are known from the store's record, uncompressed: the rest of the export is the parent's
+    /// layers and the archive's indexes, which this normalisation needs none of. Dropping
+    /// the export there saves reading it (a 16 MiB layer on a 2 GiB parent need not wait for
+    /// parent bytes that come after it).
+    fn all_in_hand(&mut self) -> Option<Split> {
+        if self.sent.len() < self.wanted.len() {
+            return None;
+        }
+        // Only uncompressed blobs (the digest the diff ID): an engine names those alike,
+        // while a compressed blob's digest in the record may not be the builder's.
+        let parent = self.plan.parent_record()?;
+        if !parent.iter().all(|l| l.blob.digest == l.diff_id) {
+            return None;
+        }
+        let parent = parent.to_vec();
+        let config = self.config.take()?;
+        Some(Split {
+            config,
+            layers: parent,
+        })
+    }
+
+    /// A small entry: the config, if its diff IDs are the image's; a new layer (a legacy
+    /// `layer.tar` or a blob that is no JSON), handed on now.
+    fn small_entry(&mut self, path: &str, bytes: &[u8]) -> std::io::Result<()> {
+        if bytes.first() == Some(&b'{') {
+            if self.config.is_none()
+                && let Ok(config) = serde_json::from_slice::<serde_json::Value>(bytes)
+                && self.is_the_config(&config)
+            {
+                self.config = Some(config);
+            }
+            return Ok(());
+        }
+        let parents = path
+            .strip_prefix("blobs/sha256/")
+            .and_then(Digest::from_hex)
+            .is_some_and(|d| self.passed_over.contains(&d))
+            || self.legacy_parent.contains_key(path);
+        let layer = path.ends_with("/layer.tar") || path.starts_with("blobs/sha256/");
+        if layer && !parents && self.sent.len() < self.wanted.len() {
+            let (_, spooled) = self.spool(&mut &bytes[..])?;
+            if self.wanted.contains(&spooled.diff_id) {
+                self.handed_small.insert(path.to_string());
+                self.hand_on(spooled);
+            }
+        }
+        Ok(())
+    }
+
+    /// Whether `config` is an image config with the image's diff IDs.
+    fn is_the_config(&self, config: &serde_json::Value) -> bool {
+        let Some(ids) = config["rootfs"]["diff_ids"].as_array() else {
+            return false;
+        };
+        ids.len() == self.plan.diff_ids.len()
+            && ids
+                .iter()
+                .zip(&self.plan.diff_ids)
+                .all(|(id, d)| id.as_str() == Some(d.as_str()))
     }
 
     /// Whether a legacy layer's v1 JSON names, as its own id or its parent's, an id
@@ -402,7 +483,7 @@ impl Reading<'_> {
             if let Some(bytes) = entry
                 .small
                 .as_ref()
-                .filter(|_| i >= self.plan.parent_layers)
+                .filter(|_| i >= self.plan.parent_layers && !self.handed_small.contains(&path))
             {
                 let (_, spooled) = self
                     .spool(&mut bytes.as_slice())
@@ -508,7 +589,12 @@ mod tests {
         let store = LayerStore::open_for(dir.path(), None);
         let (sender, receiver) = std::sync::mpsc::channel();
         match split(plan, &store, archive, &sender) {
-            Ok(split) => assert_eq!(split.layers.len(), plan.diff_ids.len()),
+            // Every layer, or the parent's when the reading stopped early.
+            Ok(split) => assert!(
+                [plan.diff_ids.len(), plan.parent_layers].contains(&split.layers.len()),
+                "{}",
+                split.layers.len()
+            ),
             Err(Failure::Collision(path)) => return Err(path),
             Err(Failure::Error(e)) => panic!("{}", e.render()),
         }
@@ -606,6 +692,36 @@ mod tests {
             handed_on(&plan, &archive),
             Ok(vec![plan.diff_ids[1].clone()])
         );
+    }
+
+    /// With the new layer and the config in hand and the parent known from the store's
+    /// record, the reading stops: an export cut short inside the parent's layer after them
+    /// still splits. Without the record it reads on, and the cut is an error.
+    #[test]
+    fn the_reading_stops_once_the_new_layers_and_the_config_are_in_hand() {
+        let (parent, new) = (layer(1), layer(2));
+        let with_record = plan(&parent, &new, true);
+        let config = config(&[&with_record.diff_ids[0], &with_record.diff_ids[1]]);
+        let name = |d: &Digest| format!("blobs/sha256/{}", d.hex());
+        let (p, n, c) = (
+            name(&with_record.diff_ids[0]),
+            name(&with_record.diff_ids[1]),
+            name(&Digest::of(&config)),
+        );
+        let archive = export(&[(&c, &config), (&n, &new), (&p, &parent)], &c, &[&p, &n]);
+        let cut = &archive[..archive.len() - parent.len() / 2];
+        assert_eq!(
+            handed_on(&with_record, cut),
+            Ok(vec![with_record.diff_ids[1].clone()])
+        );
+        let dir = tempfile::tempdir().unwrap();
+        let store = LayerStore::open_for(dir.path(), None);
+        let (sender, _handed) = std::sync::mpsc::channel();
+        let without = plan(&parent, &new, false);
+        assert!(matches!(
+            split(&without, &store, cut, &sender),
+            Err(Failure::Error(_))
+        ));
     }
 
     /// Docker 20.10 names layers `<v1 id>/layer.tar`: one of a parent's layer's size is hashed
