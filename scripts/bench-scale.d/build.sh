@@ -27,9 +27,12 @@ else
   hallmark=$repo/target/release/hallmark
 fi
 work=$(mktemp -d)
+tag=$(basename "$work" | tr 'A-Z' 'a-z' | tr -cd 'a-z0-9')
 if [[ -n ${BENCH_TESTBED:-} ]]; then
   dir=$BENCH_TESTBED
-  trap 'docker -H "$builder" rmi -f bench-scale-docker:latest >/dev/null 2>&1 || true; rm -rf "$work"' EXIT
+  # Its own images go; the engine's build cache of each forced build (about 2.3 GB of
+  # dangling images a run, which hallmark leaves: see docs/reproducibility.md) stays.
+  trap 'docker -H "$builder" rmi -f bench-scale-docker:latest "bench-scale-small-$tag:latest" "bench-scale-big-$tag:latest" >/dev/null 2>&1 || true; rm -rf "$work"' EXIT
 else
   dir=$work/testbed
   scripts/testbed up --nodes 1 --dir "$dir" >/dev/null
@@ -44,7 +47,6 @@ export HALLMARK_CACHE=$work/cache
 project=$work/project
 mkdir -p "$project/images/big" "$project/images/small" "$project/pins"
 touch "$project/hallmark.toml"   # marks the project root
-tag=$(basename "$work" | tr 'A-Z' 'a-z' | tr -cd 'a-z0-9')
 cat > "$project/images/big/image.toml" <<TOML
 [image]
 name = "bench-scale-big-$tag"
