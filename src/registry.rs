@@ -209,12 +209,18 @@ fn stop_leftover(root: &Path) {
     if !serves_ours() {
         return;
     }
-    // Running until it is gone or a zombie: its sockets are closed only then (its command
-    // line reads empty earlier, while it exits).
+    // Running until it is gone or every thread of it is a zombie: its sockets are closed only
+    // then (its command line reads empty earlier, while it exits). The main thread alone is
+    // not enough: it shows as a zombie while the others still exit holding the port, and a
+    // new registry on it then failed with "address already in use" under load.
     let running = || {
-        std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|stat| {
-            stat.rsplit_once(')')
-                .is_some_and(|(_, rest)| !rest.trim_start().starts_with('Z'))
+        std::fs::read_dir(format!("/proc/{pid}/task")).is_ok_and(|tasks| {
+            tasks.flatten().any(|task| {
+                std::fs::read_to_string(task.path().join("stat")).is_ok_and(|stat| {
+                    stat.rsplit_once(')')
+                        .is_some_and(|(_, rest)| !rest.trim_start().starts_with('Z'))
+                })
+            })
         })
     };
     eprintln!("stopping the registry (pid {pid}) an earlier hallmark left running");
