@@ -175,18 +175,16 @@ pub fn split(
     new: &std::sync::mpsc::Sender<Spooled>,
 ) -> std::result::Result<Split, Failure> {
     let passed_over = plan.passed_over();
+    let legacy = legacy_ids(&plan.diff_ids);
     let mut reading = Reading {
         plan,
         store,
-        legacy_parent: legacy_ids(&plan.diff_ids)
-            .into_iter()
+        legacy_parent: legacy
+            .iter()
             .zip(&plan.diff_ids[..plan.parent_layers])
             .map(|(id, diff_id)| (format!("{}/layer.tar", id.hex()), diff_id.clone()))
             .collect(),
-        legacy_ids: legacy_ids(&plan.diff_ids)
-            .iter()
-            .map(|id| id.hex().to_string())
-            .collect(),
+        legacy_ids: legacy.iter().map(|id| id.hex().to_string()).collect(),
         legacy_names_hold: false,
         parent_sizes: plan.parent_sizes(),
         new,
@@ -279,12 +277,7 @@ impl Reading<'_> {
                 small: Some(bytes),
             });
         }
-        let named = path
-            .strip_prefix("blobs/sha256/")
-            .and_then(Digest::from_hex)
-            .filter(|d| self.passed_over.contains(d))
-            .or_else(|| self.legacy_parent.get(path).cloned());
-        if let Some(digest) = named {
+        if let Some(digest) = self.parents_by_name(path) {
             // A parent's layer: only its first bytes are looked at (for its media type).
             let mut magic = [0u8; 4];
             data.read_exact(&mut magic).map_err(io)?;
@@ -306,6 +299,15 @@ impl Reading<'_> {
         let (blob, spooled) = self.spool(data).map_err(io)?;
         self.hand_on(spooled);
         Ok(Entry { blob, small: None })
+    }
+
+    /// The parent's layer `path` names, if its name says so: an OCI blob name, or a Docker
+    /// 20.10 name [`legacy_ids`] computed.
+    fn parents_by_name(&self, path: &str) -> Option<Digest> {
+        path.strip_prefix("blobs/sha256/")
+            .and_then(Digest::from_hex)
+            .filter(|d| self.passed_over.contains(d))
+            .or_else(|| self.legacy_parent.get(path).cloned())
     }
 
     /// The split, if every new layer is handed on and the config is in hand, and the parent's
@@ -343,13 +345,8 @@ impl Reading<'_> {
             }
             return Ok(());
         }
-        let parents = path
-            .strip_prefix("blobs/sha256/")
-            .and_then(Digest::from_hex)
-            .is_some_and(|d| self.passed_over.contains(&d))
-            || self.legacy_parent.contains_key(path);
         let layer = path.ends_with("/layer.tar") || path.starts_with("blobs/sha256/");
-        if layer && !parents && self.sent.len() < self.wanted.len() {
+        if layer && self.parents_by_name(path).is_none() && self.sent.len() < self.wanted.len() {
             let (_, spooled) = self.spool(&mut &bytes[..])?;
             if self.wanted.contains(&spooled.diff_id) {
                 self.handed_small.insert(path.to_string());
