@@ -44,6 +44,10 @@ pub struct BuildRecord {
     /// The engine's own image, before normalisation rewrote it (removed once tagged).
     pub raw_image_id: Option<String>,
     pub normalize_seconds: Option<f64>,
+    /// The layers normalisation rewrote, and how many of them as the export streamed in (the
+    /// others from a temporary copy: see `normalize::Normalised`).
+    pub normalized_layers: Option<usize>,
+    pub normalized_as_streamed: Option<usize>,
     /// Why the image failed (`outcome` "failed").
     #[serde(skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
@@ -144,6 +148,8 @@ impl BuildRecord {
             reproducible: None,
             differences: Vec::new(),
             normalize_seconds: None,
+            normalized_layers: None,
+            normalized_as_streamed: None,
             error: None,
         }
     }
@@ -346,7 +352,7 @@ impl Job<'_> {
         let started = Instant::now();
         let label = self.settings.checksum_label;
         let finish = (!self.smoked).then_some((label, self.checksum.as_str()));
-        let id = normalize::normalize(
+        let normalised = normalize::normalize(
             self.engine,
             &self.store,
             &raw,
@@ -359,9 +365,11 @@ impl Job<'_> {
         )
         .await?;
         record.normalize_seconds = Some(started.elapsed().as_secs_f64());
+        record.normalized_layers = Some(normalised.layers);
+        record.normalized_as_streamed = Some(normalised.streamed);
         record.raw_image_id = Some(raw);
         Ok(Made {
-            id,
+            id: normalised.id,
             by_hallmark: true,
         })
     }

@@ -36,12 +36,24 @@ use std::io::{Read, Seek, SeekFrom, Write};
 use std::sync::Arc;
 
 mod export;
+mod in_order;
 
 /// The parent of an image being normalised, as the builder knows it.
 pub struct Parent<'a> {
     /// Its id (the store's record of it is looked up by it) or reference.
     pub name: &'a str,
     pub layers: usize,
+}
+
+/// What a normalisation made.
+pub struct Normalised {
+    /// The builder's id for the normalised image.
+    pub id: String,
+    /// How many new layers there were, and how many of them were rewritten as the export
+    /// streamed in (the others from a temporary copy: their entries were out of canonical
+    /// order, they mark a directory opaque, or they could not be told new by their name).
+    pub layers: usize,
+    pub streamed: usize,
 }
 
 /// Normalises the builder's image `raw_id`, whose first `parent.layers` layers are its
@@ -58,7 +70,7 @@ pub async fn normalize(
     parent: Parent<'_>,
     source_date: u64,
     finish: Option<(&str, &str)>,
-) -> Result<String> {
+) -> Result<Normalised> {
     let inspected = builder
         .inspect(raw_id)
         .await?
@@ -95,7 +107,7 @@ pub async fn normalize(
                 plan.spool.insert(path);
             }
             Err(export::Failure::Error(e)) => return Err(e),
-            Ok(id) => return Ok(id),
+            Ok(normalised) => return Ok(normalised),
         }
     }
 }
@@ -109,7 +121,7 @@ async fn normalize_once(
     parent: &str,
     source_date: u64,
     finish: Option<(&str, &str)>,
-) -> std::result::Result<String, export::Failure> {
+) -> std::result::Result<Normalised, export::Failure> {
     let (spool_sender, spooled) = std::sync::mpsc::channel();
     // Bounded: a layer streamed into the load waits for the load, not for memory.
     let (made_sender, made) = std::sync::mpsc::sync_channel(16);
@@ -126,7 +138,14 @@ async fn normalize_once(
     };
     let split = {
         let (store, plan) = (Arc::clone(store), plan_copy(plan));
-        tokio::task::spawn_blocking(move || export::split(&plan, &store, reader, &spool_sender))
+        let made = made_sender.clone();
+        tokio::task::spawn_blocking(move || {
+            let mut rewrite = |layer: &mut dyn Read, size: u64, into_load: bool| {
+                let load = (streamed && into_load).then_some(&made);
+                rewrite_streaming(&store, layer, size, load, source_date)
+            };
+            export::split(&plan, &store, reader, &spool_sender, &mut rewrite)
+        })
     };
     let (below, serve_parent) = parent_below(builder, store, parent);
     let rewrite = {
@@ -148,7 +167,8 @@ async fn normalize_once(
         let split = split.expect("the export's reading does not panic");
         let rewritten = rewritten.expect("the rewrite does not panic");
         let split = split?;
-        let new = rewritten?;
+        let (new, streamed) = rewritten?;
+        let counts = (new.len(), streamed);
         let mut layers = split.layers[..plan.parent_layers].to_vec();
         layers.extend(new);
         let mut config = split.config;
@@ -164,13 +184,17 @@ async fn normalize_once(
             media_type: crate::oci::archive::CONFIG.into(),
         };
         let _ = made_sender.send(transfer::Made::Image(StoredImage { config, layers }));
-        Ok::<(), export::Failure>(())
+        Ok::<_, export::Failure>(counts)
     };
     let load = transfer::load_streamed(builder, store, made, plan.parent_layers);
     let ((), made_image, loaded) = tokio::join!(forward, made_image, load);
     // The normalisation's own failure says more than the load it cut short.
-    made_image?;
-    Ok(loaded?)
+    let (layers, streamed) = made_image?;
+    Ok(Normalised {
+        id: loaded?,
+        layers,
+        streamed,
+    })
 }
 
 fn plan_copy(plan: &export::Plan) -> export::Plan {
@@ -223,17 +247,19 @@ struct Into<'a> {
 }
 
 /// Rewrites the new layers (positions `first..` of `diff_ids`) in order as they arrive on
-/// `spooled`, each into the store and the load; returns them in order.
+/// `spooled`, each into the store and the load, those not rewritten as they streamed in;
+/// returns them in order, and how many were.
 fn rewrite_all(
     store: &LayerStore,
     diff_ids: &[Digest],
     first: usize,
-    spooled: std::sync::mpsc::Receiver<export::Spooled>,
+    spooled: std::sync::mpsc::Receiver<export::New>,
     parent: impl FnOnce() -> std::io::Result<Vec<StoredLayer>>,
     into: Into<'_>,
     source_date: u64,
-) -> Result<Vec<StoredLayer>> {
-    let mut arrived: HashMap<Digest, std::fs::File> = HashMap::new();
+) -> Result<(Vec<StoredLayer>, usize)> {
+    let mut streamed = 0;
+    let mut arrived: HashMap<Digest, export::New> = HashMap::new();
     let mut parent = Some(parent);
     let mut parent_layers: Option<Vec<StoredLayer>> = None;
     let mut done: Vec<StoredLayer> = Vec::new();
@@ -246,13 +272,25 @@ fn rewrite_all(
                     std::io::ErrorKind::UnexpectedEof.into(),
                 ));
             };
-            arrived.insert(layer.diff_id, layer.file);
+            arrived.insert(layer.diff_id().clone(), layer);
         }
+        let file = match &arrived[diff_id] {
+            export::New::Spooled { file, .. } => file,
+            export::New::Rewritten { layer, loaded, .. } => {
+                if !loaded {
+                    // A send fails only once the load has stopped, which reports its own error.
+                    let _ = into.made.send(transfer::Made::Layer(layer.clone()));
+                }
+                done.push(layer.clone());
+                streamed += 1;
+                continue;
+            }
+        };
         let failed = |e: std::io::Error| Error::Io {
             path: store.root.join("tmp"),
             source: std::io::Error::other(format!("normalising layer {diff_id}: {e}")),
         };
-        let mut input = arrived[diff_id].try_clone().map_err(failed)?;
+        let mut input = file.try_clone().map_err(failed)?;
         input.seek(SeekFrom::Start(0)).map_err(failed)?;
         let lower = || {
             if parent_layers.is_none() {
@@ -270,7 +308,7 @@ fn rewrite_all(
             })?;
         done.push(layer);
     }
-    Ok(done)
+    Ok((done, streamed))
 }
 
 /// Writes one canonical layer into the store and hands it to the load.
@@ -306,6 +344,97 @@ fn rewrite_one<R: Read + Seek>(
     })?);
     let _ = into.made.send(transfer::Made::End(layer.clone()));
     Ok(layer)
+}
+
+/// Rewrites a new layer as it streams in ([`in_order`]) into the store and, given `load`, into
+/// the builder's load at once, announced there with the export's size for it (`size`: the
+/// canonical layer has the raw one's size unless a name or a record changes length); a
+/// layer of another size is abandoned in the load and sent whole from the store later. The
+/// layer and whether it went into the load; `None` when refused.
+fn rewrite_streaming(
+    store: &LayerStore,
+    layer: &mut dyn Read,
+    size: u64,
+    load: Option<&std::sync::mpsc::SyncSender<transfer::Made>>,
+    source_date: u64,
+) -> std::io::Result<Option<(StoredLayer, bool)>> {
+    let mut refused = None;
+    let mut capped = load.map(|made| {
+        // A send fails only once the load has stopped, which reports its own error.
+        let _ = made.send(transfer::Made::Begin(size));
+        Capped {
+            made,
+            left: size,
+            over: false,
+        }
+    });
+    let added = store.add_blob(|out| {
+        let outcome = match &mut capped {
+            Some(capped) => {
+                let load = std::io::BufWriter::with_capacity(1 << 20, capped);
+                let mut both = Both { out, load };
+                let outcome = in_order::rewrite(layer, &mut both, source_date)?;
+                both.load.flush()?;
+                outcome
+            }
+            None => in_order::rewrite(layer, out, source_date)?,
+        };
+        outcome.map_err(|why| {
+            refused = Some(why);
+            std::io::Error::other("refused")
+        })
+    });
+    let added = match (added, refused) {
+        (_, Some(_)) => None,
+        (Err(e), None) => return Err(std::io::Error::other(e.to_string())),
+        (Ok((digest, size)), None) => Some(StoredLayer {
+            diff_id: digest.clone(),
+            blob: Blob {
+                digest,
+                size,
+                media_type: LAYER_TAR.into(),
+            },
+        }),
+    };
+    let loaded = match (capped, &added) {
+        (Some(capped), Some(layer)) if capped.left == 0 && !capped.over => {
+            let _ = capped.made.send(transfer::Made::End(layer.clone()));
+            true
+        }
+        (Some(capped), _) => {
+            let _ = capped.made.send(transfer::Made::Abandon);
+            false
+        }
+        (None, _) => false,
+    };
+    Ok(added.map(|layer| (layer, loaded)))
+}
+
+/// Sends what is written to it to the load while it fits the size announced there; past that,
+/// nothing (the layer is then abandoned in the load).
+struct Capped<'a> {
+    made: &'a std::sync::mpsc::SyncSender<transfer::Made>,
+    left: u64,
+    over: bool,
+}
+
+impl Write for Capped<'_> {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        if self.over || buf.len() as u64 > self.left {
+            self.over = true;
+        } else {
+            self.left -= buf.len() as u64;
+            // A load that stopped reports its own error; the store's copy goes on.
+            let _ = self
+                .made
+                .send(transfer::Made::Chunk(bytes::Bytes::copy_from_slice(buf)));
+        }
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
 }
 
 /// Writes to the store's file and to the load alike.
@@ -475,11 +604,18 @@ impl<R: Read + Seek> Canonical<R> {
     ) -> std::io::Result<()> {
         let mut tar = tar::Builder::new(out);
         for item in &self.items {
-            let header = header_of(item, source_date)?;
-            if let Some(capability) = &item.capability {
-                tar.append_pax_extensions([(CAPABILITY, capability.as_slice())])?;
+            if content && item.kind == Kind::File {
+                self.input.seek(SeekFrom::Start(item.data))?;
+                append_entry(
+                    &mut tar,
+                    item,
+                    source_date,
+                    (&mut self.input).take(item.size),
+                )?;
+            } else {
+                let zeros = std::io::repeat(0).take(item.size);
+                append_entry(&mut tar, item, source_date, zeros)?;
             }
-            append_item(&mut tar, item, header, &mut self.input, content)?;
         }
         tar.finish()
     }
@@ -521,14 +657,18 @@ fn header_of(item: &Item, source_date: u64) -> std::io::Result<tar::Header> {
     Ok(header)
 }
 
-/// Appends `item` with its `header`, its content read from `input` (zeros unless `content`).
-fn append_item<W: Write, R: Read + Seek>(
+/// Appends `item` in its canonical form, a file's content read from `data` (which holds no
+/// more than the file's size; nothing is read for other kinds).
+fn append_entry<W: Write>(
     tar: &mut tar::Builder<W>,
     item: &Item,
-    mut header: tar::Header,
-    input: &mut R,
-    content: bool,
+    source_date: u64,
+    data: impl Read,
 ) -> std::io::Result<()> {
+    let mut header = header_of(item, source_date)?;
+    if let Some(capability) = &item.capability {
+        tar.append_pax_extensions([(CAPABILITY, capability.as_slice())])?;
+    }
     // `./` first: a layer whose first name starts with `BZh` fails to load
     // (`oci::tar::append`).
     let name = match item.kind {
@@ -541,15 +681,7 @@ fn append_item<W: Write, R: Read + Seek>(
         {
             tar.append_link(&mut header, raw(&name), raw(target))
         }
-        (Kind::File, _) if content => {
-            input.seek(SeekFrom::Start(item.data))?;
-            let data = input.take(item.size);
-            crate::oci::tar::append_bytes(tar, header, &bytes(&name), data)
-        }
-        (Kind::File, _) => {
-            let data = std::io::repeat(0).take(item.size);
-            crate::oci::tar::append_bytes(tar, header, &bytes(&name), data)
-        }
+        (Kind::File, _) => crate::oci::tar::append_bytes(tar, header, &bytes(&name), data),
         _ => crate::oci::tar::append_bytes(tar, header, &bytes(&name), std::io::empty()),
     }
 }
@@ -712,54 +844,61 @@ fn read_items<R: Read + Seek>(input: R) -> std::io::Result<(Vec<Item>, Vec<Strin
     let mut items = Vec::new();
     let mut opaque = Vec::new();
     for entry in archive.entries_with_seek()? {
-        let mut entry = entry?;
-        let path = canonical(&text(&entry.path_bytes()));
-        let (dir, name) = split(&path);
-        if name == OPAQUE {
-            opaque.push(dir.to_string());
-            continue;
+        match parse(&mut entry?)? {
+            Parsed::Opaque(dir) => opaque.push(dir),
+            Parsed::Item(item) => items.push(item),
         }
-        let (capability, pax_mtime) = pax_fields(&mut entry)?;
-        let header = entry.header();
-        let kind = if name.starts_with(WHITEOUT) {
-            Kind::Whiteout
-        } else {
-            Kind::of(header.entry_type(), &path)?
-        };
-        if kind == Kind::Whiteout {
-            items.push(Item::whiteout(path));
-            continue;
-        }
-        let link = match kind {
-            Kind::Symlink => entry.link_name_bytes().map(|l| text(&l)),
-            Kind::HardLink => entry.link_name_bytes().map(|l| canonical(&text(&l))),
-            _ => None,
-        };
-        let device = match kind {
-            Kind::Char | Kind::Block => Some((
-                header.device_major()?.unwrap_or(0),
-                header.device_minor()?.unwrap_or(0),
-            )),
-            _ => None,
-        };
-        items.push(Item {
-            mode: header.mode()?,
-            uid: header.uid()?,
-            gid: header.gid()?,
-            mtime: match pax_mtime {
-                Some(mtime) => mtime,
-                None => header.mtime()?,
-            },
-            size: if kind == Kind::File { entry.size() } else { 0 },
-            data: entry.raw_file_position(),
-            path,
-            kind,
-            link,
-            device,
-            capability,
-        });
     }
     Ok((items, opaque, archive.into_inner()))
+}
+
+/// A layer's entry as normalisation sees it.
+enum Parsed {
+    /// `dir/.wh..wh..opq`: `dir` hides what the layers below hold in it.
+    Opaque(String),
+    Item(Item),
+}
+
+fn parse<R: Read>(entry: &mut tar::Entry<'_, R>) -> std::io::Result<Parsed> {
+    let path = canonical(&text(&entry.path_bytes()));
+    let (dir, name) = split(&path);
+    if name == OPAQUE {
+        return Ok(Parsed::Opaque(dir.to_string()));
+    }
+    let (capability, pax_mtime) = pax_fields(entry)?;
+    if name.starts_with(WHITEOUT) {
+        return Ok(Parsed::Item(Item::whiteout(path)));
+    }
+    let header = entry.header();
+    let kind = Kind::of(header.entry_type(), &path)?;
+    let link = match kind {
+        Kind::Symlink => entry.link_name_bytes().map(|l| text(&l)),
+        Kind::HardLink => entry.link_name_bytes().map(|l| canonical(&text(&l))),
+        _ => None,
+    };
+    let device = match kind {
+        Kind::Char | Kind::Block => Some((
+            header.device_major()?.unwrap_or(0),
+            header.device_minor()?.unwrap_or(0),
+        )),
+        _ => None,
+    };
+    Ok(Parsed::Item(Item {
+        mode: header.mode()?,
+        uid: header.uid()?,
+        gid: header.gid()?,
+        mtime: match pax_mtime {
+            Some(mtime) => mtime,
+            None => header.mtime()?,
+        },
+        size: if kind == Kind::File { entry.size() } else { 0 },
+        data: entry.raw_file_position(),
+        path,
+        kind,
+        link,
+        device,
+        capability,
+    }))
 }
 
 /// The PAX records normalisation keeps: the file capability, and the mtime (past 8^11
@@ -991,7 +1130,7 @@ mod tests {
     }
 
     /// `layer` normalised at source date 1000, on top of `lower`.
-    fn normalised(layer: &[u8], lower: &[&[u8]]) -> Vec<u8> {
+    pub(super) fn normalised(layer: &[u8], lower: &[&[u8]]) -> Vec<u8> {
         let mut out = Vec::new();
         let lower = || {
             let mut tree = LowerTree::default();
@@ -1033,7 +1172,7 @@ mod tests {
             .collect()
     }
 
-    fn fixture(name: &str) -> Vec<u8> {
+    pub(super) fn fixture(name: &str) -> Vec<u8> {
         let path = format!(
             "{}/tests/fixtures/layers/{name}",
             env!("CARGO_MANIFEST_DIR")

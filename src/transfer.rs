@@ -376,6 +376,9 @@ pub enum Made {
     /// store takes the OCI layout, which names blobs by a digest known only at the end).
     Begin(u64),
     Chunk(bytes::Bytes),
+    /// The layer begun is not coming after all: the rest of its announced size is zeros, under
+    /// a name no manifest gives (engines leave such an entry aside).
+    Abandon,
     End(crate::store::StoredLayer),
     Image(StoredImage),
 }
@@ -414,6 +417,7 @@ fn write_streamed(
     oci::archive::write_layout(&mut tar)?;
     let mut written = HashSet::new();
     let mut streamed: HashMap<oci::Digest, String> = HashMap::new();
+    let mut begun = 0;
     let mut made = made.into_iter();
     while let Some(message) = made.next() {
         match message {
@@ -423,12 +427,15 @@ fn write_streamed(
                 }
             }
             Made::Begin(size) => {
-                let path = format!("layers/{}.tar", streamed.len());
+                let path = format!("layers/{begun}.tar");
+                begun += 1;
                 let mut chunks = Chunks {
                     made: &mut made,
                     current: bytes::Bytes::new(),
                     read: 0,
                     end: None,
+                    abandoned: false,
+                    size,
                 };
                 let header = oci::tar::header(oci::tar::EntryType::Regular, 0o444, size, 0);
                 oci::tar::append(&mut tar, header, &path, &mut chunks)?;
@@ -436,10 +443,11 @@ fn write_streamed(
                     Some(layer) if chunks.read == size => {
                         streamed.insert(layer.blob.digest, path);
                     }
+                    _ if chunks.abandoned => {}
                     _ => return Err(std::io::Error::other("a layer was cut short")),
                 }
             }
-            Made::Chunk(_) | Made::End(_) => {
+            Made::Chunk(_) | Made::End(_) | Made::Abandon => {
                 return Err(std::io::Error::other("a layer's bytes out of place"));
             }
             Made::Image(image) => {
@@ -468,6 +476,9 @@ struct Chunks<'a, I: Iterator<Item = Made>> {
     current: bytes::Bytes,
     read: u64,
     end: Option<crate::store::StoredLayer>,
+    /// [`Made::Abandon`] came: zeros up to the announced `size`.
+    abandoned: bool,
+    size: u64,
 }
 
 impl<I: Iterator<Item = Made>> std::io::Read for Chunks<'_, I> {
@@ -476,9 +487,16 @@ impl<I: Iterator<Item = Made>> std::io::Read for Chunks<'_, I> {
             if self.end.is_some() {
                 return Ok(0);
             }
+            if self.abandoned {
+                let n = buf.len().min((self.size - self.read) as usize);
+                buf[..n].fill(0);
+                self.read += n as u64;
+                return Ok(n);
+            }
             match self.made.next() {
                 Some(Made::Chunk(bytes)) => self.current = bytes,
                 Some(Made::End(layer)) => self.end = Some(layer),
+                Some(Made::Abandon) => self.abandoned = true,
                 _ => return Err(std::io::Error::other("the normalisation stopped")),
             }
         }

@@ -114,11 +114,37 @@ impl Plan {
     }
 }
 
-/// A new layer, unpacked, as the export gave it.
-pub struct Spooled {
-    pub diff_id: Digest,
-    pub file: std::fs::File,
+/// A new layer as the export gave it: unpacked into a temporary file, to be rewritten; or
+/// rewritten already, as it streamed in.
+pub enum New {
+    Spooled {
+        diff_id: Digest,
+        file: std::fs::File,
+    },
+    /// In the store; `loaded` when it went into the builder's load as it was written.
+    Rewritten {
+        diff_id: Digest,
+        layer: StoredLayer,
+        loaded: bool,
+    },
 }
+
+impl New {
+    pub fn diff_id(&self) -> &Digest {
+        match self {
+            New::Spooled { diff_id, .. } | New::Rewritten { diff_id, .. } => diff_id,
+        }
+    }
+}
+
+/// Rewrites a new layer as its unpacked bytes stream in (normalisation's in-order rewrite),
+/// given those bytes, the export's size for the layer and whether it may go into the load as
+/// it is written (no other layer is on its way there); the layer and whether it went into
+/// the load, or `None` when refused (the spooled copy is rewritten instead).
+pub type Rewrite<'a> = &'a mut (
+            dyn FnMut(&mut dyn Read, u64, bool) -> std::io::Result<Option<(StoredLayer, bool)>>
+                + Send
+        );
 
 /// What the export held besides the new layers.
 pub struct Split {
@@ -158,7 +184,11 @@ struct Reading<'a> {
     legacy_ids: HashSet<String>,
     legacy_names_hold: bool,
     parent_sizes: HashSet<u64>,
-    new: &'a std::sync::mpsc::Sender<Spooled>,
+    new: &'a std::sync::mpsc::Sender<New>,
+    rewrite: Rewrite<'a>,
+    /// Whether a layer may go into the load as it streams: nothing handed on so far is to be
+    /// sent there by the rewrite's thread (the two would interleave their bytes).
+    load_free: bool,
     sent: HashSet<Digest>,
     /// The new layers to hand on, and small entries already handed on.
     wanted: HashSet<Digest>,
@@ -167,12 +197,15 @@ struct Reading<'a> {
     config: Option<serde_json::Value>,
 }
 
-/// Reads the export `archive`, sending each new layer on `new` as soon as it is unpacked.
-pub fn split(
-    plan: &Plan,
-    store: &LayerStore,
+/// Reads the export `archive`, sending each new layer on `new` as soon as it is read: a big
+/// one known new by its name is rewritten as it streams (`rewrite`), and spooled as well in
+/// case the rewrite refuses it.
+pub fn split<'a>(
+    plan: &'a Plan,
+    store: &'a LayerStore,
     archive: impl Read,
-    new: &std::sync::mpsc::Sender<Spooled>,
+    new: &'a std::sync::mpsc::Sender<New>,
+    rewrite: Rewrite<'a>,
 ) -> std::result::Result<Split, Failure> {
     let passed_over = plan.passed_over();
     let legacy = legacy_ids(&plan.diff_ids);
@@ -188,6 +221,8 @@ pub fn split(
         legacy_names_hold: false,
         parent_sizes: plan.parent_sizes(),
         new,
+        rewrite,
+        load_free: true,
         sent: HashSet::new(),
         wanted: plan.diff_ids[plan.parent_layers..]
             .iter()
@@ -296,8 +331,9 @@ impl Reading<'_> {
             let blob = blob(digest, size, b"");
             return Ok(Entry { blob, small: None });
         }
-        let (blob, spooled) = self.spool(data).map_err(io)?;
-        self.hand_on(spooled);
+        let rewrite = self.known_new(path);
+        let (blob, new) = self.spool(data, rewrite.then_some(size)).map_err(io)?;
+        self.hand_on(new);
         Ok(Entry { blob, small: None })
     }
 
@@ -347,8 +383,8 @@ impl Reading<'_> {
         }
         let layer = path.ends_with("/layer.tar") || path.starts_with("blobs/sha256/");
         if layer && self.parents_by_name(path).is_none() && self.sent.len() < self.wanted.len() {
-            let (_, spooled) = self.spool(&mut &bytes[..])?;
-            if self.wanted.contains(&spooled.diff_id) {
+            let (_, spooled) = self.spool(&mut &bytes[..], None)?;
+            if self.wanted.contains(spooled.diff_id()) {
                 self.handed_small.insert(path.to_string());
                 self.hand_on(spooled);
             }
@@ -380,58 +416,114 @@ impl Reading<'_> {
             .any(|id| self.legacy_ids.contains(id))
     }
 
-    /// Unpacks a layer blob into a temporary file, hashing it as it is and as unpacked.
-    fn spool(&self, data: &mut impl Read) -> std::io::Result<(Blob, Spooled)> {
+    /// Whether the layer at `path`, which is no parent's by its name, is known to be new
+    /// before its bytes are read (else it may be a parent's, told only by its digest, and is
+    /// not rewritten as it streams: that would write a parent's layer into the store).
+    fn known_new(&self, path: &str) -> bool {
+        if self.sent.len() >= self.wanted.len() {
+            return false;
+        }
+        if path.ends_with("/layer.tar") {
+            return self.legacy_names_hold || self.plan.parent_layers == 0;
+        }
+        // An OCI layout names blobs by digest: the parent's are known when the record holds
+        // them uncompressed (as every engine names them), or there is no parent.
+        path.starts_with("blobs/sha256/")
+            && (self.plan.parent_layers == 0
+                || self
+                    .plan
+                    .parent_record()
+                    .is_some_and(|record| record.iter().all(|l| l.blob.digest == l.diff_id)))
+    }
+
+    /// Unpacks a layer blob into a temporary file, hashing it as it is and as unpacked; with
+    /// `rewrite` (the export's size for it), it is rewritten as it streams too.
+    fn spool(
+        &mut self,
+        data: &mut impl Read,
+        rewrite: Option<u64>,
+    ) -> std::io::Result<(Blob, New)> {
         let tmp_dir = self.store.root.join("tmp");
         std::fs::create_dir_all(&tmp_dir)?;
-        let file = tempfile::tempfile_in(&tmp_dir)?;
+        let mut spool =
+            std::io::BufWriter::with_capacity(256 * 1024, tempfile::tempfile_in(&tmp_dir)?);
         let mut magic = [0u8; 4];
         data.read_exact(&mut magic)?;
         let media_type = store::layer_media_type(&magic);
-        let mut unpacked = Hashing::new(std::io::BufWriter::with_capacity(256 * 1024, file));
-        let Some((_, compression)) = media_type.rsplit_once('+') else {
-            // Uncompressed, the blob is the layer: hashed once.
-            std::io::copy(&mut std::io::Read::chain(&magic[..], data), &mut unpacked)?;
-            unpacked.flush()?;
-            let (writer, (diff_id, size)) = unpacked.finish();
-            let file = writer.into_inner().map_err(|e| e.into_error())?;
-            let blob = Blob {
-                digest: diff_id.clone(),
-                size,
-                media_type,
-            };
-            return Ok((blob, Spooled { diff_id, file }));
-        };
-        if compression != "gzip" {
-            return Err(std::io::Error::new(
-                std::io::ErrorKind::Unsupported,
-                format!("an {compression}-compressed layer, which hallmark cannot read yet"),
-            ));
-        }
         let mut raw = HashingReader::new(std::io::Read::chain(&magic[..], data));
-        let mut gz = flate2::read::GzDecoder::new(std::io::BufReader::new(&mut raw));
-        std::io::copy(&mut gz, &mut unpacked)?;
-        // The rest of the entry (gzip padding, if any) is part of the blob.
-        std::io::copy(&mut gz.into_inner(), &mut std::io::sink())?;
-        unpacked.flush()?;
-        let (writer, (diff_id, _)) = unpacked.finish();
-        let file = writer.into_inner().map_err(|e| e.into_error())?;
+        let (unpacked_id, rewritten) = match media_type.rsplit_once('+') {
+            // Uncompressed, the blob is the layer: hashed once, as it is read.
+            None => (None, self.unpack(&mut raw, &mut spool, rewrite)?),
+            Some((_, "gzip")) => {
+                let mut gz = flate2::read::GzDecoder::new(std::io::BufReader::new(&mut raw));
+                let mut unpacked = Hashing::new(&mut spool);
+                let rewritten = self.unpack(&mut gz, &mut unpacked, rewrite)?;
+                let (_, (diff_id, _)) = unpacked.finish();
+                // The rest of the entry (gzip padding, if any) is part of the blob.
+                std::io::copy(&mut gz.into_inner(), &mut std::io::sink())?;
+                (Some(diff_id), rewritten)
+            }
+            Some((_, compression)) => {
+                return Err(std::io::Error::new(
+                    std::io::ErrorKind::Unsupported,
+                    format!("an {compression}-compressed layer, which hallmark cannot read yet"),
+                ));
+            }
+        };
         let (digest, size) = raw.finish();
+        let diff_id = unpacked_id.unwrap_or_else(|| digest.clone());
         let blob = Blob {
             digest,
             size,
             media_type,
         };
-        Ok((blob, Spooled { diff_id, file }))
+        let new = match rewritten {
+            Some((layer, loaded)) => New::Rewritten {
+                diff_id,
+                layer,
+                loaded,
+            },
+            None => New::Spooled {
+                diff_id,
+                file: spool.into_inner().map_err(|e| e.into_error())?,
+            },
+        };
+        Ok((blob, new))
     }
 
-    /// Hands a spooled layer to the rewrite, unless it is one of the parent's.
-    fn hand_on(&mut self, spooled: Spooled) {
-        let new = !self.passed_over.contains(&spooled.diff_id)
-            && self.plan.diff_ids[self.plan.parent_layers..].contains(&spooled.diff_id);
-        if new && self.sent.insert(spooled.diff_id.clone()) {
+    /// Copies the unpacked layer `layer` into `spool`, rewriting it as it passes when asked
+    /// (`rewrite`: the export's size for it); the rewritten layer, if it was.
+    fn unpack(
+        &mut self,
+        layer: &mut dyn Read,
+        spool: &mut dyn Write,
+        rewrite: Option<u64>,
+    ) -> std::io::Result<Option<(StoredLayer, bool)>> {
+        let mut tee = Tee { layer, spool };
+        let rewritten = match rewrite {
+            Some(size) => (self.rewrite)(&mut tee, size, self.load_free)?,
+            None => None,
+        };
+        // What the rewrite did not read: all of it, the rest after a refusal, or the
+        // archive's trailing blocks.
+        std::io::copy(&mut tee, &mut std::io::sink())?;
+        tee.spool.flush()?;
+        Ok(rewritten)
+    }
+
+    /// Hands a new layer to the rewrite, unless it is one of the parent's.
+    fn hand_on(&mut self, new: New) {
+        let diff_id = new.diff_id().clone();
+        let wanted = !self.passed_over.contains(&diff_id)
+            && self.plan.diff_ids[self.plan.parent_layers..].contains(&diff_id);
+        if wanted && self.sent.insert(diff_id) {
+            // What the rewrite's thread sends to the load from now on comes between any
+            // layer streamed from here.
+            if !matches!(new, New::Rewritten { loaded: true, .. }) {
+                self.load_free = false;
+            }
             // The rewrite having stopped (it failed), its error is the one reported.
-            let _ = self.new.send(spooled);
+            let _ = self.new.send(new);
         }
     }
 
@@ -483,7 +575,7 @@ impl Reading<'_> {
                 .filter(|_| i >= self.plan.parent_layers && !self.handed_small.contains(&path))
             {
                 let (_, spooled) = self
-                    .spool(&mut bytes.as_slice())
+                    .spool(&mut bytes.as_slice(), None)
                     .map_err(|e| invalid(&path, e.to_string()))?;
                 self.hand_on(spooled);
             }
@@ -506,6 +598,20 @@ fn blob(digest: Digest, size: u64, magic: &[u8]) -> Blob {
         digest,
         size,
         media_type: store::layer_media_type(&magic[..magic.len().min(4)]),
+    }
+}
+
+/// Copies what is read through it into `spool`.
+struct Tee<'a> {
+    layer: &'a mut dyn Read,
+    spool: &'a mut dyn Write,
+}
+
+impl Read for Tee<'_> {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        let n = self.layer.read(buf)?;
+        self.spool.write_all(&buf[..n])?;
+        Ok(n)
     }
 }
 
@@ -585,7 +691,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let store = LayerStore::open_for(dir.path(), None);
         let (sender, receiver) = std::sync::mpsc::channel();
-        match split(plan, &store, archive, &sender) {
+        match split(plan, &store, archive, &sender, &mut |_, _, _| Ok(None)) {
             // Every layer, or the parent's when the reading stopped early.
             Ok(split) => assert!(
                 [plan.diff_ids.len(), plan.parent_layers].contains(&split.layers.len()),
@@ -596,7 +702,7 @@ mod tests {
             Err(Failure::Error(e)) => panic!("{}", e.render()),
         }
         drop(sender);
-        Ok(receiver.into_iter().map(|s| s.diff_id).collect())
+        Ok(receiver.into_iter().map(|s| s.diff_id().clone()).collect())
     }
 
     fn plan(parent: &[u8], new: &[u8], record: bool) -> Plan {
@@ -716,7 +822,7 @@ mod tests {
         let (sender, _handed) = std::sync::mpsc::channel();
         let without = plan(&parent, &new, false);
         assert!(matches!(
-            split(&without, &store, cut, &sender),
+            split(&without, &store, cut, &sender, &mut |_, _, _| Ok(None)),
             Err(Failure::Error(_))
         ));
     }
