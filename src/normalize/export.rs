@@ -383,7 +383,8 @@ impl Reading<'_> {
         }
         let layer = path.ends_with("/layer.tar") || path.starts_with("blobs/sha256/");
         if layer && self.parents_by_name(path).is_none() && self.sent.len() < self.wanted.len() {
-            let (_, spooled) = self.spool(&mut &bytes[..], None)?;
+            let rewrite = self.known_new(path).then_some(bytes.len() as u64);
+            let (_, spooled) = self.spool(&mut &bytes[..], rewrite)?;
             if self.wanted.contains(spooled.diff_id()) {
                 self.handed_small.insert(path.to_string());
                 self.hand_on(spooled);
