@@ -17,11 +17,14 @@
 //!
 //! Cost: one export of the built image, read as it arrives (the parent's layers pass by,
 //! written nowhere, and the reading stops once the new layers and the config are in hand;
-//! see `normalize/export.rs`); each new layer unpacked once into a temporary
-//! file (the rewrite sorts entries, then reads each file's content where it lies), rewritten
-//! into the layer store and put into the builder's load as soon as it is there; a read of the
-//! headers of the layers below only when a layer has an opaque directory (Docker 20.10), which
-//! exports the parent into the store if it is not there. The store keeps no raw layer.
+//! see `normalize/export.rs`). A new layer whose entries come in canonical order (the
+//! engines write a layer in walk order) is rewritten as it streams in, into the layer store
+//! and, on a classic-store builder, into the builder's load at once (`normalize/in_order.rs`);
+//! it is also unpacked into a temporary file, from which a layer out of that order, or with an
+//! opaque directory, is rewritten once it is all there (the rewrite sorts entries, then reads
+//! each file's content where it lies); a read of the headers of the layers below only when a
+//! layer has an opaque directory (Docker 20.10), which exports the parent into the store if it
+//! is not there. The store keeps no raw layer.
 
 use crate::engine::{Engine, StreamReader};
 use crate::error::{Error, Result};
