@@ -352,16 +352,17 @@ fn rewrite_one<R: Read + Seek>(
 /// Rewrites a new layer as it streams in ([`in_order`]) into the store and, given `load`, into
 /// the builder's load at once, announced there with the export's size for it (`size`: the
 /// canonical layer has the raw one's size unless a name or a record changes length); a
-/// layer of another size is abandoned in the load and sent whole from the store later. The
-/// layer and whether it went into the load; `None` when refused.
+/// layer of another size is abandoned in the load and sent whole from the store later, as is
+/// a refused one once the sorting rewrite has made it from what was written.
 fn rewrite_streaming(
     store: &LayerStore,
     layer: &mut dyn Read,
     size: u64,
     load: Option<&std::sync::mpsc::SyncSender<transfer::Made>>,
     source_date: u64,
-) -> std::io::Result<Option<(StoredLayer, bool)>> {
-    let mut refused = None;
+) -> std::io::Result<export::Rewritten> {
+    let failed = |e: Error| std::io::Error::other(e.to_string());
+    let mut pending = store.pending_blob().map_err(failed)?;
     let mut capped = load.map(|made| {
         // A send fails only once the load has stopped, which reports its own error.
         let _ = made.send(transfer::Made::Begin(size));
@@ -371,46 +372,40 @@ fn rewrite_streaming(
             over: false,
         }
     });
-    let added = store.add_blob(|out| {
-        let outcome = match &mut capped {
-            Some(capped) => {
-                let load = std::io::BufWriter::with_capacity(1 << 20, capped);
-                let mut both = Both { out, load };
-                let outcome = in_order::rewrite(layer, &mut both, source_date)?;
-                both.load.flush()?;
-                outcome
-            }
-            None => in_order::rewrite(layer, out, source_date)?,
-        };
-        outcome.map_err(|why| {
-            refused = Some(why);
-            std::io::Error::other("refused")
-        })
-    });
-    let added = match (added, refused) {
-        (_, Some(_)) => None,
-        (Err(e), None) => return Err(std::io::Error::other(e.to_string())),
-        (Ok((digest, size)), None) => Some(StoredLayer {
-            diff_id: digest.clone(),
-            blob: Blob {
-                digest,
-                size,
-                media_type: LAYER_TAR.into(),
-            },
-        }),
+    let refused = {
+        let mut load = capped
+            .as_mut()
+            .map(|capped| std::io::BufWriter::with_capacity(1 << 20, capped));
+        let load = load.as_mut().map(|l| l as &mut dyn Write);
+        in_order::rewrite(layer, &mut pending.out, load, source_date)?
     };
-    let loaded = match (capped, &added) {
-        (Some(capped), Some(layer)) if capped.left == 0 && !capped.over => {
+    if refused.is_some() {
+        if let Some(capped) = capped {
+            let _ = capped.made.send(transfer::Made::Abandon);
+        }
+        return Ok(export::Rewritten::Refused(pending.into_file()?));
+    }
+    let (digest, size) = pending.keep(store).map_err(failed)?;
+    let layer = StoredLayer {
+        diff_id: digest.clone(),
+        blob: Blob {
+            digest,
+            size,
+            media_type: LAYER_TAR.into(),
+        },
+    };
+    let loaded = match capped {
+        Some(capped) if capped.left == 0 && !capped.over => {
             let _ = capped.made.send(transfer::Made::End(layer.clone()));
             true
         }
-        (Some(capped), _) => {
+        Some(capped) => {
             let _ = capped.made.send(transfer::Made::Abandon);
             false
         }
-        (None, _) => false,
+        None => false,
     };
-    Ok(added.map(|layer| (layer, loaded)))
+    Ok(export::Rewritten::Done { layer, loaded })
 }
 
 /// Sends what is written to it to the load while it fits the size announced there; past that,

@@ -413,25 +413,20 @@ impl LayerStore {
         &self,
         write: impl FnOnce(&mut dyn Write) -> std::io::Result<()>,
     ) -> Result<(Digest, u64)> {
+        let mut pending = self.pending_blob()?;
+        write(&mut pending.out).map_err(|e| Error::io(self.root.join("tmp"), e))?;
+        pending.keep(self)
+    }
+
+    /// A blob to write ([`PendingBlob::out`]), then to keep under its digest or to use as an
+    /// unnamed temporary file.
+    pub fn pending_blob(&self) -> Result<PendingBlob> {
         let tmp_dir = self.root.join("tmp");
         fs_err::create_dir_all(&tmp_dir).map_err(|e| Error::io(&tmp_dir, e))?;
         let tmp = tempfile::NamedTempFile::new_in(&tmp_dir).map_err(|e| Error::io(&tmp_dir, e))?;
-        let mut hashing = Hashing::new(std::io::BufWriter::new(tmp));
-        write(&mut hashing)
-            .and_then(|()| hashing.flush())
-            .map_err(|e| Error::io(&tmp_dir, e))?;
-        let (inner, (digest, size)) = hashing.finish();
-        let tmp = inner
-            .into_inner()
-            .map_err(|e| Error::io(&tmp_dir, e.into_error()))?;
-        let target = self.blob_path(&digest);
-        if !target.is_file() {
-            let dir = target.parent().expect("blobs live in a folder");
-            fs_err::create_dir_all(dir).map_err(|e| Error::io(dir, e))?;
-            tmp.persist(&target)
-                .map_err(|e| Error::io(&target, e.error))?;
-        }
-        Ok((digest, size))
+        Ok(PendingBlob {
+            out: Hashing::new(std::io::BufWriter::new(tmp)),
+        })
     }
 
     /// An image config from the store, parsed.
@@ -687,6 +682,41 @@ fn write_atomically(path: &Path, bytes: &[u8]) -> Result<()> {
     tmp.write_all(bytes).map_err(|e| Error::io(path, e))?;
     tmp.persist(path).map_err(|e| Error::io(path, e.error))?;
     Ok(())
+}
+
+/// A blob being written into the store's temporary folder (see [`LayerStore::pending_blob`]).
+pub struct PendingBlob {
+    pub out: Hashing<std::io::BufWriter<tempfile::NamedTempFile>>,
+}
+
+impl PendingBlob {
+    /// Keeps what was written under its digest; returns the digest and size.
+    pub fn keep(self, store: &LayerStore) -> Result<(Digest, u64)> {
+        let tmp_dir = store.root.join("tmp");
+        let (mut inner, (digest, size)) = self.out.finish();
+        inner.flush().map_err(|e| Error::io(&tmp_dir, e))?;
+        let tmp = inner
+            .into_inner()
+            .map_err(|e| Error::io(&tmp_dir, e.into_error()))?;
+        let target = store.blob_path(&digest);
+        if !target.is_file() {
+            let dir = target.parent().expect("blobs live in a folder");
+            fs_err::create_dir_all(dir).map_err(|e| Error::io(dir, e))?;
+            tmp.persist(&target)
+                .map_err(|e| Error::io(&target, e.error))?;
+        }
+        Ok((digest, size))
+    }
+
+    /// What was written, as a temporary file that goes when it is closed.
+    pub fn into_file(self) -> std::io::Result<std::fs::File> {
+        let (inner, _) = self.out.finish();
+        let tmp = inner.into_inner().map_err(|e| e.into_error())?;
+        // Unlinked now: the open file stays readable, and nothing is left behind.
+        let (file, path) = tmp.into_parts();
+        path.close()?;
+        Ok(file)
+    }
 }
 
 #[cfg(test)]

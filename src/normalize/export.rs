@@ -23,7 +23,7 @@ use crate::oci::archive::DockerManifest;
 use crate::oci::{Digest, Hashing};
 use crate::store::{self, Blob, LAYER_TAR, LayerStore, StoredImage, StoredLayer};
 use std::collections::{HashMap, HashSet};
-use std::io::{Read, Write};
+use std::io::Read;
 
 /// Entries up to this size are kept in memory whole (configs, manifests, tiny layers).
 const SMALL: u64 = 1 << 20;
@@ -138,14 +138,22 @@ impl New {
     }
 }
 
+/// A new layer rewritten as it streamed in: done, or refused (then its entries were written in
+/// canonical form, out of order: the sorting rewrite's input).
+pub enum Rewritten {
+    /// In the store; `loaded` when it went into the builder's load as it was written.
+    Done {
+        layer: StoredLayer,
+        loaded: bool,
+    },
+    Refused(std::fs::File),
+}
+
 /// Rewrites a new layer as its unpacked bytes stream in (normalisation's in-order rewrite),
 /// given those bytes, the export's size for the layer and whether it may go into the load as
-/// it is written (no other layer is on its way there); the layer and whether it went into
-/// the load, or `None` when refused (the spooled copy is rewritten instead).
-pub type Rewrite<'a> = &'a mut (
-            dyn FnMut(&mut dyn Read, u64, bool) -> std::io::Result<Option<(StoredLayer, bool)>>
-                + Send
-        );
+/// it is written (no other layer is on its way there).
+pub type Rewrite<'a> =
+    &'a mut (dyn FnMut(&mut dyn Read, u64, bool) -> std::io::Result<Rewritten> + Send);
 
 /// What the export held besides the new layers.
 pub struct Split {
@@ -439,31 +447,27 @@ impl Reading<'_> {
     }
 
     /// Unpacks a layer blob into a temporary file, hashing it as it is and as unpacked; with
-    /// `rewrite` (the export's size for it), it is rewritten as it streams too.
+    /// `rewrite` (the export's size for it), it is rewritten as it streams instead.
     fn spool(
         &mut self,
         data: &mut impl Read,
         rewrite: Option<u64>,
     ) -> std::io::Result<(Blob, New)> {
-        let tmp_dir = self.store.root.join("tmp");
-        std::fs::create_dir_all(&tmp_dir)?;
-        let mut spool =
-            std::io::BufWriter::with_capacity(256 * 1024, tempfile::tempfile_in(&tmp_dir)?);
         let mut magic = [0u8; 4];
         data.read_exact(&mut magic)?;
         let media_type = store::layer_media_type(&magic);
-        let mut raw = HashingReader::new(std::io::Read::chain(&magic[..], data));
-        let (unpacked_id, rewritten) = match media_type.rsplit_once('+') {
+        let mut raw = Hashing::new(std::io::Read::chain(&magic[..], data));
+        let (unpacked_id, taken) = match media_type.rsplit_once('+') {
             // Uncompressed, the blob is the layer: hashed once, as it is read.
-            None => (None, self.unpack(&mut raw, &mut spool, rewrite)?),
+            None => (None, self.take(&mut raw, rewrite)?),
             Some((_, "gzip")) => {
-                let mut gz = flate2::read::GzDecoder::new(std::io::BufReader::new(&mut raw));
-                let mut unpacked = Hashing::new(&mut spool);
-                let rewritten = self.unpack(&mut gz, &mut unpacked, rewrite)?;
-                let (_, (diff_id, _)) = unpacked.finish();
+                let gz = flate2::read::GzDecoder::new(std::io::BufReader::new(&mut raw));
+                let mut unpacked = Hashing::new(gz);
+                let taken = self.take(&mut unpacked, rewrite)?;
+                let (gz, (diff_id, _)) = unpacked.finish();
                 // The rest of the entry (gzip padding, if any) is part of the blob.
                 std::io::copy(&mut gz.into_inner(), &mut std::io::sink())?;
-                (Some(diff_id), rewritten)
+                (Some(diff_id), taken)
             }
             Some((_, compression)) => {
                 return Err(std::io::Error::new(
@@ -472,45 +476,41 @@ impl Reading<'_> {
                 ));
             }
         };
-        let (digest, size) = raw.finish();
+        let (_, (digest, size)) = raw.finish();
         let diff_id = unpacked_id.unwrap_or_else(|| digest.clone());
         let blob = Blob {
             digest,
             size,
             media_type,
         };
-        let new = match rewritten {
-            Some((layer, loaded)) => New::Rewritten {
+        let new = match taken {
+            Rewritten::Done { layer, loaded } => New::Rewritten {
                 diff_id,
                 layer,
                 loaded,
             },
-            None => New::Spooled {
-                diff_id,
-                file: spool.into_inner().map_err(|e| e.into_error())?,
-            },
+            Rewritten::Refused(file) => New::Spooled { diff_id, file },
         };
         Ok((blob, new))
     }
 
-    /// Copies the unpacked layer `layer` into `spool`, rewriting it as it passes when asked
-    /// (`rewrite`: the export's size for it); the rewritten layer, if it was.
-    fn unpack(
-        &mut self,
-        layer: &mut dyn Read,
-        spool: &mut dyn Write,
-        rewrite: Option<u64>,
-    ) -> std::io::Result<Option<(StoredLayer, bool)>> {
-        let mut tee = Tee { layer, spool };
-        let rewritten = match rewrite {
-            Some(size) => (self.rewrite)(&mut tee, size, self.load_free)?,
-            None => None,
+    /// Reads the unpacked layer `layer` to its end: rewritten as it passes when asked
+    /// (`rewrite`: the export's size for it), else copied into a temporary file.
+    fn take(&mut self, layer: &mut dyn Read, rewrite: Option<u64>) -> std::io::Result<Rewritten> {
+        let taken = match rewrite {
+            Some(size) => (self.rewrite)(layer, size, self.load_free)?,
+            None => {
+                let tmp_dir = self.store.root.join("tmp");
+                std::fs::create_dir_all(&tmp_dir)?;
+                let file = tempfile::tempfile_in(&tmp_dir)?;
+                let mut spool = std::io::BufWriter::with_capacity(256 * 1024, file);
+                std::io::copy(layer, &mut spool)?;
+                Rewritten::Refused(spool.into_inner().map_err(|e| e.into_error())?)
+            }
         };
-        // What the rewrite did not read: all of it, the rest after a refusal, or the
-        // archive's trailing blocks.
-        std::io::copy(&mut tee, &mut std::io::sink())?;
-        tee.spool.flush()?;
-        Ok(rewritten)
+        // What the rewrite did not read: the archive's trailing blocks.
+        std::io::copy(layer, &mut std::io::sink())?;
+        Ok(taken)
     }
 
     /// Hands a new layer to the rewrite, unless it is one of the parent's.
@@ -603,50 +603,6 @@ fn blob(digest: Digest, size: u64, magic: &[u8]) -> Blob {
     }
 }
 
-/// Copies what is read through it into `spool`.
-struct Tee<'a> {
-    layer: &'a mut dyn Read,
-    spool: &'a mut dyn Write,
-}
-
-impl Read for Tee<'_> {
-    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
-        let n = self.layer.read(buf)?;
-        self.spool.write_all(&buf[..n])?;
-        Ok(n)
-    }
-}
-
-/// Hashes what is read through it.
-struct HashingReader<R> {
-    inner: R,
-    hasher: sha2::Sha256,
-    size: u64,
-}
-
-impl<R: Read> HashingReader<R> {
-    fn new(inner: R) -> Self {
-        HashingReader {
-            inner,
-            hasher: sha2::Digest::new(),
-            size: 0,
-        }
-    }
-
-    fn finish(self) -> (Digest, u64) {
-        (Digest::of_hasher(self.hasher), self.size)
-    }
-}
-
-impl<R: Read> Read for HashingReader<R> {
-    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
-        let n = self.inner.read(buf)?;
-        sha2::Digest::update(&mut self.hasher, &buf[..n]);
-        self.size += n as u64;
-        Ok(n)
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -688,12 +644,19 @@ mod tests {
             .into_bytes()
     }
 
+    /// A rewrite that refuses every layer, kept as it came.
+    fn spool_only(layer: &mut dyn Read, _: u64, _: bool) -> std::io::Result<Rewritten> {
+        let mut file = tempfile::tempfile()?;
+        std::io::copy(layer, &mut file)?;
+        Ok(Rewritten::Refused(file))
+    }
+
     /// The diff ids `split` handed on as new.
     fn handed_on(plan: &Plan, archive: &[u8]) -> std::result::Result<Vec<Digest>, String> {
         let dir = tempfile::tempdir().unwrap();
         let store = LayerStore::open_for(dir.path(), None);
         let (sender, receiver) = std::sync::mpsc::channel();
-        match split(plan, &store, archive, &sender, &mut |_, _, _| Ok(None)) {
+        match split(plan, &store, archive, &sender, &mut spool_only) {
             // Every layer, or the parent's when the reading stopped early.
             Ok(split) => assert!(
                 [plan.diff_ids.len(), plan.parent_layers].contains(&split.layers.len()),
@@ -824,7 +787,7 @@ mod tests {
         let (sender, _handed) = std::sync::mpsc::channel();
         let without = plan(&parent, &new, false);
         assert!(matches!(
-            split(&without, &store, cut, &sender, &mut |_, _, _| Ok(None)),
+            split(&without, &store, cut, &sender, &mut spool_only),
             Err(Failure::Error(_))
         ));
     }
