@@ -376,8 +376,8 @@ pub enum Made {
     /// store takes the OCI layout, which names blobs by a digest known only at the end).
     Begin(u64),
     Chunk(bytes::Bytes),
-    /// The layer begun is not coming after all: the rest of its announced size is zeros, under
-    /// a name no manifest gives (engines leave such an entry aside).
+    /// The layer begun is not coming after all: the load's archive is cut short there (the
+    /// engine drops it) and a new load begins.
     Abandon,
     End(crate::store::StoredLayer),
     Image(StoredImage),
@@ -386,99 +386,134 @@ pub enum Made {
 /// [`load_made`] of an image whose new layers come one by one on `made` as they are made:
 /// each goes into the load at once, the config and manifests last (engines take an archive's
 /// entries in any order). If `made` ends without the image, the archive names no image, so
-/// the load leaves nothing, and this fails.
+/// the load leaves nothing, and this fails. A layer abandoned on its way ([`Made::Abandon`])
+/// cuts the load's archive short, which the engine drops, and a new load begins, with the
+/// layers the first had taken sent from the store.
 pub async fn load_streamed(
     builder: &Engine,
     store: &Arc<LayerStore>,
     made: std::sync::mpsc::Receiver<Made>,
     first: usize,
 ) -> Result<String> {
+    let made = Arc::new(std::sync::Mutex::new(made));
+    let taken = Arc::new(std::sync::Mutex::new(Vec::new()));
     let slot = Arc::new(std::sync::Mutex::new(None));
-    let body = {
-        let (store, slot) = (Arc::clone(store), Arc::clone(&slot));
-        engine::body_from_writer(None, move |out| {
-            write_streamed(&store, made, out, &slot).map_err(|e| Error::io(store.root.clone(), e))
-        })
-    };
-    let hidden = indicatif::ProgressBar::hidden();
-    load_into(builder, "", body, &Arc::new(AtomicU64::new(0)), &hidden).await?;
+    loop {
+        let abandoned = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let body = {
+            let (store, made, taken) = (Arc::clone(store), Arc::clone(&made), Arc::clone(&taken));
+            let (slot, abandoned) = (Arc::clone(&slot), Arc::clone(&abandoned));
+            engine::body_from_writer(None, move |out| {
+                let mut load = Streamed {
+                    store: &store,
+                    made: &made.lock().expect("not poisoned"),
+                    taken: &mut taken.lock().expect("not poisoned"),
+                    slot: &slot,
+                };
+                let whole = load
+                    .write(out)
+                    .map_err(|e| Error::io(store.root.clone(), e))?;
+                abandoned.store(!whole, Ordering::Relaxed);
+                Ok(())
+            })
+        };
+        let hidden = indicatif::ProgressBar::hidden();
+        let loaded = load_into(builder, "", body, &Arc::new(AtomicU64::new(0)), &hidden).await;
+        if !abandoned.load(Ordering::Relaxed) {
+            loaded?;
+            break;
+        }
+    }
     let image = slot.lock().expect("not poisoned").take();
     let image = image.ok_or_else(|| builder.error("the normalised image was not made"))?;
     settle(builder, store, image, first).await
 }
 
-fn write_streamed(
-    store: &LayerStore,
-    made: std::sync::mpsc::Receiver<Made>,
-    out: &mut impl std::io::Write,
-    slot: &std::sync::Mutex<Option<StoredImage>>,
-) -> std::io::Result<()> {
-    let mut tar = oci::tar::Builder::new(out);
-    oci::archive::write_layout(&mut tar)?;
-    let mut written = HashSet::new();
-    let mut streamed: HashMap<oci::Digest, String> = HashMap::new();
-    let mut begun = 0;
-    let mut made = made.into_iter();
-    while let Some(message) = made.next() {
-        match message {
-            Made::Layer(layer) => {
-                if written.insert(layer.blob.digest.clone()) {
-                    oci::archive::write_blob(&mut tar, store, &layer.blob)?;
-                }
-            }
-            Made::Begin(size) => {
-                let path = format!("layers/{begun}.tar");
-                begun += 1;
-                let mut chunks = Chunks {
-                    made: &mut made,
-                    current: bytes::Bytes::new(),
-                    read: 0,
-                    end: None,
-                    abandoned: false,
-                    size,
-                };
-                let header = oci::tar::header(oci::tar::EntryType::Regular, 0o444, size, 0);
-                oci::tar::append(&mut tar, header, &path, &mut chunks)?;
-                match chunks.end {
-                    Some(layer) if chunks.read == size => {
-                        streamed.insert(layer.blob.digest, path);
-                    }
-                    _ if chunks.abandoned => {}
-                    _ => return Err(std::io::Error::other("a layer was cut short")),
-                }
-            }
-            Made::Chunk(_) | Made::End(_) | Made::Abandon => {
-                return Err(std::io::Error::other("a layer's bytes out of place"));
-            }
-            Made::Image(image) => {
-                oci::archive::write_blob(&mut tar, store, &image.config)?;
-                if streamed.is_empty() {
-                    oci::archive::write_manifests(&mut tar, &image, None)?;
-                } else {
-                    let path_of = |blob: &crate::store::Blob| match streamed.get(&blob.digest) {
-                        Some(path) => path.clone(),
-                        None => oci::archive::blob_path(&blob.digest),
-                    };
-                    oci::archive::write_docker_manifest(&mut tar, &image, None, path_of)?;
-                }
-                tar.finish()?;
-                *slot.lock().expect("not poisoned") = Some(image);
-                return Ok(());
-            }
-        }
-    }
-    Ok(())
+/// One load's archive of a streamed image (see [`load_streamed`]).
+struct Streamed<'a> {
+    store: &'a LayerStore,
+    made: &'a std::sync::mpsc::Receiver<Made>,
+    /// Every layer a load took whole so far, in this load or one cut short before it.
+    taken: &'a mut Vec<crate::store::StoredLayer>,
+    slot: &'a std::sync::Mutex<Option<StoredImage>>,
 }
 
-/// A streamed layer's bytes, read from the [`Made::Chunk`]s up to its [`Made::End`].
+impl Streamed<'_> {
+    /// Writes the archive; `false` when a layer was abandoned (the archive cut short).
+    fn write(&mut self, out: &mut impl std::io::Write) -> std::io::Result<bool> {
+        let mut tar = oci::tar::Builder::new(out);
+        oci::archive::write_layout(&mut tar)?;
+        let mut written = HashSet::new();
+        for layer in self.taken.iter() {
+            if written.insert(layer.blob.digest.clone()) {
+                oci::archive::write_blob(&mut tar, self.store, &layer.blob)?;
+            }
+        }
+        let mut streamed: HashMap<oci::Digest, String> = HashMap::new();
+        let mut made = self.made.iter();
+        while let Some(message) = made.next() {
+            match message {
+                Made::Layer(layer) => {
+                    if written.insert(layer.blob.digest.clone()) {
+                        oci::archive::write_blob(&mut tar, self.store, &layer.blob)?;
+                    }
+                    self.taken.push(layer);
+                }
+                Made::Begin(size) => {
+                    let path = format!("layers/{}.tar", streamed.len());
+                    let mut chunks = Chunks {
+                        made: &mut made,
+                        current: bytes::Bytes::new(),
+                        read: 0,
+                        end: None,
+                        abandoned: false,
+                    };
+                    let header = oci::tar::header(oci::tar::EntryType::Regular, 0o444, size, 0);
+                    let appended = oci::tar::append(&mut tar, header, &path, &mut chunks);
+                    match chunks.end {
+                        Some(layer) if appended.is_ok() && chunks.read == size => {
+                            streamed.insert(layer.blob.digest.clone(), path);
+                            self.taken.push(layer);
+                        }
+                        _ if chunks.abandoned => return Ok(false),
+                        _ => {
+                            return appended
+                                .and(Err(std::io::Error::other("a layer was cut short")));
+                        }
+                    }
+                }
+                Made::Chunk(_) | Made::End(_) | Made::Abandon => {
+                    return Err(std::io::Error::other("a layer's bytes out of place"));
+                }
+                Made::Image(image) => {
+                    oci::archive::write_blob(&mut tar, self.store, &image.config)?;
+                    if streamed.is_empty() {
+                        oci::archive::write_manifests(&mut tar, &image, None)?;
+                    } else {
+                        let path_of = |blob: &crate::store::Blob| match streamed.get(&blob.digest) {
+                            Some(path) => path.clone(),
+                            None => oci::archive::blob_path(&blob.digest),
+                        };
+                        oci::archive::write_docker_manifest(&mut tar, &image, None, path_of)?;
+                    }
+                    tar.finish()?;
+                    *self.slot.lock().expect("not poisoned") = Some(image);
+                    return Ok(true);
+                }
+            }
+        }
+        Ok(true)
+    }
+}
+
+/// A streamed layer's bytes, read from the [`Made::Chunk`]s up to its [`Made::End`]; a
+/// [`Made::Abandon`] ends them in an error.
 struct Chunks<'a, I: Iterator<Item = Made>> {
     made: &'a mut I,
     current: bytes::Bytes,
     read: u64,
     end: Option<crate::store::StoredLayer>,
-    /// [`Made::Abandon`] came: zeros up to the announced `size`.
     abandoned: bool,
-    size: u64,
 }
 
 impl<I: Iterator<Item = Made>> std::io::Read for Chunks<'_, I> {
@@ -487,16 +522,13 @@ impl<I: Iterator<Item = Made>> std::io::Read for Chunks<'_, I> {
             if self.end.is_some() {
                 return Ok(0);
             }
-            if self.abandoned {
-                let n = buf.len().min((self.size - self.read) as usize);
-                buf[..n].fill(0);
-                self.read += n as u64;
-                return Ok(n);
-            }
             match self.made.next() {
                 Some(Made::Chunk(bytes)) => self.current = bytes,
                 Some(Made::End(layer)) => self.end = Some(layer),
-                Some(Made::Abandon) => self.abandoned = true,
+                Some(Made::Abandon) => {
+                    self.abandoned = true;
+                    return Err(std::io::Error::other("the layer was abandoned"));
+                }
                 _ => return Err(std::io::Error::other("the normalisation stopped")),
             }
         }

@@ -24,7 +24,7 @@ pub enum Refused {
 }
 
 /// Rewrites the layer `input` as it is read into `out`, and into `load` too until the layer is
-/// refused. Not refused, `out` holds the canonical layer; refused, the entries in canonical
+/// refused or its rewrite is seen to take another size than the layer had. Not refused, `out` holds the canonical layer; refused, the entries in canonical
 /// form, out of order, opaque markers kept.
 pub fn rewrite(
     input: impl Read,
@@ -33,7 +33,11 @@ pub fn rewrite(
     source_date: u64,
 ) -> std::io::Result<Option<Refused>> {
     let mut archive = tar::Archive::new(input);
-    let mut tar = tar::Builder::new(Fork { out, load });
+    let mut tar = tar::Builder::new(Fork {
+        out,
+        load,
+        written: 0,
+    });
     let mut refused = None;
     let mut last: Option<Vec<String>> = None;
     // Each file, and each hard link to one, by path: the file that leads its group (in
@@ -82,21 +86,30 @@ pub fn rewrite(
             _ => {}
         }
         let size = item.size;
+        let raw_end = entry.raw_file_position() + entry.size().div_ceil(512) * 512;
         append_entry(&mut tar, &item, source_date, (&mut entry).take(size))?;
+        // The load was told the raw layer's size: once the rewrite has written other than
+        // what it has read (a name the `./` makes long, an attribute dropped), it will not
+        // end at that size, and the load is left at once rather than at the end.
+        if tar.get_ref().written != raw_end {
+            tar.get_mut().load = None;
+        }
     }
     tar.finish()?;
     Ok(refused)
 }
 
-/// Writes to `out`, and to `load` while there is one.
+/// Writes to `out`, and to `load` while there is one; counts what it writes.
 struct Fork<'a, 'b> {
     out: &'a mut dyn Write,
     load: Option<&'b mut dyn Write>,
+    written: u64,
 }
 
 impl Write for Fork<'_, '_> {
     fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
         self.out.write_all(buf)?;
+        self.written += buf.len() as u64;
         if let Some(load) = &mut self.load {
             load.write_all(buf)?;
         }
@@ -316,6 +329,51 @@ mod tests {
             let bytes = streamed(&layer).unwrap_or_else(|why| panic!("seed {seed}: {why:?}"));
             assert!(bytes == normalised(&layer, &[]), "seed {seed}: other bytes");
         }
+    }
+
+    /// The load is told the raw layer's size: it gets the whole rewrite when that has the
+    /// same size, and is left after the first entry that changes length (a name over 100
+    /// bytes in a ustar header's prefix, as Go's writer puts it, takes a long-name entry in
+    /// canonical form), the rest of the layer not sent.
+    #[test]
+    fn the_load_is_left_after_the_first_entry_the_rewrite_makes_longer() {
+        let rewritten = |layer: &[u8]| {
+            let (mut out, mut load) = (Vec::new(), Vec::new());
+            let refused = rewrite(layer, &mut out, Some(&mut load), 1_000).unwrap();
+            assert_eq!(refused, None);
+            (out, load)
+        };
+        let ustar = |tar: &mut tar::Builder<Vec<u8>>, path: &str| {
+            let mut header = tar::Header::new_ustar();
+            header.set_mode(0o644);
+            header.set_size(3);
+            header.set_mtime(5);
+            header.set_uid(0);
+            header.set_gid(0);
+            tar.append_data(&mut header, path, &b"abc"[..]).unwrap();
+        };
+        let mut tar = tar::Builder::new(Vec::new());
+        ustar(&mut tar, "a/f");
+        ustar(&mut tar, "b");
+        let layer = tar.into_inner().unwrap();
+        let (out, load) = rewritten(&layer);
+        assert_eq!(out.len(), layer.len());
+        assert!(load == out);
+
+        let long = format!("{}/{}", "p".repeat(60), "n".repeat(60));
+        let mut tar = tar::Builder::new(Vec::new());
+        ustar(&mut tar, "a/f");
+        ustar(&mut tar, &long);
+        ustar(&mut tar, "q");
+        let layer = tar.into_inner().unwrap();
+        // Three entries of a header and a block of data, and the two closing blocks.
+        assert_eq!(layer.len(), 8 * 512, "the long name fits a ustar header");
+        let (out, load) = rewritten(&layer);
+        assert!(out.len() > layer.len());
+        // The first entry, and the long one: a long-name entry (header and name), the header
+        // and a block of data.
+        assert_eq!(load.len(), 2 * 512 + 4 * 512);
+        assert!(out.starts_with(&load));
     }
 
     #[test]

@@ -300,7 +300,9 @@ fn normalised_builds_on_every_engine_kind_are_identical() {
     // A clone-at-pin image too: a patched source copied in, and a RUN step on it that deletes
     // a file and replaces a directory of its parent's, and makes a hard link.
     let upstream = GitRepo::new(project.root(), "upstream");
-    upstream.commit(&[("greeting.txt", "hello\n")], "first");
+    // A name past 100 bytes too, which engines and the canonical form write differently.
+    let deep = format!("{}/{}.txt", "d".repeat(70), "n".repeat(60));
+    upstream.commit(&[("greeting.txt", "hello\n"), (&deep, "deep\n")], "first");
     upstream.git(&["tag", "v1"]);
     let run = unique();
     let clone = format!("clone-{run}:latest");
