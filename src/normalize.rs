@@ -17,14 +17,15 @@
 //!
 //! Cost: one export of the built image, read as it arrives (the parent's layers pass by,
 //! written nowhere, and the reading stops once the new layers and the config are in hand;
-//! see `normalize/export.rs`). A new layer whose entries come in canonical order (the
-//! engines write a layer in walk order) is rewritten as it streams in, into the layer store
-//! and, on a classic-store builder, into the builder's load at once (`normalize/in_order.rs`);
-//! it is also unpacked into a temporary file, from which a layer out of that order, or with an
-//! opaque directory, is rewritten once it is all there (the rewrite sorts entries, then reads
-//! each file's content where it lies); a read of the headers of the layers below only when a
-//! layer has an opaque directory (Docker 20.10), which exports the parent into the store if it
-//! is not there. The store keeps no raw layer.
+//! see `normalize/export.rs`). A new layer known new by its name is rewritten as it streams
+//! in (`normalize/in_order.rs`), into the layer store and, on a classic-store builder, into
+//! the builder's load at once. One whose entries are out of canonical order (the engines
+//! write a layer in that order: a walk of its directory), or with an opaque directory, is
+//! written entry by entry in canonical form into a temporary file, which the sorting rewrite
+//! then puts in order (it reads each file's content where it lies); a layer not known new by
+//! its name is unpacked into a temporary file as it came. A read of the headers of the
+//! layers below only when a layer has an opaque directory (Docker 20.10), which exports the
+//! parent into the store if it is not there. The store keeps no raw layer.
 
 use crate::engine::{Engine, StreamReader};
 use crate::error::{Error, Result};
@@ -352,8 +353,8 @@ fn rewrite_one<R: Read + Seek>(
 /// Rewrites a new layer as it streams in ([`in_order`]) into the store and, given `load`, into
 /// the builder's load at once, announced there with the export's size for it (`size`: the
 /// canonical layer has the raw one's size unless a name or a record changes length); a
-/// layer of another size is abandoned in the load and sent whole from the store later, as is
-/// a refused one once the sorting rewrite has made it from what was written.
+/// layer of another size is abandoned in the load (which begins again without it) and sent
+/// from the store, a refused one once the sorting rewrite has made it from what was written.
 fn rewrite_streaming(
     store: &LayerStore,
     layer: &mut dyn Read,

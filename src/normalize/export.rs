@@ -1,8 +1,8 @@
 //! The builder's export of a raw image, read once as it arrives: the parent's layers are
 //! recognised and passed over (read from the stream, written nowhere), the config kept in
 //! memory, and each layer the build added rewritten as it streams in when its name shows it
-//! is new and its entries are in canonical order; unpacked into an unnamed temporary file as
-//! well, from which the rewrite (out of order) takes it otherwise.
+//! is new (what the streaming rewrite refuses, and a layer not known new by its name, goes
+//! into an unnamed temporary file, which the sorting rewrite takes).
 //!
 //! How a parent's layer is recognised before its bytes are read: an OCI-layout export
 //! (Docker 25 and later, both image stores) names each blob by its digest, which for an
