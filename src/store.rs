@@ -425,7 +425,9 @@ impl LayerStore {
         fs_err::create_dir_all(&tmp_dir).map_err(|e| Error::io(&tmp_dir, e))?;
         let tmp = tempfile::NamedTempFile::new_in(&tmp_dir).map_err(|e| Error::io(&tmp_dir, e))?;
         Ok(PendingBlob {
-            out: Hashing::new(std::io::BufWriter::new(tmp)),
+            // Large writes: a rewritten layer comes in tar's 8 KiB pieces, a write call each
+            // with the default buffer.
+            out: Hashing::new(std::io::BufWriter::with_capacity(1 << 20, tmp)),
         })
     }
 
