@@ -157,7 +157,8 @@ for run in $(seq 1 "$runs"); do
     seconds "$t0" "$(now)"
   }
   if [ $((run % 2)) = 1 ]; then d_s=$(d); d_p=$(d --parallel); else d_p=$(d --parallel); d_s=$(d); fi
-  echo "$run $a_h $a_p $a_d $b_h $b_d $c_h $c_bytes $new_layer $d_s $d_p" >>"$results"
+  # Each run's row on stderr too, so that a run cut short still leaves the earlier rows.
+  echo "$run $a_h $a_p $a_d $b_h $b_d $c_h $c_bytes $new_layer $d_s $d_p" | tee -a "$results" >&2
 done
 
 python3 - "$results" "$count" "${#all_nodes[@]}" <<'PY'

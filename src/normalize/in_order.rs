@@ -378,26 +378,34 @@ mod tests {
 
     #[test]
     fn a_layer_out_of_order_or_linking_ahead_is_refused() {
-        let mut tar = tar::Builder::new(Vec::new());
-        file(&mut tar, "a-b", b"1");
-        file(&mut tar, "a/x", b"2");
-        assert_eq!(
-            streamed(&tar.into_inner().unwrap()),
-            Err(Refused::OutOfOrder("a/x".into()))
-        );
-        let mut tar = tar::Builder::new(Vec::new());
-        file(&mut tar, "a", b"1");
-        file(&mut tar, "a", b"2");
-        assert_eq!(
-            streamed(&tar.into_inner().unwrap()),
-            Err(Refused::OutOfOrder("a".into()))
-        );
-        let mut tar = tar::Builder::new(Vec::new());
-        hard_link(&mut tar, "a", "b");
-        file(&mut tar, "b", b"1");
-        assert_eq!(
-            streamed(&tar.into_inner().unwrap()),
-            Err(Refused::LinkAhead("a".into()))
-        );
+        type Entries = fn(&mut tar::Builder<Vec<u8>>);
+        let cases: [(Entries, Refused); 3] = [
+            (
+                |tar| {
+                    file(tar, "a-b", b"1");
+                    file(tar, "a/x", b"2");
+                },
+                Refused::OutOfOrder("a/x".into()),
+            ),
+            (
+                |tar| {
+                    file(tar, "a", b"1");
+                    file(tar, "a", b"2");
+                },
+                Refused::OutOfOrder("a".into()),
+            ),
+            (
+                |tar| {
+                    hard_link(tar, "a", "b");
+                    file(tar, "b", b"1");
+                },
+                Refused::LinkAhead("a".into()),
+            ),
+        ];
+        for (write, refused) in cases {
+            let mut tar = tar::Builder::new(Vec::new());
+            write(&mut tar);
+            assert_eq!(streamed(&tar.into_inner().unwrap()), Err(refused));
+        }
     }
 }
