@@ -263,7 +263,7 @@ fn rewrite_all(
     source_date: u64,
 ) -> Result<(Vec<StoredLayer>, usize)> {
     let mut streamed = 0;
-    let mut arrived: HashMap<Digest, export::New> = HashMap::new();
+    let mut arrived: HashMap<Digest, export::Taken> = HashMap::new();
     let mut parent = Some(parent);
     let mut parent_layers: Option<Vec<StoredLayer>> = None;
     let mut done: Vec<StoredLayer> = Vec::new();
@@ -276,11 +276,11 @@ fn rewrite_all(
                     std::io::ErrorKind::UnexpectedEof.into(),
                 ));
             };
-            arrived.insert(layer.diff_id().clone(), layer);
+            arrived.insert(layer.diff_id, layer.taken);
         }
         let file = match &arrived[diff_id] {
-            export::New::Spooled { file, .. } => file,
-            export::New::Rewritten { layer, loaded, .. } => {
+            export::Taken::Spooled(file) => file,
+            export::Taken::Rewritten { layer, loaded } => {
                 if !loaded {
                     // A send fails only once the load has stopped, which reports its own error.
                     let _ = into.made.send(transfer::Made::Layer(layer.clone()));
@@ -361,7 +361,7 @@ fn rewrite_streaming(
     size: u64,
     load: Option<&std::sync::mpsc::SyncSender<transfer::Made>>,
     source_date: u64,
-) -> std::io::Result<export::Rewritten> {
+) -> std::io::Result<export::Taken> {
     let failed = |e: Error| std::io::Error::other(e.to_string());
     let mut pending = store.pending_blob().map_err(failed)?;
     let mut capped = load.map(|made| {
@@ -384,7 +384,7 @@ fn rewrite_streaming(
         if let Some(capped) = capped {
             let _ = capped.made.send(transfer::Made::Abandon);
         }
-        return Ok(export::Rewritten::Refused(pending.into_file()?));
+        return Ok(export::Taken::Spooled(pending.into_file()?));
     }
     let (digest, size) = pending.keep(store).map_err(failed)?;
     let layer = StoredLayer {
@@ -406,7 +406,7 @@ fn rewrite_streaming(
         }
         None => false,
     };
-    Ok(export::Rewritten::Done { layer, loaded })
+    Ok(export::Taken::Rewritten { layer, loaded })
 }
 
 /// Sends what is written to it to the load while it fits the size announced there; past that,
@@ -1293,7 +1293,7 @@ mod tests {
     }
 
     /// A header with every numeric field set, as engines write them.
-    fn header(kind: tar::EntryType, mode: u32, size: u64) -> tar::Header {
+    pub(super) fn header(kind: tar::EntryType, mode: u32, size: u64) -> tar::Header {
         let mut header = tar::Header::new_gnu();
         header.set_entry_type(kind);
         header.set_mode(mode);

@@ -115,45 +115,27 @@ impl Plan {
     }
 }
 
-/// A new layer as the export gave it: unpacked into a temporary file, to be rewritten; or
-/// rewritten already, as it streamed in.
-pub enum New {
-    Spooled {
-        diff_id: Digest,
-        file: std::fs::File,
-    },
-    /// In the store; `loaded` when it went into the builder's load as it was written.
-    Rewritten {
-        diff_id: Digest,
-        layer: StoredLayer,
-        loaded: bool,
-    },
+/// A new layer as the export gave it, by its diff ID.
+pub struct New {
+    pub diff_id: Digest,
+    pub taken: Taken,
 }
 
-impl New {
-    pub fn diff_id(&self) -> &Digest {
-        match self {
-            New::Spooled { diff_id, .. } | New::Rewritten { diff_id, .. } => diff_id,
-        }
-    }
-}
-
-/// A new layer rewritten as it streamed in: done, or refused (then its entries were written in
-/// canonical form, out of order: the sorting rewrite's input).
-pub enum Rewritten {
-    /// In the store; `loaded` when it went into the builder's load as it was written.
-    Done {
-        layer: StoredLayer,
-        loaded: bool,
-    },
-    Refused(std::fs::File),
+/// How a new layer was taken from the export.
+pub enum Taken {
+    /// Rewritten as it streamed in, into the store; `loaded` when it went into the builder's
+    /// load as it was written.
+    Rewritten { layer: StoredLayer, loaded: bool },
+    /// In a temporary file, for the sorting rewrite: the layer as it came, or, when the
+    /// streaming rewrite refused it, its entries in canonical form out of order.
+    Spooled(std::fs::File),
 }
 
 /// Rewrites a new layer as its unpacked bytes stream in (normalisation's in-order rewrite),
 /// given those bytes, the export's size for the layer and whether it may go into the load as
 /// it is written (no other layer is on its way there).
 pub type Rewrite<'a> =
-    &'a mut (dyn FnMut(&mut dyn Read, u64, bool) -> std::io::Result<Rewritten> + Send);
+    &'a mut (dyn FnMut(&mut dyn Read, u64, bool) -> std::io::Result<Taken> + Send);
 
 /// What the export held besides the new layers.
 pub struct Split {
@@ -206,9 +188,8 @@ struct Reading<'a> {
     config: Option<serde_json::Value>,
 }
 
-/// Reads the export `archive`, sending each new layer on `new` as soon as it is read: a big
-/// one known new by its name is rewritten as it streams (`rewrite`), and spooled as well in
-/// case the rewrite refuses it.
+/// Reads the export `archive`, sending each new layer on `new` as soon as it is read: one
+/// known new by its name is rewritten as it streams (`rewrite`), the others spooled.
 pub fn split<'a>(
     plan: &'a Plan,
     store: &'a LayerStore,
@@ -394,7 +375,7 @@ impl Reading<'_> {
         if layer && self.parents_by_name(path).is_none() && self.sent.len() < self.wanted.len() {
             let rewrite = self.known_new(path).then_some(bytes.len() as u64);
             let (_, spooled) = self.spool(&mut &bytes[..], rewrite)?;
-            if self.wanted.contains(spooled.diff_id()) {
+            if self.wanted.contains(&spooled.diff_id) {
                 self.handed_small.insert(path.to_string());
                 self.hand_on(spooled);
             }
@@ -483,20 +464,12 @@ impl Reading<'_> {
             size,
             media_type,
         };
-        let new = match taken {
-            Rewritten::Done { layer, loaded } => New::Rewritten {
-                diff_id,
-                layer,
-                loaded,
-            },
-            Rewritten::Refused(file) => New::Spooled { diff_id, file },
-        };
-        Ok((blob, new))
+        Ok((blob, New { diff_id, taken }))
     }
 
     /// Reads the unpacked layer `layer` to its end: rewritten as it passes when asked
     /// (`rewrite`: the export's size for it), else copied into a temporary file.
-    fn take(&mut self, layer: &mut dyn Read, rewrite: Option<u64>) -> std::io::Result<Rewritten> {
+    fn take(&mut self, layer: &mut dyn Read, rewrite: Option<u64>) -> std::io::Result<Taken> {
         let taken = match rewrite {
             Some(size) => (self.rewrite)(layer, size, self.load_free)?,
             None => {
@@ -505,7 +478,7 @@ impl Reading<'_> {
                 let file = tempfile::tempfile_in(&tmp_dir)?;
                 let mut spool = std::io::BufWriter::with_capacity(256 * 1024, file);
                 std::io::copy(layer, &mut spool)?;
-                Rewritten::Refused(spool.into_inner().map_err(|e| e.into_error())?)
+                Taken::Spooled(spool.into_inner().map_err(|e| e.into_error())?)
             }
         };
         // What the rewrite did not read: the archive's trailing blocks.
@@ -515,13 +488,12 @@ impl Reading<'_> {
 
     /// Hands a new layer to the rewrite, unless it is one of the parent's.
     fn hand_on(&mut self, new: New) {
-        let diff_id = new.diff_id().clone();
-        let wanted = !self.passed_over.contains(&diff_id)
-            && self.plan.diff_ids[self.plan.parent_layers..].contains(&diff_id);
-        if wanted && self.sent.insert(diff_id) {
+        let wanted = !self.passed_over.contains(&new.diff_id)
+            && self.plan.diff_ids[self.plan.parent_layers..].contains(&new.diff_id);
+        if wanted && self.sent.insert(new.diff_id.clone()) {
             // What the rewrite's thread sends to the load from now on comes between any
             // layer streamed from here.
-            if !matches!(new, New::Rewritten { loaded: true, .. }) {
+            if !matches!(new.taken, Taken::Rewritten { loaded: true, .. }) {
                 self.load_free = false;
             }
             // The rewrite having stopped (it failed), its error is the one reported.
@@ -645,10 +617,10 @@ mod tests {
     }
 
     /// A rewrite that refuses every layer, kept as it came.
-    fn spool_only(layer: &mut dyn Read, _: u64, _: bool) -> std::io::Result<Rewritten> {
+    fn spool_only(layer: &mut dyn Read, _: u64, _: bool) -> std::io::Result<Taken> {
         let mut file = tempfile::tempfile()?;
         std::io::copy(layer, &mut file)?;
-        Ok(Rewritten::Refused(file))
+        Ok(Taken::Spooled(file))
     }
 
     /// The diff ids `split` handed on as new.
@@ -667,7 +639,7 @@ mod tests {
             Err(Failure::Error(e)) => panic!("{}", e.render()),
         }
         drop(sender);
-        Ok(receiver.into_iter().map(|s| s.diff_id().clone()).collect())
+        Ok(receiver.into_iter().map(|s| s.diff_id).collect())
     }
 
     fn plan(parent: &[u8], new: &[u8], record: bool) -> Plan {

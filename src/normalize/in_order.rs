@@ -127,7 +127,7 @@ impl Write for Fork<'_, '_> {
 
 #[cfg(test)]
 mod tests {
-    use super::super::tests::{fixture, normalised};
+    use super::super::tests::{fixture, header, normalised};
     use super::*;
     use std::ffi::OsStr;
     use std::os::unix::ffi::OsStrExt;
@@ -154,20 +154,13 @@ mod tests {
     }
 
     fn file(tar: &mut tar::Builder<Vec<u8>>, path: &str, body: &[u8]) {
-        let mut header = tar::Header::new_gnu();
-        header.set_mode(0o644);
-        header.set_size(body.len() as u64);
+        let mut header = header(tar::EntryType::Regular, 0o644, body.len() as u64);
         header.set_mtime(1_700_000_000);
-        header.set_uid(0);
-        header.set_gid(0);
         tar.append_data(&mut header, path, body).unwrap();
     }
 
     fn hard_link(tar: &mut tar::Builder<Vec<u8>>, path: &str, target: &str) {
-        let mut header = tar::Header::new_gnu();
-        header.set_entry_type(tar::EntryType::Link);
-        header.set_mode(0o600);
-        header.set_size(0);
+        let mut header = header(tar::EntryType::Link, 0o600, 0);
         header.set_mtime(1_800_000_000);
         header.set_uid(7);
         header.set_gid(7);
