@@ -48,6 +48,8 @@ pub struct BuildRecord {
     /// others from a temporary copy: see `normalize::Normalised`).
     pub normalized_layers: Option<usize>,
     pub normalized_as_streamed: Option<usize>,
+    /// Where normalisation read the new layers: `export` or `layer directories`.
+    pub normalized_from: Option<&'static str>,
     /// Why the image failed (`outcome` "failed").
     #[serde(skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
@@ -150,6 +152,7 @@ impl BuildRecord {
             normalize_seconds: None,
             normalized_layers: None,
             normalized_as_streamed: None,
+            normalized_from: None,
             error: None,
         }
     }
@@ -367,6 +370,7 @@ impl Job<'_> {
         record.normalize_seconds = Some(started.elapsed().as_secs_f64());
         record.normalized_layers = Some(normalised.layers);
         record.normalized_as_streamed = Some(normalised.streamed);
+        record.normalized_from = Some(normalised.from.as_str());
         record.raw_image_id = Some(raw);
         Ok(Made {
             id: normalised.id,

@@ -41,6 +41,7 @@ use std::sync::Arc;
 
 mod export;
 mod in_order;
+mod overlay;
 
 /// The parent of an image being normalised, as the builder knows it.
 pub struct Parent<'a> {
@@ -58,6 +59,25 @@ pub struct Normalised {
     /// order, they mark a directory opaque, or they could not be told new by their name).
     pub layers: usize,
     pub streamed: usize,
+    pub from: From,
+}
+
+/// Where normalisation read the new layers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum From {
+    /// The builder's export of the image.
+    Export,
+    /// The builder's layer directories on this machine ([`overlay`]).
+    Directories,
+}
+
+impl From {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            From::Export => "export",
+            From::Directories => "layer directories",
+        }
+    }
 }
 
 /// Normalises the builder's image `raw_id`, whose first `parent.layers` layers are its
@@ -95,6 +115,24 @@ pub async fn normalize(
         parent: parent_record,
         spool: HashSet::new(),
     };
+    // `HALLMARK_NORMALIZE_FROM=export` reads the export even where the directories could be
+    // read (docs/reproducibility.md): a way around a reading of them that goes wrong.
+    let export_only = std::env::var("HALLMARK_NORMALIZE_FROM").as_deref() == Ok("export");
+    let raw_image = inspected.id().unwrap_or(raw_id);
+    let parent_record = plan.parent_record().map(<[StoredLayer]>::to_vec);
+    let found = match export_only {
+        true => Err("HALLMARK_NORMALIZE_FROM=export".to_string()),
+        false => {
+            let (ids, layers) = (&plan.diff_ids, plan.parent_layers);
+            overlay::locate(builder, raw_image, ids, layers, parent_record.as_deref()).await
+        }
+    };
+    if let Ok(found) = found {
+        let finish = finish.map(|(k, c)| (k.to_string(), c.to_string()));
+        let layers = plan.parent_layers;
+        return normalize_from_dirs(builder, store, found, parent.name, layers, source_date, finish)
+            .await;
+    }
     loop {
         match normalize_once(
             builder,
@@ -175,19 +213,8 @@ async fn normalize_once(
         let counts = (new.len(), streamed);
         let mut layers = split.layers[..plan.parent_layers].to_vec();
         layers.extend(new);
-        let mut config = split.config;
-        normalize_config(&mut config, &layers, source_date);
-        if let Some((key, checksum)) = finish {
-            finish_config(&mut config, key, checksum);
-        }
-        let bytes = serde_json::to_vec(&config).expect("config serializes");
-        let (digest, size) = store.add_blob(|out| out.write_all(&bytes))?;
-        let config = Blob {
-            digest,
-            size,
-            media_type: crate::oci::archive::CONFIG.into(),
-        };
-        let _ = made_sender.send(transfer::Made::Image(StoredImage { config, layers }));
+        let image = image_of(store, split.config, layers, source_date, finish)?;
+        let _ = made_sender.send(transfer::Made::Image(image));
         Ok::<_, export::Failure>(counts)
     };
     let load = transfer::load_streamed(builder, store, made, plan.parent_layers);
@@ -198,6 +225,86 @@ async fn normalize_once(
         id: loaded?,
         layers,
         streamed,
+        from: From::Export,
+    })
+}
+
+/// The normalised image of `layers` and the raw `config` made canonical (with `finish`, the
+/// checksum label), its config written into the store.
+fn image_of(
+    store: &LayerStore,
+    mut config: Value,
+    layers: Vec<StoredLayer>,
+    source_date: u64,
+    finish: Option<(&str, &str)>,
+) -> Result<StoredImage> {
+    normalize_config(&mut config, &layers, source_date);
+    if let Some((key, checksum)) = finish {
+        finish_config(&mut config, key, checksum);
+    }
+    let bytes = serde_json::to_vec(&config).expect("config serializes");
+    let (digest, size) = store.add_blob(|out| out.write_all(&bytes))?;
+    let config = Blob {
+        digest,
+        size,
+        media_type: crate::oci::archive::CONFIG.into(),
+    };
+    Ok(StoredImage { config, layers })
+}
+
+/// Normalisation from the builder's layer directories ([`overlay`]): each new layer walked,
+/// rewritten into the store and into the builder's load at once (its size is known before
+/// its content is read), then the image.
+async fn normalize_from_dirs(
+    builder: &Engine,
+    store: &Arc<LayerStore>,
+    found: overlay::Found,
+    parent: &str,
+    parent_layers: usize,
+    source_date: u64,
+    finish: Option<(String, String)>,
+) -> Result<Normalised> {
+    let (made_sender, made) = std::sync::mpsc::sync_channel(16);
+    let (below, serve_parent) = parent_below(builder, store, parent);
+    let made_image = {
+        let store = Arc::clone(store);
+        // `made_sender` moves in and is dropped however this ends, which ends the load.
+        tokio::task::spawn_blocking(move || {
+            let into = Into {
+                made: &made_sender,
+                streamed: true,
+            };
+            let mut below = Below::new(below);
+            let mut done: Vec<StoredLayer> = Vec::new();
+            for dir in &found.dirs {
+                let failed = |e: std::io::Error| Error::Io {
+                    path: dir.clone(),
+                    source: std::io::Error::other(format!("normalising the layer: {e}")),
+                };
+                let walked = overlay::walk(dir).map_err(failed)?;
+                let lower = || below.tree(&store, &done);
+                let mut canonical = Canonical::of(walked.items, &walked.opaque, lower, walked.files)
+                    .map_err(failed)?;
+                done.push(rewrite_one(&store, &mut canonical, &into, source_date)?);
+            }
+            let count = done.len();
+            let mut layers = found.parent;
+            layers.extend(done);
+            let finish = finish.as_ref().map(|(k, c)| (k.as_str(), c.as_str()));
+            let image = image_of(&store, found.config, layers, source_date, finish)?;
+            let _ = made_sender.send(transfer::Made::Image(image));
+            Ok::<_, Error>(count)
+        })
+    };
+    let load = transfer::load_streamed(builder, store, made, parent_layers);
+    let (made_image, loaded, ()) = tokio::join!(made_image, load, serve_parent);
+    // The normalisation's own failure says more than the load it cut short.
+    let layers = made_image.expect("the rewrite does not panic")?;
+    Ok(Normalised {
+        id: loaded?,
+        layers,
+        streamed: 0,
+        from: From::Directories,
     })
 }
 
@@ -264,8 +371,7 @@ fn rewrite_all(
 ) -> Result<(Vec<StoredLayer>, usize)> {
     let mut streamed = 0;
     let mut arrived: HashMap<Digest, export::Taken> = HashMap::new();
-    let mut parent = Some(parent);
-    let mut parent_layers: Option<Vec<StoredLayer>> = None;
+    let mut below = Below::new(parent);
     let mut done: Vec<StoredLayer> = Vec::new();
     for diff_id in &diff_ids[first..] {
         while !arrived.contains_key(diff_id) {
@@ -296,14 +402,7 @@ fn rewrite_all(
         };
         let mut input = file.try_clone().map_err(failed)?;
         input.seek(SeekFrom::Start(0)).map_err(failed)?;
-        let lower = || {
-            if parent_layers.is_none() {
-                parent_layers = Some((parent.take().expect("asked once"))()?);
-            }
-            let mut below = parent_layers.clone().unwrap_or_default();
-            below.extend(done.iter().cloned());
-            LowerTree::of(store, &below)
-        };
+        let lower = || below.tree(store, &done);
         let mut canonical = Canonical::read(input, lower).map_err(failed)?;
         let layer =
             rewrite_one(store, &mut canonical, &into, source_date).map_err(|e| match e {
@@ -315,10 +414,36 @@ fn rewrite_all(
     Ok((done, streamed))
 }
 
+/// What the layers below a new one hold, for its opaque directories: the parent's (asked for
+/// once, see [`parent_below`]) and the new ones rewritten before it.
+struct Below<F> {
+    parent: Option<F>,
+    parent_layers: Option<Vec<StoredLayer>>,
+}
+
+impl<F: FnOnce() -> std::io::Result<Vec<StoredLayer>>> Below<F> {
+    fn new(parent: F) -> Below<F> {
+        Below {
+            parent: Some(parent),
+            parent_layers: None,
+        }
+    }
+
+    fn tree(&mut self, store: &LayerStore, done: &[StoredLayer]) -> std::io::Result<LowerTree> {
+        if self.parent_layers.is_none() {
+            let parent = self.parent.take().expect("asked once");
+            self.parent_layers = Some(parent()?);
+        }
+        let mut below = self.parent_layers.clone().unwrap_or_default();
+        below.extend(done.iter().cloned());
+        LowerTree::of(store, &below)
+    }
+}
+
 /// Writes one canonical layer into the store and hands it to the load.
-fn rewrite_one<R: Read + Seek>(
+fn rewrite_one<C: Content>(
     store: &LayerStore,
-    canonical: &mut Canonical<R>,
+    canonical: &mut Canonical<C>,
     into: &Into<'_>,
     source_date: u64,
 ) -> Result<StoredLayer> {
@@ -558,27 +683,56 @@ pub fn rewrite_layer<R: Read + Seek>(
     Canonical::read(input, lower)?.write(out, source_date)
 }
 
-/// A layer read and put in canonical order, ready to be written.
-pub struct Canonical<R> {
-    items: Vec<Item>,
-    input: std::io::BufReader<R>,
+/// Where a canonical layer's file content is read from.
+pub trait Content {
+    /// The content of the file `item` (no more than its size).
+    fn open(&mut self, item: &Item) -> std::io::Result<impl Read + '_>;
 }
 
-impl<R: Read + Seek> Canonical<R> {
+/// A layer's tar: an item's content lies at its `data` offset.
+pub struct InTar<R>(std::io::BufReader<R>);
+
+impl<R: Read + Seek> Content for InTar<R> {
+    fn open(&mut self, item: &Item) -> std::io::Result<impl Read + '_> {
+        self.0.seek(SeekFrom::Start(item.data))?;
+        Ok((&mut self.0).take(item.size))
+    }
+}
+
+/// A layer's entries put in canonical order, ready to be written with their content.
+pub struct Canonical<C> {
+    items: Vec<Item>,
+    content: C,
+}
+
+impl<R: Read + Seek> Canonical<InTar<R>> {
     /// Reads the layer's entries (not their content); `lower` as for [`rewrite_layer`].
     pub fn read(
         input: R,
         lower: impl FnOnce() -> std::io::Result<LowerTree>,
-    ) -> std::io::Result<Canonical<R>> {
-        let (mut items, opaque, input) =
+    ) -> std::io::Result<Canonical<InTar<R>>> {
+        let (items, opaque, input) =
             read_items(std::io::BufReader::with_capacity(256 * 1024, input))?;
+        Canonical::of(items, &opaque, lower, InTar(input))
+    }
+}
+
+impl<C: Content> Canonical<C> {
+    /// The layer of `items` (opaque markers apart) whose directories `opaque` are marked
+    /// opaque; `lower` is asked only if there are any.
+    fn of(
+        mut items: Vec<Item>,
+        opaque: &[String],
+        lower: impl FnOnce() -> std::io::Result<LowerTree>,
+        content: C,
+    ) -> std::io::Result<Canonical<C>> {
         if !opaque.is_empty() {
             let lower = lower()?;
-            items.extend(explicit_whiteouts(&items, &opaque, &lower));
+            items.extend(explicit_whiteouts(&items, opaque, &lower));
         }
         items.sort_by_cached_key(|item| components(&item.key()));
         let items = lead_hard_links(items);
-        Ok(Canonical { items, input })
+        Ok(Canonical { items, content })
     }
 
     /// How many bytes [`Canonical::write`] writes (files' content is not read): an archive
@@ -604,13 +758,7 @@ impl<R: Read + Seek> Canonical<R> {
         let mut tar = tar::Builder::new(out);
         for item in &self.items {
             if content && item.kind == Kind::File {
-                self.input.seek(SeekFrom::Start(item.data))?;
-                append_entry(
-                    &mut tar,
-                    item,
-                    source_date,
-                    (&mut self.input).take(item.size),
-                )?;
+                append_entry(&mut tar, item, source_date, self.content.open(item)?)?;
             } else {
                 let zeros = std::io::repeat(0).take(item.size);
                 append_entry(&mut tar, item, source_date, zeros)?;
@@ -739,7 +887,7 @@ impl Kind {
 
 /// One entry of a layer, with where its content starts in the layer's tar.
 #[derive(Debug, Clone)]
-struct Item {
+pub struct Item {
     /// No leading `./` or `/`, no trailing `/`; a whiteout's is `dir/.wh.name`.
     path: String,
     kind: Kind,

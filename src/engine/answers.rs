@@ -183,6 +183,9 @@ pub struct EngineInfo {
     /// The engine's host name (`--parallel` counts the nodes on the builder's machine).
     #[serde(rename = "Name", default, deserialize_with = "nullable")]
     pub name: String,
+    /// `name=seccomp,profile=builtin`, `name=userns`, `name=rootless`...
+    #[serde(rename = "SecurityOptions", default, deserialize_with = "nullable")]
+    pub security_options: Vec<String>,
 }
 
 impl EngineInfo {
@@ -196,6 +199,14 @@ impl EngineInfo {
             .filter_map(Value::as_str)
             .any(|v| v.starts_with("io.containerd.snapshotter"));
         if containerd { "containerd" } else { "classic" }
+    }
+
+    /// The value of the storage driver's status line `key` (`Native Overlay Diff`: `true`).
+    pub fn status(&self, key: &str) -> Option<&str> {
+        self.driver_status
+            .iter()
+            .find(|pair| pair.first().and_then(Value::as_str) == Some(key))
+            .and_then(|pair| pair.get(1)?.as_str())
     }
 }
 

@@ -94,7 +94,7 @@ impl Plan {
     }
 
     /// The parent record's layers, if they are the raw image's first layers.
-    fn parent_record(&self) -> Option<&[StoredLayer]> {
+    pub fn parent_record(&self) -> Option<&[StoredLayer]> {
         let record = self.parent.as_ref()?;
         let same = record.layers.len() == self.parent_layers
             && record

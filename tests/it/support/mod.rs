@@ -70,6 +70,11 @@ pub fn hallmark() -> Command {
 }
 
 pub fn run_in(dir: &Path, args: &[&str]) -> Run {
+    run_in_with(dir, args, &[])
+}
+
+/// [`run_in`] with these environment variables set.
+pub fn run_in_with(dir: &Path, args: &[&str], env: &[(&str, &str)]) -> Run {
     let output = hallmark()
         .args(args)
         .current_dir(dir)
@@ -77,6 +82,8 @@ pub fn run_in(dir: &Path, args: &[&str]) -> Run {
         .env_remove("DOCKER_HOST")
         .env_remove("DOCKER_CONTEXT")
         .env_remove("DOCKER_TLS_VERIFY")
+        .env_remove("HALLMARK_NORMALIZE_FROM")
+        .envs(env.iter().copied())
         .output()
         .unwrap();
     Run(output)
@@ -463,9 +470,19 @@ pub fn hallmark_json(
     config: &std::path::Path,
     args: &[&str],
 ) -> (i32, Value) {
+    hallmark_json_with(project, config, args, &[])
+}
+
+/// [`hallmark_json`] with these environment variables set.
+pub fn hallmark_json_with(
+    project: &TestProject,
+    config: &std::path::Path,
+    args: &[&str],
+    env: &[(&str, &str)],
+) -> (i32, Value) {
     let mut all = vec!["--config", config.to_str().unwrap(), "--json"];
     all.extend_from_slice(args);
-    let run = project.run(&all);
+    let run = run_in_with(project.root(), &all, env);
     if serde_json::from_str::<Value>(&run.stdout()).is_err() {
         panic!("not json: {}\n{}", run.stdout(), run.stderr());
     }
