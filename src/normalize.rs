@@ -130,8 +130,16 @@ pub async fn normalize(
     if let Ok(found) = found {
         let finish = finish.map(|(k, c)| (k.to_string(), c.to_string()));
         let layers = plan.parent_layers;
-        return normalize_from_dirs(builder, store, found, parent.name, layers, source_date, finish)
-            .await;
+        return normalize_from_dirs(
+            builder,
+            store,
+            found,
+            parent.name,
+            layers,
+            source_date,
+            finish,
+        )
+        .await;
     }
     loop {
         match normalize_once(
@@ -283,8 +291,9 @@ async fn normalize_from_dirs(
                 };
                 let walked = overlay::walk(dir).map_err(failed)?;
                 let lower = || below.tree(&store, &done);
-                let mut canonical = Canonical::of(walked.items, &walked.opaque, lower, walked.files)
-                    .map_err(failed)?;
+                let mut canonical =
+                    Canonical::of(walked.items, &walked.opaque, lower, walked.files)
+                        .map_err(failed)?;
                 done.push(rewrite_one(&store, &mut canonical, &into, source_date)?);
             }
             let count = done.len();

@@ -58,15 +58,21 @@ pub async fn locate(
     if info.status("Native Overlay Diff") != Some("true") {
         return Err("the builder's overlay2 diffs naively".into());
     }
-    if info.status("userxattr") == Some("true") || info.security_options.iter().any(|o| {
-        o.contains("name=userns") || o.contains("name=rootless")
-    }) {
+    if info.status("userxattr") == Some("true")
+        || info
+            .security_options
+            .iter()
+            .any(|o| o.contains("name=userns") || o.contains("name=rootless"))
+    {
         return Err("the builder remaps user ids".into());
     }
     let root = Path::new(&info.docker_root_dir);
     let image_hex = id.strip_prefix("sha256:").unwrap_or(id);
-    let config_path = root.join("image/overlay2/imagedb/content/sha256").join(image_hex);
-    let config = std::fs::read(&config_path).map_err(|e| format!("{}: {e}", config_path.display()))?;
+    let config_path = root
+        .join("image/overlay2/imagedb/content/sha256")
+        .join(image_hex);
+    let config =
+        std::fs::read(&config_path).map_err(|e| format!("{}: {e}", config_path.display()))?;
     if Digest::of(&config).hex() != image_hex {
         return Err(format!("{} is not the image {id}", config_path.display()));
     }
@@ -195,7 +201,10 @@ impl<R: Read> Read for Exactly<'_, R> {
         if n == 0 && self.left > 0 && !buf.is_empty() {
             return Err(std::io::Error::new(
                 std::io::ErrorKind::UnexpectedEof,
-                format!("{}: shorter than when the layer was walked", self.path.display()),
+                format!(
+                    "{}: shorter than when the layer was walked",
+                    self.path.display()
+                ),
             ));
         }
         self.left -= n as u64;
@@ -305,5 +314,84 @@ fn attribute(path: &Path, name: &str) -> std::io::Result<Option<Vec<u8>>> {
             format!("{}: attribute {name}: {e}", path.display()),
         )),
         Ok(value) => Ok(value),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::fs::symlink;
+
+    #[test]
+    fn tar_split_gives_the_size_of_the_tar_it_rebuilds() {
+        // Docker 20.10's record of a fixture layer it imported (tests/fixtures/layers).
+        let fixtures = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/layers");
+        let tar = std::fs::metadata(fixtures.join("docker-20.10-2.tar")).unwrap();
+        let record = fixtures.join("docker-20.10-2.tar-split.json.gz");
+        assert_eq!(tar_size(&record).unwrap(), tar.len());
+    }
+
+    /// What overlay2 leaves in a layer's directory (whiteout devices and the opaque mark
+    /// need root, as the engine has) is walked as the engine's export writes it.
+    #[test]
+    fn a_layer_directory_is_walked_as_the_export_writes_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path();
+        std::fs::create_dir_all(root.join("opt/d/sub")).unwrap();
+        std::fs::write(root.join("opt/x"), b"x\n").unwrap();
+        std::fs::hard_link(root.join("opt/x"), root.join("opt/a-first")).unwrap();
+        symlink("x", root.join("opt/sym")).unwrap();
+        let fifo = std::ffi::CString::new(root.join("opt/fifo").to_str().unwrap()).unwrap();
+        let whiteout = std::ffi::CString::new(root.join("opt/gone").to_str().unwrap()).unwrap();
+        // SAFETY: both are NUL-terminated paths that live through the calls.
+        unsafe {
+            assert_eq!(libc::mkfifo(fifo.as_ptr(), 0o644), 0);
+            assert_eq!(
+                libc::mknod(whiteout.as_ptr(), libc::S_IFCHR | 0o600, 0),
+                0,
+                "needs root"
+            );
+        }
+        xattr::set(root.join("opt/d"), "trusted.overlay.opaque", b"y").unwrap();
+        // `cap_net_bind_service=ep`, as `setcap` writes it (revision 2, effective).
+        let capability = [1, 0, 0, 2, 0, 4, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0];
+        xattr::set(root.join("opt/x"), "security.capability", &capability).unwrap();
+        let walked = walk(root).unwrap();
+        let mut seen: Vec<(String, Kind, Option<String>)> = walked
+            .items
+            .iter()
+            .map(|i| (i.path.clone(), i.kind, i.link.clone()))
+            .collect();
+        seen.sort_by(|a, b| a.0.cmp(&b.0));
+        let first = seen
+            .iter()
+            .find(|(p, ..)| p == "opt/a-first" || p == "opt/x")
+            .unwrap();
+        let (lead, other) = match first.1 {
+            Kind::File => (
+                first.0.clone(),
+                if first.0 == "opt/x" {
+                    "opt/a-first"
+                } else {
+                    "opt/x"
+                },
+            ),
+            _ => panic!("{seen:?}"),
+        };
+        let mut expected = vec![
+            ("opt".to_string(), Kind::Dir, None),
+            ("opt/.wh.gone".to_string(), Kind::Whiteout, None),
+            ("opt/d".to_string(), Kind::Dir, None),
+            ("opt/d/sub".to_string(), Kind::Dir, None),
+            ("opt/fifo".to_string(), Kind::Fifo, None),
+            ("opt/sym".to_string(), Kind::Symlink, Some("x".to_string())),
+            (lead.clone(), Kind::File, None),
+            (other.to_string(), Kind::HardLink, Some(lead)),
+        ];
+        expected.sort_by(|a, b| a.0.cmp(&b.0));
+        assert_eq!(seen, expected);
+        assert_eq!(walked.opaque, vec!["opt/d".to_string()]);
+        let x = walked.items.iter().find(|i| i.path == "opt/x").unwrap();
+        assert_eq!(x.capability.as_deref(), Some(&capability[..]));
     }
 }

@@ -353,12 +353,16 @@ fn normalised_builds_on_every_engine_kind_are_identical() {
                 let layers = record["normalized_layers"].as_u64().unwrap();
                 (record["normalized_as_streamed"].as_u64().unwrap(), layers)
             };
-            let ((hello, hello_layers), (cloned, clone_layers)) = (record("hello"), record("clone"));
+            let ((hello, hello_layers), (cloned, clone_layers)) =
+                (record("hello"), record("clone"));
             if classic && way == "export" {
                 // Both ways of the export's rewrite give these bytes: the hello image's
                 // layers stream; the clone's replaced directory is opaque on the classic
                 // store, rewritten from a copy.
-                assert!(hello == hello_layers && hello > 0, "{node} ({kind}): {records}");
+                assert!(
+                    hello == hello_layers && hello > 0,
+                    "{node} ({kind}): {records}"
+                );
                 assert!(cloned < clone_layers, "{node} ({kind}): {records}");
             }
             let image = |reference: &str| {
@@ -381,7 +385,10 @@ fn normalised_builds_on_every_engine_kind_are_identical() {
             seen.push((format!("{node} ({kind}, from the {way})"), images));
         }
     }
-    assert!(seen.iter().any(|(way, _)| way.contains("directories")), "{seen:?}");
+    assert!(
+        seen.iter().any(|(way, _)| way.contains("directories")),
+        "{seen:?}"
+    );
     for (engine, images) in &seen[1..] {
         assert_eq!(images, &seen[0].1, "{engine} and {} differ", seen[0].0);
     }
