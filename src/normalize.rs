@@ -130,16 +130,7 @@ pub async fn normalize(
     if let Ok(found) = found {
         let finish = finish.map(|(k, c)| (k.to_string(), c.to_string()));
         let layers = plan.parent_layers;
-        return normalize_from_dirs(
-            builder,
-            store,
-            found,
-            parent.name,
-            layers,
-            source_date,
-            finish,
-        )
-        .await;
+        return normalize_from_dirs(builder, store, found, layers, source_date, finish).await;
     }
     loop {
         match normalize_once(
@@ -267,13 +258,11 @@ async fn normalize_from_dirs(
     builder: &Engine,
     store: &Arc<LayerStore>,
     found: overlay::Found,
-    parent: &str,
     parent_layers: usize,
     source_date: u64,
     finish: Option<(String, String)>,
 ) -> Result<Normalised> {
     let (made_sender, made) = std::sync::mpsc::sync_channel(16);
-    let (below, serve_parent) = parent_below(builder, store, parent);
     let made_image = {
         let store = Arc::clone(store);
         // `made_sender` moves in and is dropped however this ends, which ends the load.
@@ -282,7 +271,6 @@ async fn normalize_from_dirs(
                 made: &made_sender,
                 streamed: true,
             };
-            let mut below = Below::new(below);
             let mut done: Vec<StoredLayer> = Vec::new();
             for dir in &found.dirs {
                 let failed = |e: std::io::Error| Error::Io {
@@ -290,7 +278,15 @@ async fn normalize_from_dirs(
                     source: std::io::Error::other(format!("normalising the layer: {e}")),
                 };
                 let walked = overlay::walk(dir).map_err(failed)?;
-                let lower = || below.tree(&store, &done);
+                let lower = || {
+                    let mut tree = LowerTree::default();
+                    for below in &found.parent_dirs {
+                        let walked = overlay::walk(below)?;
+                        tree.apply_walked(&walked.items, &walked.opaque);
+                    }
+                    tree.apply_stored(&store, &done)?;
+                    Ok(tree)
+                };
                 let mut canonical =
                     Canonical::of(walked.items, &walked.opaque, lower, walked.files)
                         .map_err(failed)?;
@@ -306,7 +302,7 @@ async fn normalize_from_dirs(
         })
     };
     let load = transfer::load_streamed(builder, store, made, parent_layers);
-    let (made_image, loaded, ()) = tokio::join!(made_image, load, serve_parent);
+    let (made_image, loaded) = tokio::join!(made_image, load);
     // The normalisation's own failure says more than the load it cut short.
     let layers = made_image.expect("the rewrite does not panic")?;
     Ok(Normalised {
@@ -1169,13 +1165,40 @@ impl LowerTree {
     /// What `layers`, bottom first, hold together.
     pub fn of(store: &LayerStore, layers: &[StoredLayer]) -> std::io::Result<LowerTree> {
         let mut tree = LowerTree::default();
+        tree.apply_stored(store, layers)?;
+        Ok(tree)
+    }
+
+    /// Applies `layers` from the store, bottom first.
+    fn apply_stored(&mut self, store: &LayerStore, layers: &[StoredLayer]) -> std::io::Result<()> {
         for layer in layers {
             let reader = store
                 .open_layer(layer)
                 .map_err(|e| std::io::Error::other(e.to_string()))?;
-            tree.apply(reader)?;
+            self.apply(reader)?;
         }
-        Ok(tree)
+        Ok(())
+    }
+
+    /// Applies a layer walked from its directory ([`overlay::walk`]): what it deletes first
+    /// (its opaque directories' content below, its whiteouts' names), then what it writes;
+    /// in its tar the same comes in walk order, each deletion before the names it covers.
+    fn apply_walked(&mut self, items: &[Item], opaque: &[String]) {
+        for dir in opaque {
+            self.remove_below(dir);
+        }
+        for item in items.iter().filter(|i| i.kind == Kind::Whiteout) {
+            let deleted = item.key();
+            self.remove_below(&deleted);
+            self.paths.remove(&deleted);
+        }
+        for item in items.iter().filter(|i| i.kind != Kind::Whiteout) {
+            let is_dir = item.kind == Kind::Dir;
+            if !is_dir {
+                self.remove_below(&item.path);
+            }
+            self.paths.insert(item.path.clone(), is_dir);
+        }
     }
 
     /// Applies a layer on top: its whiteouts and opaque directories delete, its entries add.

@@ -34,6 +34,9 @@ pub struct Found {
     /// The parent's layers as the builder's export names their blobs: uncompressed tars under
     /// their diff IDs, each the size the layer database's tar-split record gives it.
     pub parent: Vec<StoredLayer>,
+    /// Each of the parent's layers' directories, bottom first (what they hold, for an opaque
+    /// directory of a new layer, is read from there, not from an export).
+    pub parent_dirs: Vec<PathBuf>,
     /// Each new layer's directory, bottom first.
     pub dirs: Vec<PathBuf>,
 }
@@ -91,17 +94,16 @@ pub async fn locate(
         if read(layer.join("diff"))?.trim() != diff_id.to_string() {
             return Err(format!("{} is not the layer {diff_id}", layer.display()));
         }
-        if n >= parent_layers {
-            let cache_id = read(layer.join("cache-id"))?;
-            let cache_id = cache_id.trim();
-            if cache_id.is_empty() || cache_id.contains(['/', '.']) {
-                return Err(format!("{}: cache-id {cache_id:?}", layer.display()));
-            }
-            let dir = root.join("overlay2").join(cache_id).join("diff");
-            std::fs::read_dir(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
-            dirs.push(dir);
+        let cache_id = read(layer.join("cache-id"))?;
+        let cache_id = cache_id.trim();
+        if cache_id.is_empty() || cache_id.contains(['/', '.']) {
+            return Err(format!("{}: cache-id {cache_id:?}", layer.display()));
         }
+        let dir = root.join("overlay2").join(cache_id).join("diff");
+        std::fs::read_dir(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+        dirs.push(dir);
     }
+    let new_dirs = dirs.split_off(parent_layers);
     let parent = match parent {
         Some(record) => record.to_vec(),
         None => (0..parent_layers)
@@ -122,7 +124,8 @@ pub async fn locate(
     Ok(Found {
         config,
         parent,
-        dirs,
+        parent_dirs: dirs,
+        dirs: new_dirs,
     })
 }
 
