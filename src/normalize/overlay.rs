@@ -183,7 +183,8 @@ impl super::Content for Files {
         let file = std::fs::File::open(path)
             .map_err(|e| std::io::Error::new(e.kind(), format!("{}: {e}", path.display())))?;
         Ok(Exactly {
-            inner: file.take(item.size),
+            // The tar writer copies in 8 KiB pieces: one read call each without the buffer.
+            inner: std::io::BufReader::with_capacity(1 << 20, file.take(item.size)),
             left: item.size,
             path,
         })
