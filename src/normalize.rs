@@ -15,7 +15,11 @@
 //! writes instead (one per name the layers below hold there); and a group of hard links led
 //! by its first member in that order.
 //!
-//! Cost: one export of the built image, read as it arrives (the parent's layers pass by,
+//! Cost, on a classic-store overlay2 builder on this machine: a walk of the new layers'
+//! directories where the engine keeps them, each written once into the store and the
+//! builder's load (`normalize/overlay.rs`); the export is not asked for.
+//!
+//! Elsewhere: one export of the built image, read as it arrives (the parent's layers pass by,
 //! written nowhere, and the reading stops once the new layers and the config are in hand;
 //! see `normalize/export.rs`). A new layer known new by its name is rewritten as it streams
 //! in (`normalize/in_order.rs`), into the layer store and, on a classic-store builder, into
