@@ -474,14 +474,70 @@ fn rewrite_one<C: Content>(
         .size(source_date)
         .map_err(|e| Error::io(&store.root, e))?;
     let _ = into.made.send(transfer::Made::Begin(size));
-    let layer = stored(store.add_blob(|out| {
-        let load = std::io::BufWriter::with_capacity(1 << 20, ToLoad(into.made));
-        let mut both = Both { out, load };
-        canonical.write(&mut both, source_date)?;
-        both.load.flush()
-    })?);
+    let mut pending = store.pending_blob()?;
+    // The store's copy is hashed and written on a thread of its own, from the same chunks
+    // the load gets: the load, which the engine unpacks only once it has all of it, is not
+    // held up by the store's writes.
+    let written = std::thread::scope(|scope| {
+        let (to_store, chunks) = std::sync::mpsc::sync_channel::<bytes::Bytes>(16);
+        let out = &mut pending.out;
+        let writer = scope.spawn(move || {
+            for chunk in chunks {
+                out.write_all(&chunk)?;
+            }
+            out.flush()
+        });
+        let mut fanout = Fanout {
+            made: into.made,
+            store: to_store,
+            buffer: bytes::BytesMut::with_capacity(CHUNK),
+        };
+        let wrote = canonical
+            .write(&mut fanout, source_date)
+            .and_then(|()| fanout.flush());
+        drop(fanout);
+        let stored = writer.join().expect("the store's writer does not panic");
+        // The store's own failure (a full disk) says more than the send it cut short.
+        stored.and(wrote)
+    });
+    written.map_err(|e| Error::io(store.root.join("tmp"), e))?;
+    let layer = stored(pending.keep(store)?);
     let _ = into.made.send(transfer::Made::End(layer.clone()));
     Ok(layer)
+}
+
+/// The pieces a streamed layer is handed on in.
+const CHUNK: usize = 1 << 20;
+
+/// Hands what is written to it, in [`CHUNK`]s, to the load and to the store's writer alike
+/// (the same bytes, not copied).
+struct Fanout<'a> {
+    made: &'a std::sync::mpsc::SyncSender<transfer::Made>,
+    store: std::sync::mpsc::SyncSender<bytes::Bytes>,
+    buffer: bytes::BytesMut,
+}
+
+impl Write for Fanout<'_> {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.buffer.extend_from_slice(buf);
+        if self.buffer.len() >= CHUNK {
+            self.flush()?;
+        }
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        if self.buffer.is_empty() {
+            return Ok(());
+        }
+        let chunk = self.buffer.split().freeze();
+        self.buffer.reserve(CHUNK);
+        // A load that stopped reports its own error; the store's copy goes on.
+        let _ = self.made.send(transfer::Made::Chunk(chunk.clone()));
+        self.store
+            .send(chunk)
+            .map_err(|_| std::io::Error::other("the layer store's writer stopped"))
+    }
 }
 
 /// Rewrites a new layer as it streams in ([`in_order`]) into the store and, given `load`, into
@@ -562,42 +618,6 @@ impl Write for Capped<'_> {
                 .made
                 .send(transfer::Made::Chunk(bytes::Bytes::copy_from_slice(buf)));
         }
-        Ok(buf.len())
-    }
-
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
-}
-
-/// Writes to the store's file and to the load alike.
-struct Both<'a, L: Write> {
-    out: &'a mut dyn Write,
-    load: L,
-}
-
-impl<L: Write> Write for Both<'_, L> {
-    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        self.out.write_all(buf)?;
-        self.load.write_all(buf)?;
-        Ok(buf.len())
-    }
-
-    fn flush(&mut self) -> std::io::Result<()> {
-        self.out.flush()?;
-        self.load.flush()
-    }
-}
-
-/// Sends what is written to it to the load as [`transfer::Made::Chunk`]s.
-struct ToLoad<'a>(&'a std::sync::mpsc::SyncSender<transfer::Made>);
-
-impl Write for ToLoad<'_> {
-    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        // A load that stopped reports its own error; the store's copy goes on.
-        let _ = self
-            .0
-            .send(transfer::Made::Chunk(bytes::Bytes::copy_from_slice(buf)));
         Ok(buf.len())
     }
 
