@@ -63,23 +63,23 @@ pub struct Normalised {
     /// order, they mark a directory opaque, or they could not be told new by their name).
     pub layers: usize,
     pub streamed: usize,
-    pub from: From,
+    pub from: ReadFrom,
 }
 
 /// Where normalisation read the new layers.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum From {
+pub enum ReadFrom {
     /// The builder's export of the image.
     Export,
     /// The builder's layer directories on this machine ([`overlay`]).
     Directories,
 }
 
-impl From {
+impl ReadFrom {
     pub fn as_str(self) -> &'static str {
         match self {
-            From::Export => "export",
-            From::Directories => "layer directories",
+            ReadFrom::Export => "export",
+            ReadFrom::Directories => "layer directories",
         }
     }
 }
@@ -123,12 +123,11 @@ pub async fn normalize(
     // read (docs/reproducibility.md): a way around a reading of them that goes wrong.
     let export_only = std::env::var("HALLMARK_NORMALIZE_FROM").as_deref() == Ok("export");
     let raw_image = inspected.id().unwrap_or(raw_id);
-    let parent_record = plan.parent_record().map(<[StoredLayer]>::to_vec);
     let found = match export_only {
         true => Err("HALLMARK_NORMALIZE_FROM=export".to_string()),
         false => {
             let (ids, layers) = (&plan.diff_ids, plan.parent_layers);
-            overlay::locate(builder, raw_image, ids, layers, parent_record.as_deref()).await
+            overlay::locate(builder, raw_image, ids, layers, plan.parent_record()).await
         }
     };
     if let Ok(found) = found {
@@ -228,7 +227,7 @@ async fn normalize_once(
         id: loaded?,
         layers,
         streamed,
-        from: From::Export,
+        from: ReadFrom::Export,
     })
 }
 
@@ -276,6 +275,8 @@ async fn normalize_from_dirs(
                 streamed: true,
             };
             let mut done: Vec<StoredLayer> = Vec::new();
+            // What the parent's directories hold, walked once if a new layer asks.
+            let mut parent_tree: Option<LowerTree> = None;
             for dir in &found.dirs {
                 let failed = |e: std::io::Error| Error::Io {
                     path: dir.clone(),
@@ -283,11 +284,15 @@ async fn normalize_from_dirs(
                 };
                 let walked = overlay::walk(dir).map_err(failed)?;
                 let lower = || {
-                    let mut tree = LowerTree::default();
-                    for below in &found.parent_dirs {
-                        let walked = overlay::walk(below)?;
-                        tree.apply_walked(&walked.items, &walked.opaque);
+                    if parent_tree.is_none() {
+                        let mut tree = LowerTree::default();
+                        for below in &found.parent_dirs {
+                            let walked = overlay::walk(below)?;
+                            tree.apply_walked(&walked.items, &walked.opaque);
+                        }
+                        parent_tree = Some(tree);
                     }
+                    let mut tree = parent_tree.clone().unwrap_or_default();
                     tree.apply_stored(&store, &done)?;
                     Ok(tree)
                 };
@@ -313,7 +318,7 @@ async fn normalize_from_dirs(
         id: loaded?,
         layers,
         streamed: 0,
-        from: From::Directories,
+        from: ReadFrom::Directories,
     })
 }
 
@@ -1180,7 +1185,7 @@ fn lead_hard_links(mut items: Vec<Item>) -> Vec<Item> {
 }
 
 /// What the layers below one hold: each path, and whether it is a directory.
-#[derive(Debug, Default)]
+#[derive(Debug, Default, Clone)]
 pub struct LowerTree {
     paths: BTreeMap<String, bool>,
 }
