@@ -4,6 +4,7 @@
 //! move: a failed build or smoke leaves the previous image under the tag.
 
 use crate::assemble;
+use crate::build_cache;
 use crate::context;
 use crate::engine::{self, Engine};
 use crate::error::{Error, Result};
@@ -384,7 +385,7 @@ impl Job<'_> {
         if let Some(platform) = self.image.loaded.spec.image.platform.as_deref() {
             check_builder_platform(self.engine, self.image, platform).await?;
         }
-        engine_build(
+        let raw = engine_build(
             self.engine,
             self.image,
             self.parent_tag,
@@ -393,7 +394,17 @@ impl Job<'_> {
             label_value,
             record,
         )
-        .await
+        .await?;
+        // Its step images stay as the engine's cache until a later build supersedes them.
+        build_cache::note(
+            self.engine,
+            &self.store,
+            self.image.name().as_str(),
+            &raw,
+            self.parent_id.as_deref(),
+        )
+        .await;
+        Ok(raw)
     }
 
     /// Checks the platform of what was made, runs the smoke tests, stamps the checksum,
@@ -436,6 +447,11 @@ impl Job<'_> {
             .filter(|old| old.label(label).is_some())
             .and_then(|old| old.id().map(str::to_string));
         engine.tag(&id, &image.loaded.image_reference()).await?;
+        build_cache::finished(
+            &self.store,
+            record.raw_image_id.as_deref().unwrap_or(&made.id),
+            &id,
+        );
         // The engine's raw image (and its build cache) and the unstamped one are superseded.
         for superseded in [record.raw_image_id.as_deref(), Some(made.id.as_str())]
             .into_iter()

@@ -23,7 +23,7 @@ mod ssh;
 mod transport;
 
 pub use address::{Address, Kind};
-pub use answers::{EngineInfo, EngineVersion, ImageAnswer, ImageListed};
+pub use answers::{EngineInfo, EngineVersion, HistoryStep, ImageAnswer, ImageListed};
 pub use body::{Body, ChannelWriter, StreamReader, body_from_writer};
 pub use progress::{BuildEvent, ProgressDetail, ProgressEvent, Reports, follow};
 
@@ -281,6 +281,15 @@ impl Engine {
             .get(&format!("/images/{}/json", escape(reference, "/:@")))
             .await
             .map_err(|e| self.error(format!("inspecting {reference}: {e}")))
+    }
+
+    /// The steps that made the image, newest first; `Ok(None)` when the engine does not hold
+    /// it.
+    pub async fn history(&self, reference: &str) -> Result<Option<Vec<HistoryStep>>> {
+        self.transport
+            .get(&format!("/images/{}/history", escape(reference, "/:@")))
+            .await
+            .map_err(|e| self.error(format!("asking for the history of {reference}: {e}")))
     }
 
     /// Removes an image no tag names; a failure is not an error (the image may be in use by a

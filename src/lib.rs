@@ -10,6 +10,7 @@ pub mod anchor;
 pub mod assemble;
 pub mod base;
 pub mod build;
+pub mod build_cache;
 pub mod check;
 pub mod checksum;
 pub mod cli;

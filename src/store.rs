@@ -496,17 +496,61 @@ impl LayerStore {
     /// Notes in `projects/<key>/<kind>/<name>` that this project uses `name` (best effort: a
     /// mark that cannot be written only lets another project's prune take it).
     fn mark(&self, kind: &str, name: &str) {
-        let Some(project) = &self.project else { return };
-        let dir = self.project_dir(project);
         let marked = || -> std::io::Result<()> {
-            std::fs::create_dir_all(dir.join(kind))?;
-            if !dir.join("root").is_file() {
-                write_atomically(&dir.join("root"), project.as_os_str().as_encoded_bytes())
-                    .map_err(std::io::Error::other)?;
-            }
-            std::fs::File::create(dir.join(kind).join(name)).map(drop)
+            let Some(dir) = self.own_folder(kind)? else {
+                return Ok(());
+            };
+            std::fs::File::create(dir.join(name)).map(drop)
         };
         let _ = marked();
+    }
+
+    /// `projects/<key>/<kind>` of this process's project, made with the project's `root`
+    /// file (without it another project's prune takes the folder for a gone project's);
+    /// `None` without a project.
+    fn own_folder(&self, kind: &str) -> std::io::Result<Option<PathBuf>> {
+        let Some(project) = &self.project else {
+            return Ok(None);
+        };
+        let dir = self.project_dir(project);
+        std::fs::create_dir_all(dir.join(kind))?;
+        if !dir.join("root").is_file() {
+            write_atomically(&dir.join("root"), project.as_os_str().as_encoded_bytes())
+                .map_err(std::io::Error::other)?;
+        }
+        Ok(Some(dir.join(kind)))
+    }
+
+    /// Writes `projects/<key>/<kind>/<name>`: a record a stage keeps for this project (best
+    /// effort, as marks are; `false` when it could not be written).
+    pub fn write_project_record(&self, kind: &str, name: &str, bytes: &[u8]) -> bool {
+        let written = || -> std::io::Result<bool> {
+            let Some(dir) = self.own_folder(kind)? else {
+                return Ok(false);
+            };
+            write_atomically(&dir.join(name), bytes).map_err(std::io::Error::other)?;
+            Ok(true)
+        };
+        written().unwrap_or(false)
+    }
+
+    /// The records `projects/<key>/<kind>/*` of this process's project, with their paths.
+    pub fn project_records(&self, kind: &str) -> Vec<(PathBuf, Vec<u8>)> {
+        let Some(project) = &self.project else {
+            return Vec::new();
+        };
+        let dir = self.project_dir(project).join(kind);
+        let mut records: Vec<_> = fs_err::read_dir(&dir)
+            .into_iter()
+            .flatten()
+            .flatten()
+            // Not a record being written (`write_atomically`'s temporary `.tmp*`).
+            .filter(|entry| !entry.file_name().to_string_lossy().starts_with('.'))
+            .filter(|entry| entry.file_type().is_ok_and(|t| t.is_file()))
+            .filter_map(|entry| Some((entry.path(), fs_err::read(entry.path()).ok()?)))
+            .collect();
+        records.sort();
+        records
     }
 
     fn sniff_compression(&self, digest: &str) -> Result<String> {

@@ -32,8 +32,8 @@ work=$(mktemp -d)
 tag=$(basename "$work" | tr 'A-Z' 'a-z' | tr -cd 'a-z0-9')
 if [[ -n ${BENCH_TESTBED:-} ]]; then
   dir=$BENCH_TESTBED
-  # Its own images go (the dangling build cache goes after each run, below).
-  trap 'docker -H "$builder" rmi -f bench-scale-docker:latest "bench-scale-small-$tag:latest" "bench-scale-big-$tag:latest" >/dev/null 2>&1 || true; rm -rf "$work"' EXIT
+  # Its own images go, and then with `hallmark prune` the build cache their builds left.
+  trap 'docker -H "$builder" rmi -f bench-scale-docker:latest "bench-scale-small-$tag:latest" "bench-scale-big-$tag:latest" >/dev/null 2>&1 || true; (cd "$project" && "$hallmark" -q --config "$config" prune) >/dev/null 2>&1 || true; rm -rf "$work"' EXIT
 else
   dir=$work/testbed
   scripts/testbed up --nodes 1 --dir "$dir" >/dev/null
@@ -111,10 +111,10 @@ for run in $(seq "$runs"); do
   lb=$(secs "$t0" "$t1")
   rm -f "$work/big.tar"
   echo "$run,$hb,$db,$nb,$sb,$lb,$ns,$ss,$store_now,$layers_now,$base_bytes,$(cut -d' ' -f1 /proc/loadavg)" >> "$work/rows"
-  # The engine's build cache of the forced builds (the raw images' untagged parents, which
-  # hallmark leaves: another build may stand on them) goes: 2 GiB and more a run, which
-  # filled this machine's disk after a few benches.
-  docker -H "$builder" image prune -f >/dev/null
+  # The engine's build cache of the superseded forced builds (the raw images' parents, which
+  # hallmark leaves as the next build's cache) goes: 2 GiB and more a run, which filled this
+  # machine's disk after a few benches before `prune` removed it.
+  "$hallmark" --config "$config" prune 2>>"$work/log" >/dev/null
   echo "build.sh: run $run of $runs: $(tail -1 "$work/rows")" >&2
 done
 

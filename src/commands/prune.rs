@@ -1,7 +1,9 @@
-//! `hallmark prune`: removes from the layer store what neither this project's images on the
+//! `hallmark prune`: removes the builder's step images of superseded engine builds
+//! (`build_cache.rs`), then from the layer store what neither this project's images on the
 //! builder nor any other project sharing the cache uses, then the registry's garbage.
 
 use super::{connect, runtime};
+use crate::build_cache;
 use crate::error::{Error, ExitStatus, Result};
 use crate::plan::Plan;
 use crate::registry;
@@ -11,17 +13,8 @@ use crate::store::LayerStore;
 pub(super) fn run(settings: &Settings) -> Result<ExitStatus> {
     let names = settings.project.image_names()?;
     let plan = Plan::new(&settings.project, &names)?;
-    let keep = runtime()?.block_on(async {
-        let builder = connect(settings, &settings.config.builder).await?;
-        let mut keep = Vec::new();
-        for name in &names {
-            if let Some(image) = builder.inspect(&plan.get(name).loaded.reference()).await? {
-                keep.extend(image.id().map(str::to_string));
-            }
-        }
-        Ok::<_, Error>(keep)
-    })?;
-    // Alone with the store: no command using it may lose a blob it has not recorded yet.
+    // Alone with the store: no command using it may lose a blob it has not recorded yet, and
+    // no build stands on a step image of the builder's cache.
     let cache = &settings.cache;
     let root = &settings.project.root;
     let store = match LayerStore::for_prune(cache, root, false)? {
@@ -33,6 +26,26 @@ pub(super) fn run(settings: &Settings) -> Result<ExitStatus> {
             LayerStore::for_prune(cache, root, true)?.expect("waited for the lock")
         }
     };
+    let (keep, removed) = runtime()?.block_on(async {
+        let builder = connect(settings, &settings.config.builder).await?;
+        let mut keep = Vec::new();
+        for name in &names {
+            if let Some(image) = builder.inspect(&plan.get(name).loaded.reference()).await? {
+                keep.extend(image.id().map(str::to_string));
+            }
+        }
+        let removed = build_cache::prune(&builder, &store, &keep).await;
+        Ok::<_, Error>((keep, removed))
+    })?;
+    settings.output.note(format!(
+        "removed {} step images of superseded engine builds, {} bytes, from the builder's build cache{}",
+        removed.images,
+        removed.bytes,
+        match removed.kept {
+            0 => String::new(),
+            n => format!(" ({n} kept: another image stands on them or a container uses them)"),
+        }
+    ));
     let stages: Vec<String> = plan
         .images
         .values()

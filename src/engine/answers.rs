@@ -14,6 +14,18 @@ fn nullable<'de, D: Deserializer<'de>, T: Default + Deserialize<'de>>(d: D) -> R
     Ok(Option::<T>::deserialize(d)?.unwrap_or_default())
 }
 
+/// One entry of `GET /images/{name}/history`, newest first: the id of the image the step
+/// made while the engine holds it (`<missing>` or empty where it does not), and the size of
+/// the layer it added.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(default)]
+pub struct HistoryStep {
+    #[serde(rename = "Id", deserialize_with = "nullable")]
+    pub id: String,
+    #[serde(rename = "Size", deserialize_with = "nullable")]
+    pub size: i64,
+}
+
 /// `GET /images/{name}/json`.
 #[derive(Debug, Clone, Default, Deserialize)]
 #[serde(default)]

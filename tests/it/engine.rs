@@ -1752,3 +1752,89 @@ fn an_interrupted_normalisation_leaves_the_tag_and_the_previous_image() {
     assert!(images_labelled(testbed, "builder", &checksum).is_empty());
     assert!(running_labelled(testbed, "builder", &pending(&checksum)).is_empty());
 }
+
+/// `prune` removes the step images a superseded engine build left on the builder (the
+/// engine's build cache: a forced rebuild of a big image leaves as much again) and keeps
+/// those of the build that made the current image, with the image; on every engine kind as
+/// the builder.
+#[test]
+fn prune_removes_the_build_cache_of_superseded_builds_on_every_engine_kind() {
+    let testbed = Testbed::get();
+    let (project, tag) = hello_project();
+    // Every step image after the ENV carries it: how this test finds its own among the
+    // shared builders' images.
+    let run = unique();
+    let marker = format!("TEST_BUILD_CACHE={run}");
+    let spec = project
+        .read("images/hello/image.toml")
+        .replace("[env]\n", &format!("[env]\nTEST_BUILD_CACHE = \"{run}\"\n"));
+    project.write("images/hello/image.toml", &spec);
+    for (node, kind) in engine_kinds(testbed, &project) {
+        if node != "builder" {
+            testbed.script("load-bases", &["--node", &node]);
+        }
+        let config = testbed.config_with_builder(project.root(), &node);
+        let config = config.to_str().unwrap();
+        let ours = || -> std::collections::BTreeSet<String> {
+            let listed = testbed.docker_ok(&node, &["image", "ls", "-aq", "--no-trunc"]);
+            let mut ids: Vec<&str> = listed.lines().collect();
+            ids.sort();
+            ids.dedup();
+            let mut args = vec![
+                "image",
+                "inspect",
+                "--format",
+                "{{.Id}} {{json .Config.Env}}",
+            ];
+            args.extend(ids);
+            // Another test's image may go between the listing and this: its error is not ours.
+            let inspected = testbed.docker(&node, &args);
+            String::from_utf8_lossy(&inspected.stdout)
+                .lines()
+                .filter(|line| line.contains(&marker))
+                .map(|line| line.split(' ').next().unwrap().to_string())
+                .collect()
+        };
+        let build = || {
+            project
+                .run(&["--config", config, "-q", "build", "--force", "hello"])
+                .success();
+        };
+        build();
+        let first = ours();
+        build();
+        let second = ours();
+        let current = testbed.image_id(&node, &tag);
+        let superseded: Vec<&String> = first.iter().filter(|id| **id != current).collect();
+        let latest: Vec<&String> = second.difference(&first).collect();
+        if kind.contains("classic") {
+            // The classic store's builder commits an image for every instruction.
+            assert!(!superseded.is_empty(), "{node} ({kind}): {first:?}");
+            assert!(!latest.is_empty(), "{node} ({kind}): {second:?}");
+        }
+        let pruned = project
+            .run(&["--config", config, "prune"])
+            .success()
+            .stderr();
+        let after = ours();
+        assert!(
+            superseded.iter().all(|id| !after.contains(*id)),
+            "{node} ({kind}): {superseded:?} left after prune: {after:?}\n{pruned}"
+        );
+        assert!(
+            latest.iter().all(|id| after.contains(*id)),
+            "{node} ({kind}): the current build's cache {latest:?} went: {after:?}\n{pruned}"
+        );
+        assert_eq!(testbed.image_id(&node, &tag), current, "{node} ({kind})");
+        let removed: usize = pruned
+            .split("removed ")
+            .nth(1)
+            .and_then(|rest| rest.split(' ').next())
+            .and_then(|n| n.parse().ok())
+            .unwrap_or_else(|| panic!("{pruned}"));
+        assert!(removed >= superseded.len(), "{node} ({kind}): {pruned}");
+        // The image still runs from what stayed.
+        let greeting = testbed.run_container(&node, &tag, &["cat", "/etc/hello.txt"]);
+        assert!(greeting.contains("hello from hallmark"), "{greeting}");
+    }
+}
