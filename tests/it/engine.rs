@@ -1762,12 +1762,17 @@ fn prune_removes_the_build_cache_of_superseded_builds_on_every_engine_kind() {
     let testbed = Testbed::get();
     let (project, tag) = hello_project();
     // Every step image after the ENV carries it: how this test finds its own among the
-    // shared builders' images.
+    // shared builders' images. The build arg makes the first step this test's own too, so
+    // no other test's build finds a step this test's prune removes in its engine's cache.
     let run = unique();
     let marker = format!("TEST_BUILD_CACHE={run}");
     let spec = project
         .read("images/hello/image.toml")
-        .replace("[env]\n", &format!("[env]\nTEST_BUILD_CACHE = \"{run}\"\n"));
+        .replace("[env]\n", &format!("[env]\nTEST_BUILD_CACHE = \"{run}\"\n"))
+        .replace(
+            "[build]\n",
+            &format!("[build]\nargs = {{ TEST_BUILD_CACHE = \"{run}\" }}\n"),
+        );
     project.write("images/hello/image.toml", &spec);
     for (node, kind) in engine_kinds(testbed, &project) {
         if node != "builder" {
@@ -1817,6 +1822,12 @@ fn prune_removes_the_build_cache_of_superseded_builds_on_every_engine_kind() {
             .success()
             .stderr();
         let after = ours();
+        eprintln!(
+            "{node} ({kind}): {} steps superseded, {} of the latest build; {}",
+            superseded.len(),
+            latest.len(),
+            pruned.trim()
+        );
         assert!(
             superseded.iter().all(|id| !after.contains(*id)),
             "{node} ({kind}): {superseded:?} left after prune: {after:?}\n{pruned}"
