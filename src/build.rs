@@ -51,6 +51,10 @@ pub struct BuildRecord {
     pub normalized_as_streamed: Option<usize>,
     /// Where normalisation read the new layers: `export` or `layer directories`.
     pub normalized_from: Option<&'static str>,
+    /// Why the export was read and not the layer directories (the engine is remote, its
+    /// image store is containerd, the data root cannot be read, ...).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub normalized_from_reason: Option<String>,
     /// Why the image failed (`outcome` "failed").
     #[serde(skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
@@ -154,6 +158,7 @@ impl BuildRecord {
             normalized_layers: None,
             normalized_as_streamed: None,
             normalized_from: None,
+            normalized_from_reason: None,
             error: None,
         }
     }
@@ -372,6 +377,7 @@ impl Job<'_> {
         record.normalized_layers = Some(normalised.layers);
         record.normalized_as_streamed = Some(normalised.streamed);
         record.normalized_from = Some(normalised.from.as_str());
+        record.normalized_from_reason = normalised.why_export;
         record.raw_image_id = Some(raw);
         Ok(Made {
             id: normalised.id,

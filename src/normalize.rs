@@ -64,6 +64,8 @@ pub struct Normalised {
     pub layers: usize,
     pub streamed: usize,
     pub from: ReadFrom,
+    /// Why the layer directories were not read, when the export was.
+    pub why_export: Option<String>,
 }
 
 /// Where normalisation read the new layers.
@@ -130,11 +132,14 @@ pub async fn normalize(
             overlay::locate(builder, raw_image, ids, layers, plan.parent_record()).await
         }
     };
-    if let Ok(found) = found {
-        let finish = finish.map(|(k, c)| (k.to_string(), c.to_string()));
-        let layers = plan.parent_layers;
-        return normalize_from_dirs(builder, store, found, layers, source_date, finish).await;
-    }
+    let why_export = match found {
+        Ok(found) => {
+            let finish = finish.map(|(k, c)| (k.to_string(), c.to_string()));
+            let layers = plan.parent_layers;
+            return normalize_from_dirs(builder, store, found, layers, source_date, finish).await;
+        }
+        Err(why) => why,
+    };
     loop {
         match normalize_once(
             builder,
@@ -151,7 +156,12 @@ pub async fn normalize(
                 plan.spool.insert(path);
             }
             Err(export::Failure::Error(e)) => return Err(e),
-            Ok(normalised) => return Ok(normalised),
+            Ok(normalised) => {
+                return Ok(Normalised {
+                    why_export: Some(why_export),
+                    ..normalised
+                });
+            }
         }
     }
 }
@@ -228,6 +238,7 @@ async fn normalize_once(
         layers,
         streamed,
         from: ReadFrom::Export,
+        why_export: None,
     })
 }
 
@@ -319,6 +330,7 @@ async fn normalize_from_dirs(
         layers,
         streamed: 0,
         from: ReadFrom::Directories,
+        why_export: None,
     })
 }
 

@@ -55,7 +55,13 @@ pub async fn locate(
         return Err(format!("the builder is reached by {}", builder.via()));
     }
     let info = builder.info().await.map_err(|e| e.to_string())?;
-    if info.driver != "overlay2" || info.image_store() != "classic" {
+    if info.image_store() != "classic" {
+        return Err(format!(
+            "the builder's image store is {} (its layers are containerd snapshots)",
+            info.image_store()
+        ));
+    }
+    if info.driver != "overlay2" {
         return Err(format!("the builder's storage driver is {}", info.driver));
     }
     if info.status("Native Overlay Diff") != Some("true") {

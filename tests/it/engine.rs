@@ -350,6 +350,19 @@ fn normalised_builds_on_every_engine_kind_are_identical() {
                     .unwrap_or_else(|| panic!("no record of {image}: {records}"))
                     .clone();
                 assert_eq!(record["normalized_from"], way, "{node} ({kind}): {record}");
+                // Why the export, where it was read (the containerd store's own reason is
+                // asserted in ship.rs's thin updates).
+                let reason = record["normalized_from_reason"]
+                    .as_str()
+                    .unwrap_or_default();
+                let why = match way {
+                    "export" => "HALLMARK_NORMALIZE_FROM=export",
+                    _ => "",
+                };
+                assert!(
+                    reason.contains(why) && reason.is_empty() == why.is_empty(),
+                    "{node} ({kind}): {record}"
+                );
                 let layers = record["normalized_layers"].as_u64().unwrap();
                 (record["normalized_as_streamed"].as_u64().unwrap(), layers)
             };

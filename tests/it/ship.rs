@@ -286,6 +286,12 @@ fn thin_update_from_a_builder(builder_args: &[&str], base_mib: u64) {
             "export"
         };
         assert_eq!(record["normalized_from"], from, "{record}");
+        // The export says why: here, the containerd store.
+        let reason = record["normalized_from_reason"].as_str();
+        match classic {
+            true => assert_eq!(reason, None, "{record}"),
+            false => assert!(reason.unwrap().contains("containerd"), "{record}"),
+        }
     }
     let (code, report) = hallmark_json(&project, &config, &["distribute", "base"]);
     assert_eq!(code, 0, "{report}");
