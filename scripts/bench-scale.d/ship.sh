@@ -58,6 +58,26 @@ on_node() {
   if [ -n "$(var "$node" SSH_HOST)" ]; then ssh -F "$HMTB_SSH_CONFIG" "$(var "$node" SSH_HOST)" docker "$@"
   else docker -H "$(var "$node" LOCAL)" "$@"; fi
 }
+# CPU seconds the engines spent (the builder's and the four nodes' daemons, containerd and
+# sshd included, with the children they waited for: docker-applyLayer, ssh sessions), from
+# /proc: this machine's cores are shared by every node, so the least time any schedule of
+# the four loads can take here is the CPU they need divided by the cores.
+engine_pids=("$HMTB_BUILDER_PID")
+for node in "${four[@]}"; do
+  for key in PID CONTAINERD_PID SSHD_PID; do
+    pid=$(var "$node" "$key"); [ -n "$pid" ] && engine_pids+=("$pid")
+  done
+done
+ticks=$(getconf CLK_TCK) cores=$(nproc)
+engine_cpu() {
+  local sum=0 pid f
+  for pid in "${engine_pids[@]}"; do
+    read -r -a f <"/proc/$pid/stat"
+    sum=$((sum + f[13] + f[14] + f[15] + f[16]))
+  done
+  echo "$sum"
+}
+cpu_seconds() { python3 -c "print(f'{($2 - $1) / $ticks:.2f}')"; }
 forget() { # node tags...
   local node=$1; shift
   docker -H "$(var "$node" LOCAL)" rmi -f "$@" >/dev/null 2>&1 || true
@@ -110,20 +130,21 @@ results=$work/results
 for run in $(seq 1 "$runs"); do
   # (a) baseline first, then hallmark (which leaves the nodes holding its images for (b)).
   for node in "${four[@]}"; do forget "$node" "${tags[@]}"; done
-  t=$(now)
+  t=$(now) c=$(engine_cpu)
   for node in "${four[@]}"; do
     docker -H "$HMTB_BUILDER" save "${tags[@]}" | on_node "$node" load -q >/dev/null
   done
-  a_d=$(seconds "$t" "$(now)")
-  a() { # flags...: hallmark's seconds
+  a_d=$(seconds "$t" "$(now)") a_d_cpu=$(cpu_seconds "$c" "$(engine_cpu)")
+  a() { # flags...: hallmark's seconds, then the CPU seconds of the engines and of hallmark
     for node in "${four[@]}"; do forget "$node" "${tags[@]}"; done
-    local t0; t0=$(now)
-    "$hallmark" --json --config "$four_config" distribute "${names[@]}" "$@" >"$work/a.json" || true
-    seconds "$t0" "$(now)"
+    local t0 c0; t0=$(now) c0=$(engine_cpu)
+    /usr/bin/time -f '%U %S' -o "$work/a.time" \
+      "$hallmark" --json --config "$four_config" distribute "${names[@]}" "$@" >"$work/a.json" || true
+    echo "$(seconds "$t0" "$(now)") $(cpu_seconds "$c0" "$(engine_cpu)") $(awk '{print $1 + $2}' "$work/a.time")"
     [ "$(failed_rows "$work/a.json")" = 0 ] || echo "run $run (a): $(failed_rows "$work/a.json") rows not verified" >&2
   }
-  a_h=$(a)
-  a_p=$(a --parallel)
+  read -r a_h a_h_cpu a_h_own <<<"$(a)"
+  read -r a_p a_p_cpu a_p_own <<<"$(a --parallel)"
 
   # (b) status against each node's own inspect of the tags (the slowest node).
   t=$(now)
@@ -158,18 +179,25 @@ for run in $(seq 1 "$runs"); do
   }
   if [ $((run % 2)) = 1 ]; then d_s=$(d); d_p=$(d --parallel); else d_p=$(d --parallel); d_s=$(d); fi
   # Each run's row on stderr too, so that a run cut short still leaves the earlier rows.
-  echo "$run $a_h $a_p $a_d $b_h $b_d $c_h $c_bytes $new_layer $d_s $d_p" | tee -a "$results" >&2
+  echo "$run $a_h $a_p $a_d $b_h $b_d $c_h $c_bytes $new_layer $d_s $d_p $a_d_cpu $a_h_cpu $a_h_own $a_p_cpu $a_p_own" | tee -a "$results" >&2
 done
 
-python3 - "$results" "$count" "${#all_nodes[@]}" <<'PY'
+python3 - "$results" "$count" "${#all_nodes[@]}" "$cores" <<'PY'
 import sys
 rows = [l.split() for l in open(sys.argv[1]) if l.strip()]
-count, nodes = sys.argv[2], sys.argv[3]
+count, nodes, cores = sys.argv[2], sys.argv[3], int(sys.argv[4])
 mib = lambda b: f"{int(b) / 2**20:.2f}"
 print(f"\n(a) {count} images to 4 nodes, (b) status of them on 4 nodes, (c) first registry update after the stream (4 nodes), (d) 64 MiB image to {nodes} nodes\n")
 print("| run | (a) hallmark s | (a) --parallel s | (a) save\\|load s | (a) x faster (serial, --parallel) | (b) status s | (b) slowest inspect s | (b) status/inspect | (c) s | (c) pulled MiB | (c) new layer MiB x4 | (d) serial s | (d) --parallel s | (d) serial/parallel |")
 print("|---|" + "---|" * 13)
-for r, ah, ap, ad, bh, bd, ch, cb, nl, ds, dp in rows:
+for r, ah, ap, ad, bh, bd, ch, cb, nl, ds, dp, *_ in rows:
     print(f"| {r} | {ah} | {ap} | {ad} | {float(ad)/float(ah):.2f}, {float(ad)/float(ap):.2f} | {bh} | {float(bd):.2f} | {float(bh)/float(bd):.2f} | {ch} | {mib(cb)} | {mib(4*int(nl))} | {ds} | {dp} | {float(ds)/float(dp):.2f} |")
+print(f"\n(a) where the time goes: CPU seconds of the engines (builder and nodes, with their children) and of hallmark; on this machine's {cores} cores no schedule of the loads can take less than their CPU / {cores}\n")
+print("| run | save\\|load: engines CPU s | hallmark serial: engines CPU s | hallmark CPU s | --parallel: engines CPU s | hallmark CPU s | --parallel s | least possible here s | save\\|load s / least possible |")
+print("|---|" + "---|" * 8)
+for r, ah, ap, ad, *rest in rows:
+    dcpu, hcpu, hown, pcpu, pown = map(float, rest[7:])
+    least = (pcpu + pown) / cores
+    print(f"| {r} | {dcpu:.1f} | {hcpu:.1f} | {hown:.1f} | {pcpu:.1f} | {pown:.1f} | {ap} | {least:.1f} | {float(ad)/least:.2f}x |")
 PY
 echo "reproduce: RUNS=$runs COUNT=$count scripts/bench-scale.d/ship.sh"
