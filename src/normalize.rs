@@ -129,7 +129,8 @@ pub async fn normalize(
         true => Err("HALLMARK_NORMALIZE_FROM=export".to_string()),
         false => {
             let (ids, layers) = (&plan.diff_ids, plan.parent_layers);
-            overlay::locate(builder, raw_image, ids, layers, plan.parent_record()).await
+            let parent = plan.parent_record();
+            overlay::locate(builder, raw_image, ids, layers, parent, source_date).await
         }
     };
     let why_export = match found {
@@ -899,6 +900,12 @@ enum Kind {
 }
 
 impl Kind {
+    /// Whether a group of hard links can have this kind: anything but a directory (a
+    /// symlink, a fifo and a device can be linked as a file can: `cp -al` of a tree does).
+    fn leads_hard_links(self) -> bool {
+        !matches!(self, Kind::Dir | Kind::HardLink | Kind::Whiteout)
+    }
+
     /// The kind of a tar entry at `path` that is not a whiteout.
     fn of(entry_type: tar::EntryType, path: &str) -> std::io::Result<Kind> {
         Ok(match entry_type {
@@ -1045,6 +1052,17 @@ fn read_items<R: Read + Seek>(input: R) -> std::io::Result<(Vec<Item>, Vec<Strin
     Ok((items, opaque, archive.into_inner()))
 }
 
+/// A file the build made under a name that the layer format reads as a whiteout: kept, it
+/// would delete another name in the image (`.wh.passwd` deletes `passwd`), or fail the load.
+fn whiteout_named(path: &str) -> std::io::Error {
+    std::io::Error::new(
+        std::io::ErrorKind::InvalidData,
+        format!(
+            "{path}: a name beginning with `{WHITEOUT}` marks a deletion in an image layer; the build made one, which no image can hold (rename it)"
+        ),
+    )
+}
+
 /// A layer's entry as normalisation sees it.
 enum Parsed {
     /// `dir/.wh..wh..opq`: `dir` hides what the layers below hold in it.
@@ -1059,6 +1077,10 @@ fn parse<R: Read>(entry: &mut tar::Entry<'_, R>) -> std::io::Result<Parsed> {
         return Ok(Parsed::Opaque(dir.to_string()));
     }
     let (capability, pax_mtime) = pax_fields(entry)?;
+    let is_dir = entry.header().entry_type() == tar::EntryType::Directory;
+    if (name.starts_with(WHITEOUT) && is_dir) || dir.split('/').any(|c| c.starts_with(WHITEOUT)) {
+        return Err(whiteout_named(&path));
+    }
     if name.starts_with(WHITEOUT) {
         return Ok(Parsed::Item(Item::whiteout(path)));
     }
@@ -1165,7 +1187,7 @@ fn lead_hard_links(mut items: Vec<Item>) -> Vec<Item> {
                 _ => break,
             }
         }
-        if items[root].kind == Kind::File {
+        if items[root].kind.leads_hard_links() {
             groups.entry(root).or_default().push(i);
         }
     }
@@ -1177,9 +1199,9 @@ fn lead_hard_links(mut items: Vec<Item>) -> Vec<Item> {
         for (n, &m) in members.iter().enumerate() {
             let path = std::mem::take(&mut items[m].path);
             items[m] = if n == 0 {
+                // A symlink's target stays its own.
                 Item {
                     path,
-                    link: None,
                     ..content.clone()
                 }
             } else {
@@ -1568,6 +1590,79 @@ mod tests {
         let mut content = String::new();
         first.read_to_string(&mut content).unwrap();
         assert_eq!(content, "abc");
+    }
+
+    /// A symlink, a fifo or a device can be hard-linked too (`cp -al` of a tree holding a
+    /// symlink): the first of its group in canonical order holds it, whichever the engine
+    /// wrote first, or the load refuses a link to a name it has not seen yet.
+    #[test]
+    fn hard_links_to_a_symlink_a_fifo_or_a_device_are_led_by_the_first_name() {
+        let kinds = [
+            (tar::EntryType::Symlink, "../etc/passwd"),
+            (tar::EntryType::Fifo, ""),
+            (tar::EntryType::Char, ""),
+        ];
+        for (kind, target) in kinds {
+            // The engine's walk met `snap/pw` first; canonical order puts `snap/a` first.
+            let linked = |first: &str, then: &str| {
+                let mut tar = tar::Builder::new(Vec::new());
+                let mut leader = header(kind, 0o644, 0);
+                leader.set_device_major(1).unwrap();
+                leader.set_device_minor(3).unwrap();
+                match kind {
+                    tar::EntryType::Symlink => tar.append_link(&mut leader, first, target),
+                    _ => tar.append_data(&mut leader, first, std::io::empty()),
+                }
+                .unwrap();
+                let mut hard = header(tar::EntryType::Link, 0o644, 0);
+                tar.append_link(&mut hard, then, first).unwrap();
+                tar.into_inner().unwrap()
+            };
+            let engine_order = linked("snap/pw", "snap/a");
+            let bytes = normalised(&engine_order, &[]);
+            assert_eq!(
+                bytes,
+                normalised(&linked("snap/a", "snap/pw"), &[]),
+                "{kind:?}"
+            );
+            let entries = listing(&bytes);
+            assert_eq!(
+                (entries[0].0.as_str(), entries[0].4.as_str()),
+                ("snap/a", target),
+                "{kind:?}"
+            );
+            assert_eq!(
+                (entries[1].0.as_str(), entries[1].4.as_str()),
+                ("snap/pw", "snap/a"),
+                "{kind:?}"
+            );
+            let mut archive = tar::Archive::new(bytes.as_slice());
+            let types: Vec<_> = archive
+                .entries()
+                .unwrap()
+                .map(|e| e.unwrap().header().entry_type())
+                .collect();
+            assert_eq!(types, [kind, tar::EntryType::Link]);
+        }
+    }
+
+    /// A directory named `.wh.*` in an export is no deletion: refused, naming it.
+    #[test]
+    fn a_directory_named_as_a_deletion_is_refused() {
+        let mut tar = tar::Builder::new(Vec::new());
+        let mut dir = header(tar::EntryType::Directory, 0o755, 0);
+        tar.append_data(&mut dir, "w/.wh.dir/", std::io::empty())
+            .unwrap();
+        let mut file = header(tar::EntryType::Regular, 0o644, 1);
+        tar.append_data(&mut file, "w/.wh.dir/in", &b"x"[..])
+            .unwrap();
+        let layer = tar.into_inner().unwrap();
+        let lower = || Ok(LowerTree::default());
+        let error = rewrite_layer(Cursor::new(layer), lower, &mut Vec::new(), 1_000)
+            .err()
+            .unwrap()
+            .to_string();
+        assert!(error.contains("w/.wh.dir"), "{error}");
     }
 
     #[test]

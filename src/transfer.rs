@@ -418,7 +418,14 @@ pub async fn load_streamed(
             })
         };
         let hidden = indicatif::ProgressBar::hidden();
-        let loaded = load_into(builder, "", body, &Arc::new(AtomicU64::new(0)), &hidden).await;
+        let loaded = load_into(
+            builder,
+            "the normalised image",
+            body,
+            &Arc::new(AtomicU64::new(0)),
+            &hidden,
+        )
+        .await;
         if !abandoned.load(Ordering::Relaxed) {
             loaded?;
             break;

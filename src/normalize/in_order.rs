@@ -66,7 +66,7 @@ pub fn rewrite(
         }
         last = Some(key);
         match item.kind {
-            Kind::File => {
+            kind if kind.leads_hard_links() => {
                 leaders.insert(item.path.clone(), item.clone());
             }
             Kind::HardLink => match item.link.as_ref().and_then(|l| leaders.get(l)).cloned() {
@@ -216,6 +216,28 @@ mod tests {
         let layer = tar.into_inner().unwrap();
         let bytes = streamed(&layer).unwrap();
         assert!(bytes == normalised(&layer, &[]));
+    }
+
+    /// A hard link to a symlink, a fifo or a device streams as the sorting rewrite writes it.
+    #[test]
+    fn hard_links_to_a_symlink_or_a_fifo_stream_as_the_sorting_rewrite_writes_them() {
+        for kind in [tar::EntryType::Symlink, tar::EntryType::Fifo] {
+            let mut tar = tar::Builder::new(Vec::new());
+            let mut leader = crate::oci::tar::header(kind, 0o644, 0, 0);
+            leader.set_uid(0);
+            leader.set_gid(0);
+            leader.set_device_major(0).unwrap();
+            leader.set_device_minor(0).unwrap();
+            match kind {
+                tar::EntryType::Symlink => tar.append_link(&mut leader, "a", "../etc/passwd"),
+                _ => tar.append_data(&mut leader, "a", std::io::empty()),
+            }
+            .unwrap();
+            hard_link(&mut tar, "b", "a");
+            let layer = tar.into_inner().unwrap();
+            let bytes = streamed(&layer).unwrap();
+            assert!(bytes == normalised(&layer, &[]), "{kind:?}");
+        }
     }
 
     /// A pseudo-random layer written in walk order as engines write it: directories, files

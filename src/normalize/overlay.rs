@@ -41,15 +41,36 @@ pub struct Found {
     pub dirs: Vec<PathBuf>,
 }
 
+/// The first entry under `dir` whose modification time is exactly the epoch. moby writes
+/// the epoch when it unpacks a time it cannot hold (before 1970, after 2262-04-11), so such a
+/// name's true time is only in the layer's tar: where it would be clamped to a source date
+/// above 0, the directory cannot say to what.
+fn at_the_epoch(dir: &Path) -> Option<PathBuf> {
+    use std::os::unix::fs::MetadataExt;
+    walkdir::WalkDir::new(dir)
+        .min_depth(1)
+        .into_iter()
+        .flatten()
+        .find(|entry| {
+            entry
+                .metadata()
+                .is_ok_and(|m| m.mtime() == 0 && m.mtime_nsec() == 0)
+        })
+        .map(|entry| entry.into_path())
+}
+
 /// Finds the raw image `id` (layers `diff_ids`, the first `parent_layers` its parent's) in
 /// the builder's store on this machine, or says why it cannot be read there. `parent` is
 /// the store's record of the parent's layers, when it has one (no tar-split is read then).
+/// With a `source_date` above 0, a name whose time is the epoch sends the reading to the
+/// export ([`at_the_epoch`]).
 pub async fn locate(
     builder: &Engine,
     id: &str,
     diff_ids: &[Digest],
     parent_layers: usize,
     parent: Option<&[StoredLayer]>,
+    source_date: u64,
 ) -> std::result::Result<Found, String> {
     if builder.via() != "socket" {
         return Err(format!("the builder is reached by {}", builder.via()));
@@ -110,6 +131,14 @@ pub async fn locate(
         dirs.push(dir);
     }
     let new_dirs = dirs.split_off(parent_layers);
+    if source_date > 0
+        && let Some(path) = new_dirs.iter().find_map(|dir| at_the_epoch(dir))
+    {
+        return Err(format!(
+            "{} has the epoch as its time, as the engine writes for any time before 1970 or after 2262: the export has the true one",
+            path.display()
+        ));
+    }
     let parent = match parent {
         Some(record) => record.to_vec(),
         None => (0..parent_layers)
@@ -249,6 +278,14 @@ pub fn walk(dir: &Path) -> std::io::Result<Walked> {
             let (parent, name) = split(&path);
             items.push(Item::whiteout(join(parent, &format!("{WHITEOUT}{name}"))));
             continue;
+        }
+        // overlay2 marks deletions with devices, never with names: this one the build made.
+        if entry
+            .file_name()
+            .as_encoded_bytes()
+            .starts_with(WHITEOUT.as_bytes())
+        {
+            return Err(super::whiteout_named(&path));
         }
         let mut item = Item {
             kind: Kind::File,
@@ -403,5 +440,44 @@ mod tests {
         assert_eq!(walked.opaque, vec!["opt/d".to_string()]);
         let x = walked.items.iter().find(|i| i.path == "opt/x").unwrap();
         assert_eq!(x.capability.as_deref(), Some(&capability[..]));
+    }
+
+    /// A file or directory the build named `.wh.*` would delete another name in the image
+    /// (overlay2 marks deletions with devices): refused, naming it.
+    #[test]
+    fn a_name_the_layer_format_reads_as_a_deletion_is_refused() {
+        for made in ["file", "dir"] {
+            let dir = tempfile::tempdir().unwrap();
+            let path = dir.path().join("etc/.wh.passwd");
+            std::fs::create_dir_all(dir.path().join("etc")).unwrap();
+            match made {
+                "file" => std::fs::write(&path, b"keep\n").unwrap(),
+                _ => std::fs::create_dir(&path).unwrap(),
+            }
+            let error = walk(dir.path()).err().unwrap().to_string();
+            assert!(
+                error.contains("etc/.wh.passwd") && error.contains("rename"),
+                "{error}"
+            );
+        }
+    }
+
+    /// moby writes the epoch for a time it cannot hold (after 2262): such a name is found.
+    #[test]
+    fn a_name_at_the_epoch_is_found() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::create_dir_all(dir.path().join("t")).unwrap();
+        std::fs::write(dir.path().join("t/now"), b"x").unwrap();
+        assert_eq!(at_the_epoch(dir.path()), None);
+        let late = dir.path().join("t/y2300");
+        std::fs::write(&late, b"x").unwrap();
+        let epoch = std::fs::FileTimes::new().set_modified(std::time::UNIX_EPOCH);
+        std::fs::File::options()
+            .write(true)
+            .open(&late)
+            .unwrap()
+            .set_times(epoch)
+            .unwrap();
+        assert_eq!(at_the_epoch(dir.path()), Some(late));
     }
 }

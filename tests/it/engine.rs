@@ -298,7 +298,8 @@ fn normalised_builds_on_every_engine_kind_are_identical() {
     let testbed = Testbed::get();
     let (project, tag) = hello_project();
     // A clone-at-pin image too: a patched source copied in, and a RUN step on it that deletes
-    // a file and replaces a directory of its parent's, and makes a hard link.
+    // a file and replaces a directory of its parent's, and makes hard links (to a file, and
+    // with `cp -al`, to a symlink and a fifo).
     let upstream = GitRepo::new(project.root(), "upstream");
     // A name past 100 bytes too, which engines and the canonical form write differently.
     let deep = format!("{}/{}.txt", "d".repeat(70), "n".repeat(60));
@@ -310,7 +311,7 @@ fn normalised_builds_on_every_engine_kind_are_identical() {
         .write(
             "images/clone/image.toml",
             &format!(
-                "[image]\nname = \"clone-{run}\"\n\n[from]\nimage = \"hello\"\n\n[[source]]\nname = \"upstream\"\ngit = \"{}\"\nrev = \"v1\"\ndest = \"/opt/upstream\"\npatches = [\"fix\"]\n\n[build]\nrun = [\"wc -c /opt/upstream/greeting.txt > /opt/size.txt && mkdir -p /var/made && rm /etc/hello.txt && rm -rf /usr/local/bin && mkdir /usr/local/bin && ln /opt/size.txt /usr/local/bin/size\"]\n",
+                "[image]\nname = \"clone-{run}\"\n\n[from]\nimage = \"hello\"\n\n[[source]]\nname = \"upstream\"\ngit = \"{}\"\nrev = \"v1\"\ndest = \"/opt/upstream\"\npatches = [\"fix\"]\n\n[build]\nrun = [\"wc -c /opt/upstream/greeting.txt > /opt/size.txt && mkdir -p /var/made && rm /etc/hello.txt && rm -rf /usr/local/bin && mkdir /usr/local/bin && ln /opt/size.txt /usr/local/bin/size && mkdir /src && ln -s ../etc/passwd /src/pw && mkfifo /src/f && cp -al /src /snap\"]\n",
                 upstream.url()
             ),
         )
@@ -1861,4 +1862,39 @@ fn prune_removes_the_build_cache_of_superseded_builds_on_every_engine_kind() {
         let greeting = testbed.run_container(&node, &tag, &["cat", "/etc/hello.txt"]);
         assert!(greeting.contains("hello from hallmark"), "{greeting}");
     }
+}
+
+/// A time past 2262 (which moby writes as the epoch when it unpacks the layer) under a source
+/// date above 0: the layer directories cannot say what the export's true time clamps to, so
+/// the export is read, and the image is the one the export alone makes.
+#[test]
+fn a_time_past_2262_normalises_as_the_export_does() {
+    let testbed = Testbed::get();
+    let (project, tag) = hello_project();
+    let spec = project.read("images/hello/image.toml").replace(
+        "run = [\"hello > /etc/hello.txt\"]",
+        "run = [\"hello > /etc/hello.txt && touch -d '2300-01-01 00:00:00' /etc/late\"]",
+    );
+    let spec = spec.replace("[image]\n", "[image]\nsource-date-epoch = 1700000000\n");
+    project.write("images/hello/image.toml", &spec);
+    let config = testbed.config();
+    let mut images = Vec::new();
+    for env in [&[][..], &[("HALLMARK_NORMALIZE_FROM", "export")][..]] {
+        let args = ["build", "--force", "hello"];
+        let (code, records) = support::hallmark_json_with(&project, &config, &args, env);
+        assert_eq!(code, 0, "{records}");
+        let record = &records[0];
+        assert_eq!(record["normalized_from"], "export", "{record}");
+        let reason = record["normalized_from_reason"].as_str().unwrap();
+        let why = if env.is_empty() {
+            "epoch"
+        } else {
+            "HALLMARK_NORMALIZE_FROM"
+        };
+        assert!(reason.contains(why), "{record}");
+        images.push(testbed.image_id("builder", &tag));
+        let mtime = testbed.run_container("builder", &tag, &["stat", "-c", "%Y", "/etc/late"]);
+        assert_eq!(mtime.trim(), "1700000000", "clamped to the source date");
+    }
+    assert_eq!(images[0], images[1]);
 }
