@@ -254,6 +254,15 @@ impl Engine {
         self.list_images("").await
     }
 
+    /// The images tagged with one of `references`, in one request. A containerd store spends
+    /// milliseconds of work on each image it lists (Docker 26 and 28: 5-8 ms of CPU each
+    /// here), so a node holding hundreds of images lists only those asked for.
+    pub async fn listed_images_named(&self, references: &[&str]) -> Result<Vec<ImageListed>> {
+        let filters = serde_json::json!({ "reference": references });
+        self.list_images(&format!("?filters={}", escape(&filters.to_string(), "")))
+            .await
+    }
+
     async fn list_images(&self, query: &str) -> Result<Vec<ImageListed>> {
         Ok(self
             .transport

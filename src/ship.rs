@@ -285,10 +285,11 @@ impl Distribute<'_> {
             layers_sent: shipment.diff_ids.len(),
             ..Transfer::default()
         };
+        let id = holding.as_ref().ok().and_then(|h| h.image_id.clone());
         let mut outcome = node::judged(&nodes[i].node, holding, shipment, Action::Full(sent));
         if outcome.verified() {
-            transfer::remember_loaded(self.settings.cache, &nodes[i], &shipment.reference, &stored)
-                .await;
+            let (cache, reference) = (self.settings.cache, &shipment.reference);
+            transfer::remember_loaded(cache, &nodes[i], reference, &stored, id.as_deref()).await;
         }
         outcome.seconds = started.elapsed().as_secs_f64();
         Ok((stored, Some((i, outcome))))

@@ -221,13 +221,25 @@ fn loaded(cache: &Path, id: &str) -> Option<StoredImage> {
     serde_json::from_str(&text).ok()
 }
 
-/// After a verified load of `stored` into `node`: notes the node's id for the image, so
-/// that [`held_prefix`] knows which blobs that node's containerd store holds.
-pub async fn remember_loaded(cache: &Path, node: &Engine, reference: &str, stored: &StoredImage) {
-    let Ok(Some(image)) = node.inspect(reference).await else {
-        return;
+/// After a verified load of `stored` into `node`: notes the node's id for the image (`id`,
+/// where the verification saw it; asked otherwise), so that [`held_prefix`] knows which
+/// blobs that node's containerd store holds.
+pub async fn remember_loaded(
+    cache: &Path,
+    node: &Engine,
+    reference: &str,
+    stored: &StoredImage,
+    id: Option<&str>,
+) {
+    let id = match id {
+        Some(id) => id.to_string(),
+        // An inspect is no light request on a containerd store (Docker 28 sizes the image).
+        None => match node.inspect(reference).await {
+            Ok(Some(image)) => image.id().unwrap_or_default().to_string(),
+            _ => return,
+        },
     };
-    let Some(path) = image.id().and_then(|id| loaded_path(cache, id)) else {
+    let Some(path) = loaded_path(cache, &id) else {
         return;
     };
     if path.exists() {

@@ -107,6 +107,10 @@ pub struct NodeHolding {
     pub checksum: Option<String>,
     pub fingerprint: Option<String>,
     pub detail: Option<String>,
+    /// The engine's id for the image it holds under the reference, where it was seen
+    /// (`distribute` notes it for the next thin archive without asking again).
+    #[serde(skip)]
+    pub image_id: Option<String>,
 }
 
 /// What `engine` holds under `reference`, against the expected checksum and fingerprint.
@@ -153,6 +157,7 @@ async fn holding_of(
         checksum: checksum_found,
         fingerprint: fingerprint_found,
         detail,
+        image_id: image.and_then(|(image, _)| image.id().map(str::to_string)),
     })
 }
 
@@ -181,8 +186,12 @@ pub fn known_ids(store: &crate::store::LayerStore, builder_id: &str) -> Vec<Stri
 /// How many images of one engine are inspected at once.
 const INSPECTS_AT_ONCE: usize = 8;
 
+/// Up to how many images are listed by name ([`Engine::listed_images_named`]); more, and
+/// the engine lists all of its images.
+const NAMES_IN_A_FILTER: usize = 1000;
+
 /// What `engine` holds of each of `wanted`, in order, from one listing of the engine's
-/// images: a tag naming an image with another checksum is `stale`, one naming an id of
+/// images under those names: a tag naming an image with another checksum is `stale`, one naming an id of
 /// `wanted.ids` with the checksum `current`, a tag a classic store does not list `missing`,
 /// each without a request of its own. Only the others are inspected, several at a time: a
 /// containerd store may hold a tag it does not list (Docker 26, an incomplete image), and an
@@ -193,7 +202,15 @@ pub async fn holdings(
     wanted: &[Wanted],
 ) -> Vec<Result<NodeHolding>> {
     use futures_util::StreamExt as _;
-    let (listed, info) = futures_util::future::join(engine.listed_images(), engine.info()).await;
+    let references: Vec<&str> = wanted.iter().map(|w| w.reference.as_str()).collect();
+    // A filter of that many names is a few kilobytes of query at most.
+    let listing = async {
+        match references.len() <= NAMES_IN_A_FILTER {
+            true => engine.listed_images_named(&references).await,
+            false => engine.listed_images().await,
+        }
+    };
+    let (listed, info) = futures_util::future::join(listing, engine.info()).await;
     // If the engine cannot say which store it has, every unlisted tag is asked.
     let lists_all = info.is_ok_and(|info| info.image_store() == "classic");
     let listed = match listed {
@@ -228,6 +245,7 @@ pub async fn holdings(
                     checksum: Some(found.clone()),
                     fingerprint: None,
                     detail: None,
+                    image_id: Some(seen.id.clone()),
                 });
             }
             let held = |state, fingerprint: Option<&str>| NodeHolding {
@@ -236,6 +254,7 @@ pub async fn holdings(
                 checksum: fingerprint.map(|_| want.checksum.clone()),
                 fingerprint: fingerprint.map(str::to_string),
                 detail: None,
+                image_id: seen.map(|seen| seen.id.clone()),
             };
             match seen {
                 None if lists_all => return Ok(held(Holding::Missing, None)),

@@ -113,5 +113,6 @@ fn unreachable_holding(node: &NodeConfig, error: impl ToString) -> NodeHolding {
         checksum: None,
         fingerprint: None,
         detail: Some(error.to_string()),
+        image_id: None,
     }
 }

@@ -124,6 +124,13 @@ async fn plan(
 ) -> NodePlan {
     let wanted: Vec<verify::Wanted> = shipments.iter().map(|s| s.wanted(store)).collect();
     let holdings = verify::holdings(node, settings.checksum_label, &wanted).await;
+    // Tags the node was just seen not to hold: no layer to build on under them.
+    let absent: HashSet<&str> = shipments
+        .iter()
+        .zip(&holdings)
+        .filter(|(_, h)| matches!(h, Ok(h) if h.state == Holding::Missing))
+        .map(|(s, _)| s.reference.as_str())
+        .collect();
     let mut held: Option<Result<Vec<HashSet<String>>>> = None;
     let mut plan = NodePlan {
         decisions: Vec::new(),
@@ -136,7 +143,7 @@ async fn plan(
             Ok(_) if full => Decision::Send { first_missing: 0 },
             Ok(_) => {
                 if held.is_none() {
-                    held = Some(held_chains(node, settings, shipments).await);
+                    held = Some(held_chains(node, settings, shipments, &absent).await);
                 }
                 match held.as_ref().expect("asked") {
                     Ok(sets) => Decision::Send {
@@ -160,17 +167,20 @@ fn prefix(sets: &[HashSet<String>], chains: &[String]) -> usize {
 }
 
 /// The layer chains each of the node's images a load can build on holds: the images the
-/// shipments name as related (their tags, their parents), each asked once; only if none of
-/// them is there, every image of the node (as `transfer::held_prefix` does for one image).
+/// shipments name as related (their tags, their parents), each asked once unless `absent`;
+/// only if none of them is there, every image of the node (as `transfer::held_prefix` does
+/// for one image).
 async fn held_chains(
     node: &Engine,
     settings: &ShipSettings<'_>,
     shipments: &[Shipment],
+    absent: &HashSet<&str>,
 ) -> Result<Vec<HashSet<String>>> {
     let blobs = transfer::keeps_blobs(node).await;
     let related: BTreeSet<&str> = shipments
         .iter()
         .flat_map(|s| s.related.iter().map(String::as_str))
+        .filter(|reference| !absent.contains(reference))
         .collect();
     let mut sets = chains_of(
         node,
@@ -341,16 +351,18 @@ async fn send_together(
         } else {
             Action::Thin(sent)
         };
+        let id = holding.as_ref().ok().and_then(|h| h.image_id.clone());
         let outcome = node::judged(&node.node, holding, shipment, action);
         if outcome.verified() {
-            loaded.push((&shipment.reference, image));
+            loaded.push((&shipment.reference, image, id));
         }
         judged.push((*i, Some(outcome)));
     }
-    // What hallmark loaded where, noted for the next thin archives (an inspect each).
+    // What hallmark loaded where, noted for the next thin archives (under the id the
+    // verification saw: no request of its own).
     futures_util::stream::iter(loaded)
-        .for_each_concurrent(INSPECTS_AT_ONCE, |(reference, image)| {
-            transfer::remember_loaded(settings.cache, node, reference, image)
+        .for_each_concurrent(INSPECTS_AT_ONCE, |(reference, image, id)| async move {
+            transfer::remember_loaded(settings.cache, node, reference, image, id.as_deref()).await
         })
         .await;
     Ok(judged)

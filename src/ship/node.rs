@@ -131,9 +131,11 @@ pub async fn send_and_verify(
     } else {
         Action::Thin(sent)
     };
+    let id = holding.as_ref().ok().and_then(|h| h.image_id.clone());
     let outcome = judged(&node.node, holding, shipment, action);
     if outcome.verified() {
-        transfer::remember_loaded(settings.cache, node, &shipment.reference, image).await;
+        let (cache, reference) = (settings.cache, &shipment.reference);
+        transfer::remember_loaded(cache, node, reference, image, id.as_deref()).await;
         if let Some(stub) = stub {
             node.remove_untagged(&stub).await;
         }
