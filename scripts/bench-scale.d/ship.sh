@@ -82,6 +82,17 @@ forget() { # node tags...
   local node=$1; shift
   docker -H "$(var "$node" LOCAL)" rmi -f "$@" >/dev/null 2>&1 || true
 }
+# A containerd store removes the snapshots and blobs of removed images in the background
+# (its garbage collection): wait until the engines are idle (under 5% of a core for a
+# second, two minutes at most), so that no case is charged the cleanup of the one before.
+settle() {
+  local before after i
+  for i in $(seq 120); do
+    before=$(engine_cpu); sleep 1; after=$(engine_cpu)
+    [ $((after - before)) -le $((ticks / 20)) ] && return
+  done
+  echo "settle: the engines did not go idle in 120 s" >&2
+}
 
 project=$work/project
 mkdir -p "$project/images/base" "$project/pins"
@@ -130,6 +141,7 @@ results=$work/results
 for run in $(seq 1 "$runs"); do
   # (a) baseline first, then hallmark (which leaves the nodes holding its images for (b)).
   for node in "${four[@]}"; do forget "$node" "${tags[@]}"; done
+  settle
   t=$(now) c=$(engine_cpu)
   for node in "${four[@]}"; do
     docker -H "$HMTB_BUILDER" save "${tags[@]}" | on_node "$node" load -q >/dev/null
@@ -137,6 +149,7 @@ for run in $(seq 1 "$runs"); do
   a_d=$(seconds "$t" "$(now)") a_d_cpu=$(cpu_seconds "$c" "$(engine_cpu)")
   a() { # flags...: hallmark's seconds, then the CPU seconds of the engines and of hallmark
     for node in "${four[@]}"; do forget "$node" "${tags[@]}"; done
+    settle
     local t0 c0; t0=$(now) c0=$(engine_cpu)
     /usr/bin/time -f '%U %S' -o "$work/a.time" \
       "$hallmark" --json --config "$four_config" distribute "${names[@]}" "$@" >"$work/a.json" || true
