@@ -43,6 +43,7 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 use std::io::{Read, Seek, SeekFrom, Write};
 use std::sync::Arc;
 
+mod content;
 mod export;
 mod in_order;
 mod overlay;
@@ -75,6 +76,8 @@ pub enum ReadFrom {
     Export,
     /// The builder's layer directories on this machine ([`overlay`]).
     Directories,
+    /// The blobs of the builder's containerd content store on this machine ([`content`]).
+    ContentStore,
 }
 
 impl ReadFrom {
@@ -82,6 +85,7 @@ impl ReadFrom {
         match self {
             ReadFrom::Export => "export",
             ReadFrom::Directories => "layer directories",
+            ReadFrom::ContentStore => "content store",
         }
     }
 }
@@ -133,7 +137,7 @@ pub async fn normalize(
             overlay::locate(builder, raw_image, ids, layers, parent, source_date).await
         }
     };
-    let why_export = match found {
+    let why_not_dirs = match found {
         Ok(found) => {
             let finish = finish.map(|(k, c)| (k.to_string(), c.to_string()));
             let layers = plan.parent_layers;
@@ -141,11 +145,26 @@ pub async fn normalize(
         }
         Err(why) => why,
     };
+    // A containerd store on this machine: its blobs are read where it keeps them.
+    let (blobs, why_export) = match export_only {
+        true => (None, Some(why_not_dirs)),
+        false => {
+            let layers = plan.parent_layers;
+            match content::locate(builder, raw_image, &plan.diff_ids, layers).await {
+                Ok(blobs) => (Some(blobs), None),
+                Err(why) => (None, Some(why.unwrap_or(why_not_dirs))),
+            }
+        }
+    };
     loop {
+        let from = Source {
+            raw_id,
+            blobs: blobs.as_ref(),
+        };
         match normalize_once(
             builder,
             store,
-            raw_id,
+            from,
             &plan,
             parent.name,
             source_date,
@@ -159,7 +178,7 @@ pub async fn normalize(
             Err(export::Failure::Error(e)) => return Err(e),
             Ok(normalised) => {
                 return Ok(Normalised {
-                    why_export: Some(why_export),
+                    why_export,
                     ..normalised
                 });
             }
@@ -167,11 +186,19 @@ pub async fn normalize(
     }
 }
 
+/// What normalisation reads as the raw image's export: the engine's, or the archive of the
+/// content store's blobs.
+#[derive(Clone, Copy)]
+struct Source<'a> {
+    raw_id: &'a str,
+    blobs: Option<&'a content::Blobs>,
+}
+
 /// One reading of the export, rewrite and load (see [`normalize`]).
 async fn normalize_once(
     builder: &Engine,
     store: &Arc<LayerStore>,
-    raw_id: &str,
+    from: Source<'_>,
     plan: &export::Plan,
     parent: &str,
     source_date: u64,
@@ -182,8 +209,15 @@ async fn normalize_once(
     let (made_sender, made) = std::sync::mpsc::sync_channel(16);
     let streamed = !transfer::keeps_blobs(builder).await;
     let (export_sender, reader) = StreamReader::channel();
+    let archive: Box<dyn Read + Send> = match from.blobs {
+        Some(blobs) => Box::new(blobs.archive()),
+        None => Box::new(reader),
+    };
     let forward = async move {
-        let mut stream = builder.export(raw_id);
+        if from.blobs.is_some() {
+            return;
+        }
+        let mut stream = builder.export(from.raw_id);
         while let Some(chunk) = stream.next().await {
             let failed = chunk.is_err();
             if export_sender.send(chunk).await.is_err() || failed {
@@ -199,7 +233,7 @@ async fn normalize_once(
                 let load = (streamed && into_load).then_some(&made);
                 rewrite_streaming(&store, layer, size, load, source_date)
             };
-            export::split(&plan, &store, reader, &spool_sender, &mut rewrite)
+            export::split(&plan, &store, archive, &spool_sender, &mut rewrite)
         })
     };
     let (below, serve_parent) = parent_below(builder, store, parent);
@@ -238,7 +272,10 @@ async fn normalize_once(
         id: loaded?,
         layers,
         streamed,
-        from: ReadFrom::Export,
+        from: match from.blobs {
+            Some(_) => ReadFrom::ContentStore,
+            None => ReadFrom::Export,
+        },
         why_export: None,
     })
 }

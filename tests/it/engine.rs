@@ -321,10 +321,11 @@ fn normalised_builds_on_every_engine_kind_are_identical() {
     let engines = engine_kinds(testbed, &project);
     assert!(engines.len() >= 2, "{engines:?}");
     let mut seen: Vec<(String, Vec<String>)> = Vec::new();
-    // On a classic-store builder on this machine the new layers are read from its layer
-    // directories; the export is read where asked to, and on every other engine.
+    // On this machine the new layers are read where the builder keeps them: a classic
+    // store's layer directories, a containerd store's content store; the export is read
+    // where asked to.
     let ways: [(&str, &[(&str, &str)]); 2] = [
-        ("layer directories", &[]),
+        ("where it keeps them", &[]),
         ("export", &[("HALLMARK_NORMALIZE_FROM", "export")]),
     ];
     for (node, kind) in &engines {
@@ -334,9 +335,11 @@ fn normalised_builds_on_every_engine_kind_are_identical() {
         let config = testbed.config_with_builder(project.root(), node);
         for (way, env) in ways {
             let classic = kind.contains("classic");
-            if way != "export" && !classic {
-                continue;
-            }
+            let from = match (way, classic) {
+                ("export", _) => "export",
+                (_, true) => "layer directories",
+                (_, false) => "content store",
+            };
             let args = ["build", "--force", "clone"];
             let (code, records) = support::hallmark_json_with(&project, &config, &args, env);
             assert_eq!(code, 0, "{records}");
@@ -350,7 +353,7 @@ fn normalised_builds_on_every_engine_kind_are_identical() {
                     .find(|r| r["image"] == image)
                     .unwrap_or_else(|| panic!("no record of {image}: {records}"))
                     .clone();
-                assert_eq!(record["normalized_from"], way, "{node} ({kind}): {record}");
+                assert_eq!(record["normalized_from"], from, "{node} ({kind}): {record}");
                 // Why the export, where it was read (the containerd store's own reason is
                 // asserted in ship.rs's thin updates).
                 let reason = record["normalized_from_reason"]
@@ -396,13 +399,12 @@ fn normalised_builds_on_every_engine_kind_are_identical() {
                 )
             };
             let images = vec![image(&tag), image(&clone)];
-            seen.push((format!("{node} ({kind}, from the {way})"), images));
+            seen.push((format!("{node} ({kind}, from the {from})"), images));
         }
     }
-    assert!(
-        seen.iter().any(|(way, _)| way.contains("directories")),
-        "{seen:?}"
-    );
+    for from in ["layer directories", "content store", "export"] {
+        assert!(seen.iter().any(|(way, _)| way.contains(from)), "{seen:?}");
+    }
     for (engine, images) in &seen[1..] {
         assert_eq!(images, &seen[0].1, "{engine} and {} differ", seen[0].0);
     }
