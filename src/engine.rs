@@ -304,9 +304,15 @@ impl Engine {
     /// Removes an image no tag names; a failure is not an error (the image may be in use by a
     /// container). Its untagged parents stay: they are the engine's build cache, which another
     /// build running at the same time may stand on (removing them failed such a build with
-    /// "unknown parent image ID").
+    /// "unknown parent image ID"). An image a tag names is left alone: removing it by its id
+    /// would take the tag with it (an outside test found a repaired image removed so, when
+    /// the load that completed it gave it the very id it had before).
     pub async fn remove_untagged(&self, image_id: &str) {
-        self.remove_name(image_id).await;
+        if let Ok(Some(image)) = self.inspect(image_id).await
+            && image.repo_tags.is_empty()
+        {
+            self.remove_name(image_id).await;
+        }
     }
 
     /// Removes the name `reference` (`docker rmi --no-prune`); the image goes only if no

@@ -1495,30 +1495,7 @@ fn a_stub_image_under_the_tag_on_a_docker_28_builder_is_read_not_refused() {
         }
     }
     let _remove = Remove(testbed, node.clone(), [tag.clone(), manifest.clone()]);
-    let conf = std::fs::read_to_string(testbed.dir.join(format!("nodes/{node}.conf"))).unwrap();
-    let setting = |key: &str| {
-        conf.lines()
-            .find_map(|l| l.strip_prefix(&format!("{key}=")))
-            .unwrap_or_else(|| panic!("no {key} in {conf}"))
-            .to_string()
-    };
-    let removed = std::process::Command::new(format!("{}/usr/bin/ctr", setting("ENGINE_ROOT")))
-        .args([
-            "--address",
-            &setting("CTD_SOCK"),
-            "-n",
-            "moby",
-            "content",
-            "rm",
-            &manifest,
-        ])
-        .output()
-        .unwrap();
-    assert!(
-        removed.status.success(),
-        "{}",
-        String::from_utf8_lossy(&removed.stderr)
-    );
+    testbed.ctr(&node, &["content", "rm", &manifest]);
     let os = testbed.docker_ok(&node, &["image", "inspect", "--format", "[{{.Os}}]", &tag]);
     assert_eq!(os, "[]", "the engine answers a stub");
 

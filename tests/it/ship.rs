@@ -820,3 +820,56 @@ fn status_and_verify_from_one_listing_per_node() {
         assert!(row["checksum"].is_string(), "{row}");
     }
 }
+
+/// An image hallmark loaded onto a containerd-store node loses a layer's blob (a `ctr content
+/// rm`, a disk repair): `status` says `incomplete`, and the next distribute loads the same
+/// image back, which completes the very image the tag names (same manifest, same id). An
+/// outside test found that image then removed as the "stub" it had been, and the row saying
+/// verified: the node kept nothing under the tag. Now it keeps the whole image.
+#[test]
+fn an_image_missing_a_blob_on_a_containerd_store_is_repaired_in_place() {
+    let testbed = Testbed::get();
+    let project = project(4, "blob-gone");
+    let config = testbed.config();
+    let wrap = reference(&project, "wrap");
+    project
+        .run(&["--config", config.to_str().unwrap(), "-q", "build", "wrap"])
+        .success();
+    let nodes = testbed.local_containerd_nodes();
+    assert!(nodes.len() >= 2, "Docker 26 and 28: {nodes:?}");
+    let to = nodes.join(",");
+    for image in ["base", "wrap"] {
+        let (code, report) = hallmark_json(&project, &config, &["distribute", image, "--to", &to]);
+        assert_eq!(code, 0, "{report}");
+    }
+    for node in &nodes {
+        let manifest = testbed.image_id(node, &wrap);
+        let manifest: Value =
+            serde_json::from_str(&testbed.ctr(node, &["content", "get", &manifest]))
+                .unwrap_or_else(|e| panic!("{node}: the manifest of {wrap}: {e}"));
+        let last = manifest["layers"].as_array().unwrap().last().unwrap()["digest"].clone();
+        testbed.ctr(node, &["content", "rm", last.as_str().unwrap()]);
+    }
+    let (_, status) = hallmark_json(&project, &config, &["status"]);
+    for node in &nodes {
+        let row = status
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|r| r["image"] == "wrap" && r["node"] == node.as_str())
+            .unwrap_or_else(|| panic!("no row of wrap on {node}: {status}"));
+        assert_eq!(row["state"], "incomplete", "{status}");
+    }
+
+    let (code, report) = hallmark_json(&project, &config, &["distribute", "wrap", "--to", &to]);
+    assert_eq!(code, 0, "{report}");
+    for node in nodes_of(&report) {
+        assert_eq!(node["verified"], true, "{node}");
+    }
+    let (code, report) = hallmark_json(&project, &config, &["verify", "wrap", "--nodes", &to]);
+    assert_eq!(code, 0, "the nodes still hold it: {report}");
+    for node in &nodes {
+        testbed.assert_saves_whole(node, &wrap);
+        testbed.run_container(node, &wrap, &["test", "-s", "/wrap.bin"]);
+    }
+}

@@ -724,6 +724,29 @@ impl Testbed {
 
     /// The nodes on the containerd store that this machine reaches by socket (a registry on
     /// its loopback is theirs too).
+    /// Runs containerd's `ctr` in the engine namespace (`moby`) of the containerd-store
+    /// `node`; panics on failure.
+    pub fn ctr(&self, node: &str, args: &[&str]) -> String {
+        let conf = std::fs::read_to_string(self.dir.join(format!("nodes/{node}.conf"))).unwrap();
+        let setting = |key: &str| {
+            conf.lines()
+                .find_map(|l| l.strip_prefix(&format!("{key}=")))
+                .unwrap_or_else(|| panic!("no {key} in {conf}"))
+                .to_string()
+        };
+        let output = Command::new(format!("{}/usr/bin/ctr", setting("ENGINE_ROOT")))
+            .args(["--address", &setting("CTD_SOCK"), "-n", "moby"])
+            .args(args)
+            .output()
+            .unwrap();
+        assert!(
+            output.status.success(),
+            "ctr {args:?} on {node}: {}",
+            String::from_utf8_lossy(&output.stderr)
+        );
+        String::from_utf8_lossy(&output.stdout).into_owned()
+    }
+
     pub fn local_containerd_nodes(&self) -> Vec<String> {
         self.containerd_nodes()
             .into_iter()
