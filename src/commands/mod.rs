@@ -69,12 +69,24 @@ async fn connect(settings: &Settings, node: &NodeConfig) -> Result<Engine> {
     Engine::connect(node, settings.config.ssh_config.as_deref(), &settings.cache).await
 }
 
-/// Connects to each node in turn: first contact with an ssh node (host-key check included)
-/// happens one at a time, so parallel transfers never race on known_hosts.
+/// Connects to every node: engines reached directly all at once (a hung one costs its own
+/// wait, not everyone's), then the ssh nodes one at a time: first contact with an ssh node
+/// (host-key check included) never races another on known_hosts.
 async fn connect_all(settings: &Settings, nodes: &[NodeConfig]) -> Vec<Result<Engine>> {
+    let is_ssh = |node: &NodeConfig| matches!(node.engine.kind(), crate::engine::Kind::Ssh { .. });
+    let direct = futures_util::future::join_all(nodes.iter().map(|node| async move {
+        match is_ssh(node) {
+            true => None,
+            false => Some(connect(settings, node).await),
+        }
+    }))
+    .await;
     let mut engines = Vec::new();
-    for node in nodes {
-        engines.push(connect(settings, node).await);
+    for (node, direct) in nodes.iter().zip(direct) {
+        engines.push(match direct {
+            Some(engine) => engine,
+            None => connect(settings, node).await,
+        });
     }
     engines
 }

@@ -133,7 +133,8 @@ impl SshBridge {
     /// cache for 5 idle minutes, so the next hallmark command (distribute after build,
     /// verify, status) finds the connection open instead of paying the handshake again.
     /// BatchMode: never wait for a password or a host-key prompt; an unknown or changed
-    /// host key is an error, not a question.
+    /// host key is an error, not a question. A node that does not answer fails in 30 s, and a
+    /// connection that goes silent (the node gone) in about a minute, instead of never.
     fn ssh(&self) -> tokio::process::Command {
         let mut ssh = tokio::process::Command::new("ssh");
         ssh.args(&self.control).args([
@@ -146,6 +147,12 @@ impl SshBridge {
             ),
             "-o",
             "BatchMode=yes",
+            "-o",
+            "ConnectTimeout=30",
+            "-o",
+            "ServerAliveInterval=15",
+            "-o",
+            "ServerAliveCountMax=4",
         ]);
         ssh
     }

@@ -201,14 +201,28 @@ impl Transport {
             .header("content-type", "application/json")
             .body(bollard::body_full(bytes))
             .map_err(|e| format!("{method} {path_and_query}: {e}"))?;
-        let response = self.send(request).await.map_err(|e| e.to_string())?;
-        let status = response.status().as_u16();
-        let body = response
-            .into_body()
-            .collect()
-            .await
-            .map_err(|e| format!("reading the answer to {method} {path_and_query}: {e}"))?
-            .to_bytes();
+        // A document (a version, an inspect, a listing) comes in seconds even from a busy
+        // engine; one that never comes is a hung engine, which must not hang every command
+        // that asks it (an outside test stopped a node's dockerd: `status` waited for good).
+        let asked = async {
+            let response = self.send(request).await.map_err(|e| e.to_string())?;
+            let status = response.status().as_u16();
+            let body = response
+                .into_body()
+                .collect()
+                .await
+                .map_err(|e| format!("reading the answer to {method} {path_and_query}: {e}"))?
+                .to_bytes();
+            Ok::<_, String>((status, body))
+        };
+        let wait = answer_timeout();
+        let (status, body) = tokio::time::timeout(wait, asked).await.map_err(|_| {
+            format!(
+                "no answer to {method} {path_and_query} in {} s: the engine is hung or overloaded \
+                 ({ANSWER_TIMEOUT_ENV} sets how long to wait)",
+                wait.as_secs()
+            )
+        })??;
         match status {
             404 => Ok(None),
             200..=299 => serde_json::from_slice(&body).map(Some).map_err(|e| {
@@ -221,6 +235,20 @@ impl Transport {
             .to_string()),
         }
     }
+}
+
+/// The environment variable that sets how long a document may take, in seconds.
+pub const ANSWER_TIMEOUT_ENV: &str = "HALLMARK_ANSWER_TIMEOUT";
+
+/// How long an engine may take to answer with a document: 60 s, or `HALLMARK_ANSWER_TIMEOUT`.
+/// A stream (build, load, export) has no such bound: a build step may take hours.
+fn answer_timeout() -> std::time::Duration {
+    let secs = std::env::var(ANSWER_TIMEOUT_ENV)
+        .ok()
+        .and_then(|v| v.trim().parse::<u64>().ok())
+        .filter(|s| *s > 0)
+        .unwrap_or(60);
+    std::time::Duration::from_secs(secs)
 }
 
 /// `uri` with `/v<version>` in front of its path, unless its path carries a version already.

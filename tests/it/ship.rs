@@ -873,3 +873,97 @@ fn an_image_missing_a_blob_on_a_containerd_store_is_repaired_in_place() {
         testbed.run_container(node, &wrap, &["test", "-s", "/wrap.bin"]);
     }
 }
+
+/// A node whose engine takes connections and never answers (a stopped dockerd; here a socket
+/// nobody reads) is `unreachable` in `status`, `verify`, `nodes` and `distribute`, after
+/// `HALLMARK_ANSWER_TIMEOUT`, and the other nodes are answered: an outside test saw each of
+/// those commands wait for good.
+#[test]
+fn a_hung_engine_is_unreachable_and_no_command_waits_for_it() {
+    let _serial = NODES.lock().unwrap_or_else(|e| e.into_inner());
+    let testbed = Testbed::get();
+    let project = project(1, "hung");
+    let socket = project.root().join("hung.sock");
+    // Connections queue in the listener's backlog: connected, never answered.
+    let _hung = std::os::unix::net::UnixListener::bind(&socket).unwrap();
+    let mut config = std::fs::read_to_string(testbed.config()).unwrap();
+    config.push_str(&format!(
+        "\n[[node]]\nname = \"hung\"\nengine = \"unix://{}\"\n",
+        socket.display()
+    ));
+    let path = project.root().join("hallmark.toml");
+    std::fs::write(&path, config).unwrap();
+    project
+        .run(&["--config", path.to_str().unwrap(), "-q", "build", "wrap"])
+        .success();
+    // Each command bounded from outside too: a wait for good fails the test, not the suite.
+    let run = |args: &[&str]| {
+        let output = std::process::Command::new("timeout")
+            .args(["--kill-after=10", "300", env!("CARGO_BIN_EXE_hallmark")])
+            .args(["--config", path.to_str().unwrap(), "--json"])
+            .args(args)
+            .current_dir(project.root())
+            .env("HALLMARK_CACHE", project.root().join(".test-cache"))
+            .env("HALLMARK_ANSWER_TIMEOUT", "5")
+            .env_remove("DOCKER_HOST")
+            .output()
+            .unwrap();
+        let code = output.status.code().expect("exited");
+        let stdout = String::from_utf8_lossy(&output.stdout);
+        assert_ne!(code, 124, "{args:?} waited for the hung engine");
+        (code, support::document(&stdout))
+    };
+    let hung_row = |rows: &Value, what: &str| {
+        let row = support::row(rows, "hung").clone();
+        let said = row.to_string();
+        assert!(
+            said.contains("unreachable") && said.contains("no answer"),
+            "{what}: {row}"
+        );
+    };
+
+    let (code, report) = run(&["distribute", "wrap", "--to", "node3,hung"]);
+    assert_eq!(code, 1, "{report}");
+    let node3 = nodes_of(&report)
+        .into_iter()
+        .find(|n| n["node"] == "node3")
+        .unwrap();
+    assert_eq!(node3["verified"], true, "{report}");
+    let hung = nodes_of(&report)
+        .into_iter()
+        .find(|n| n["node"] == "hung")
+        .unwrap();
+    assert!(
+        hung["error"].as_str().unwrap().contains("no answer"),
+        "{hung}"
+    );
+
+    let (code, report) = run(&["verify", "wrap", "--nodes", "node3,hung"]);
+    assert_eq!(code, 1, "{report}");
+    assert_eq!(
+        support::row(&report, "node3")["state"],
+        "current",
+        "{report}"
+    );
+    hung_row(&report, "verify");
+
+    let (code, status) = run(&["status"]);
+    assert_eq!(code, 0, "{status}");
+    let rows = status.as_array().unwrap();
+    let wrap_on = |node: &str| {
+        rows.iter()
+            .find(|r| r["image"] == "wrap" && r["node"] == node)
+    };
+    assert_eq!(wrap_on("node3").unwrap()["state"], "current", "{status}");
+    let hung = wrap_on("hung").unwrap_or_else(|| panic!("no row of the hung node: {status}"));
+    assert_eq!(hung["state"], "unreachable", "{status}");
+
+    let (code, nodes) = run(&["nodes"]);
+    assert_eq!(code, 1, "{nodes}");
+    assert!(
+        support::row(&nodes, "hung")
+            .to_string()
+            .contains("no answer"),
+        "{nodes}"
+    );
+}
