@@ -111,6 +111,11 @@ impl Plan {
         for name in requested {
             walk(project, name, &mut specs, &mut order, &mut failed);
         }
+        for (name, error) in shared_references(project, &specs) {
+            specs.remove(&name);
+            order.retain(|n| *n != name);
+            failed.insert(name, Failure::Own(error));
+        }
         let mut hashes = FileHashes::load(&project.root, &project.state_dir());
         let mut images: BTreeMap<Name, PlannedImage> = BTreeMap::new();
         let mut planned_order = Vec::new();
@@ -190,6 +195,54 @@ fn dependencies(loaded: &LoadedSpec) -> impl Iterator<Item = &Name> {
 /// each spec to `order` after everything it stands on. A spec that does not load, names a
 /// missing spec, or closes a cycle fails on its own; the images above it are left for planning
 /// to mark.
+/// The walked specs whose image (name and tag) another spec of the project names too, each
+/// with its error: building one would move the other's tag, and neither could be verified
+/// (an outside test built both, each build taking the tag from the other). Specs that do not
+/// load are left to their own error.
+fn shared_references(project: &Project, walked: &BTreeMap<Name, LoadedSpec>) -> Vec<(Name, Error)> {
+    if walked.is_empty() {
+        return Vec::new();
+    }
+    let mut by_reference: BTreeMap<String, Vec<(Name, std::path::PathBuf)>> = BTreeMap::new();
+    for name in project.image_names().unwrap_or_default() {
+        let found = match walked.get(&name) {
+            Some(loaded) => Some((loaded.reference(), loaded.path.clone())),
+            None => project
+                .load_spec(&name)
+                .ok()
+                .map(|loaded| (loaded.reference(), loaded.path)),
+        };
+        if let Some((reference, path)) = found {
+            by_reference
+                .entry(reference)
+                .or_default()
+                .push((name, path));
+        }
+    }
+    let mut errors = Vec::new();
+    for (reference, specs) in by_reference.into_iter().filter(|(_, s)| s.len() > 1) {
+        for (name, path) in specs.iter().filter(|(n, _)| walked.contains_key(n)) {
+            let others: Vec<String> = specs
+                .iter()
+                .filter(|(other, _)| other != name)
+                .map(|(_, p)| p.display().to_string())
+                .collect();
+            let error = Error::Invalid {
+                path: path.clone(),
+                location: None,
+                key: Some("image.name".into()),
+                message: format!(
+                    "the image is `{reference}`, as is {}: building one would move the other's tag",
+                    others.join(" and ")
+                ),
+                hint: Some("give each image a name or a tag of its own ([image] name, tag)".into()),
+            };
+            errors.push((name.clone(), error));
+        }
+    }
+    errors
+}
+
 fn walk(
     project: &Project,
     start: &Name,

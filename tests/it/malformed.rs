@@ -52,6 +52,19 @@ const FROM: &str = "[from]\nref = \"example/base:1\"\n";
 fn corpus() -> Vec<Case> {
     vec![
         case(
+            "two specs for one image name and tag",
+            vec![
+                spec(&format!("[image]\nname = \"twin\"\ntag = \"1\"\n{FROM}")),
+                pins(&base_pin()),
+                (
+                    "images/other/image.toml",
+                    format!("[image]\nname = \"twin\"\ntag = \"1\"\n{FROM}"),
+                ),
+                ("pins/other.toml", base_pin()),
+            ],
+            vec!["images/bad/image.toml", "images/other/image.toml", "twin:1"],
+        ),
+        case(
             "unknown key, with the valid ones",
             vec![
                 spec(&format!("[image]\ntga = \"x\"\n{FROM}")),
