@@ -55,9 +55,16 @@ impl Settings {
         self.names(&selection.images)
     }
 
-    /// The images named on the command line, each checked to be one of the project's.
+    /// The images named on the command line, each checked to be one of the project's, each
+    /// once in the order first named.
     pub fn names(&self, raw: &[String]) -> Result<Vec<Name>> {
-        raw.iter().map(|r| self.project.image_name(r)).collect()
+        let mut names: Vec<Name> = raw
+            .iter()
+            .map(|r| self.project.image_name(r))
+            .collect::<Result<_>>()?;
+        let mut seen = std::collections::BTreeSet::new();
+        names.retain(|n| seen.insert(n.clone()));
+        Ok(names)
     }
 
     /// The node called `name` (the builder included); the builder if `None`.
@@ -90,11 +97,17 @@ impl Settings {
             })
     }
 
-    /// The nodes `--to`/`--nodes` names; all of the cluster file's if none.
+    /// The nodes `--to`/`--nodes` names, each once (named twice, two loads went into one
+    /// engine at once); all of the cluster file's if none.
     pub fn selected_nodes(&self, names: &[String]) -> Result<Vec<NodeConfig>> {
         if names.is_empty() {
             return Ok(self.config.nodes.clone());
         }
-        names.iter().map(|n| self.node(Some(n)).cloned()).collect()
+        let mut seen = std::collections::HashSet::new();
+        names
+            .iter()
+            .filter(|n| seen.insert(n.as_str()))
+            .map(|n| self.node(Some(n)).cloned())
+            .collect()
     }
 }
