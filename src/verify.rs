@@ -88,7 +88,8 @@ pub enum Holding {
     Current,
     /// The tag names an image built from other inputs.
     Stale,
-    /// The label matches but the content does not: something other than hallmark made it.
+    /// The label matches but the content does not: made elsewhere under the label, or built
+    /// again from the same inputs into other bytes (a build that is not reproducible).
     Mismatch,
     /// The label matches, but the content cannot be checked: the builder, whose image is the
     /// reference, does not hold it (any more). `status` says so rather than `current`.
@@ -148,9 +149,15 @@ async fn holding_of(
             (state, found, Some(print))
         }
     };
-    let detail = (state == Holding::Incomplete).then(|| {
-        format!("the engine holds {reference} without its content (it cannot be saved or pushed); `hallmark distribute` completes it")
-    });
+    let detail = match state {
+        Holding::Incomplete => Some(format!(
+            "the engine holds {reference} without its content (it cannot be saved or pushed); `hallmark distribute` completes it"
+        )),
+        Holding::Mismatch => Some(format!(
+            "{reference} carries this checksum but not the builder's content: made elsewhere under the label, or built again from the same inputs into other bytes (a build that is not reproducible, such as a `build --force` of steps that read the clock or /dev/urandom); `hallmark distribute` replaces it"
+        )),
+        _ => None,
+    };
     Ok(NodeHolding {
         node: engine.node.clone(),
         state,

@@ -233,6 +233,15 @@ fn verify_fails_on_a_node_whose_content_differs_under_the_same_label() {
             ("node3".into(), "mismatch".into())
         ]
     );
+    // The row says what it may be, and what replaces it.
+    let detail = support::row(&report, "node3")["detail"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string();
+    assert!(
+        detail.contains("not reproducible") && detail.contains("distribute"),
+        "{report}"
+    );
 }
 
 #[test]
