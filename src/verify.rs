@@ -223,7 +223,11 @@ pub async fn holdings(
     let listed = match listed {
         Ok(listed) => listed,
         Err(e) => {
-            let message = e.to_string();
+            // The engine's own error says which node already; its words, not its name twice.
+            let message = match e {
+                crate::error::Error::Engine { message, .. } => message,
+                other => other.to_string(),
+            };
             return wanted
                 .iter()
                 .map(|_| Err(engine.error(message.clone())))

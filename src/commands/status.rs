@@ -16,7 +16,19 @@ pub(super) fn run(settings: &Settings) -> Result<ExitStatus> {
     let label = &settings.checksum_label;
     let rows = runtime()?.block_on(async {
         let connected = connect_all(settings, &nodes).await;
-        let builder = connect(settings, &settings.config.builder).await.ok();
+        let builder = match connect(settings, &settings.config.builder).await {
+            Ok(builder) => Some(builder),
+            Err(e) => {
+                settings.output.note(format!(
+                    "warning: {e}; without the builder's images, a node's image whose label matches is `unverified`"
+                ));
+                None
+            }
+        };
+        let why_unchecked = match builder {
+            Some(_) => "the builder does not hold the image",
+            None => "the builder cannot be reached",
+        };
         // The builder's fingerprint is the reference; without it, the label alone is known.
         let on_builder = futures_util::stream::iter(names.iter().map(|name| {
             let image = plan.get(name);
@@ -56,7 +68,9 @@ pub(super) fn run(settings: &Settings) -> Result<ExitStatus> {
                 // content is not checked, so the node is not `current`.
                 if expected.is_none() && holding.state == Holding::Mismatch {
                     holding.state = Holding::Unverified;
-                    holding.detail = Some("the label matches; the content is not checked: the builder does not hold the image".into());
+                    holding.detail = Some(format!(
+                        "the label matches; the content is not checked: {why_unchecked}"
+                    ));
                 }
             }
         }

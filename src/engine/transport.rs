@@ -205,7 +205,7 @@ impl Transport {
         // engine; one that never comes is a hung engine, which must not hang every command
         // that asks it (an outside test stopped a node's dockerd: `status` waited for good).
         let asked = async {
-            let response = self.send(request).await.map_err(|e| e.to_string())?;
+            let response = self.send(request).await.map_err(|e| with_causes(&e))?;
             let status = response.status().as_u16();
             let body = response
                 .into_body()
@@ -235,6 +235,21 @@ impl Transport {
             .to_string()),
         }
     }
+}
+
+/// An error in its own words and those of its causes (a failed connection says "client
+/// error (Connect)", its cause "No such file or directory").
+fn with_causes(error: &dyn std::error::Error) -> String {
+    let mut text = error.to_string();
+    let mut cause = error.source();
+    while let Some(next) = cause {
+        let words = next.to_string();
+        if !text.contains(&words) {
+            text = format!("{text}: {words}");
+        }
+        cause = next.source();
+    }
+    text
 }
 
 /// The environment variable that sets how long a document may take, in seconds.
