@@ -46,6 +46,10 @@ use transport::{Dial, Transport, escape};
 
 pub mod containers;
 
+/// Up to how many images are listed by name ([`Engine::listed_images_named`]): a filter of
+/// that many names is a few kilobytes of query at most.
+pub const NAMES_IN_A_FILTER: usize = 1000;
+
 /// Per-request timeout: long enough for a multi-hour build step.
 const TIMEOUT_SECS: u64 = 24 * 3600;
 
@@ -257,7 +261,11 @@ impl Engine {
     /// The images tagged with one of `references`, in one request. A containerd store spends
     /// milliseconds of work on each image it lists (Docker 26 and 28: 5-8 ms of CPU each
     /// here), so a node holding hundreds of images lists only those asked for.
+    /// More than [`NAMES_IN_A_FILTER`] names, and every image is listed.
     pub async fn listed_images_named(&self, references: &[&str]) -> Result<Vec<ImageListed>> {
+        if references.len() > NAMES_IN_A_FILTER {
+            return self.listed_images().await;
+        }
         let filters = serde_json::json!({ "reference": references });
         self.list_images(&format!("?filters={}", escape(&filters.to_string(), "")))
             .await
@@ -307,11 +315,11 @@ impl Engine {
     /// "unknown parent image ID"). An image a tag names is left alone: removing it by its id
     /// would take the tag with it (an outside test found a repaired image removed so, when
     /// the load that completed it gave it the very id it had before).
-    pub async fn remove_untagged(&self, image_id: &str) {
-        if let Ok(Some(image)) = self.inspect(image_id).await
-            && image.repo_tags.is_empty()
-        {
-            self.remove_name(image_id).await;
+    /// Whether it was removed.
+    pub async fn remove_untagged(&self, image_id: &str) -> bool {
+        match self.inspect(image_id).await {
+            Ok(Some(image)) if image.repo_tags.is_empty() => self.remove_name(image_id).await,
+            _ => false,
         }
     }
 
@@ -321,9 +329,12 @@ impl Engine {
         self.remove_name(reference).await;
     }
 
-    async fn remove_name(&self, name: &str) {
+    async fn remove_name(&self, name: &str) -> bool {
         let options = RemoveImageOptionsBuilder::new().noprune(true).build();
-        let _ = self.docker.remove_image(name, Some(options), None).await;
+        self.docker
+            .remove_image(name, Some(options), None)
+            .await
+            .is_ok()
     }
 
     pub async fn tag(&self, image_id: &str, reference: &crate::oci::Reference) -> Result<()> {

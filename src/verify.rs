@@ -193,10 +193,6 @@ pub fn known_ids(store: &crate::store::LayerStore, builder_id: &str) -> Vec<Stri
 /// How many images of one engine are inspected at once.
 const INSPECTS_AT_ONCE: usize = 8;
 
-/// Up to how many images are listed by name ([`Engine::listed_images_named`]); more, and
-/// the engine lists all of its images.
-const NAMES_IN_A_FILTER: usize = 1000;
-
 /// What `engine` holds of each of `wanted`, in order, from one listing of the engine's
 /// images under those names: a tag naming an image with another checksum is `stale`, one naming an id of
 /// `wanted.ids` with the checksum `current`, a tag a classic store does not list `missing`,
@@ -210,13 +206,7 @@ pub async fn holdings(
 ) -> Vec<Result<NodeHolding>> {
     use futures_util::StreamExt as _;
     let references: Vec<&str> = wanted.iter().map(|w| w.reference.as_str()).collect();
-    // A filter of that many names is a few kilobytes of query at most.
-    let listing = async {
-        match references.len() <= NAMES_IN_A_FILTER {
-            true => engine.listed_images_named(&references).await,
-            false => engine.listed_images().await,
-        }
-    };
+    let listing = engine.listed_images_named(&references);
     let (listed, info) = futures_util::future::join(listing, engine.info()).await;
     // If the engine cannot say which store it has, every unlisted tag is asked.
     let lists_all = info.is_ok_and(|info| info.image_store() == "classic");
@@ -296,6 +286,6 @@ pub async fn holdings(
 
 /// `hello:latest` for `docker.io/library/hello:latest` (the containerd store's spelling).
 /// A name that is not a reference (`<none>:<none>`) is compared as it is.
-fn familiar(reference: &str) -> String {
+pub fn familiar(reference: &str) -> String {
     Reference::parse(reference).map_or_else(|_| reference.to_string(), |r| r.familiar())
 }

@@ -9,10 +9,12 @@ use crate::output::Row;
 use crate::plan::{Plan, PlannedImage};
 use crate::registry;
 use crate::settings::Settings;
-use crate::ship::{self, NodeOutcome, ShipSettings};
+use crate::ship::{self, Action, NodeOutcome, ShipSettings};
 use crate::store::LayerStore;
+use crate::verify;
 use futures_util::StreamExt as _;
 use serde::Serialize;
+use std::collections::HashMap;
 use std::sync::Arc;
 
 pub(super) fn run(
@@ -51,9 +53,14 @@ pub(super) fn run(
         .await
         .into_iter()
         .collect::<Result<Vec<_>>>()?;
+        let references: Vec<&str> = shipments.iter().map(|s| s.reference.as_str()).collect();
+        let before = targets.named_ids(&references).await;
         let outcomes = targets
             .ship(settings, &builder, &store, &shipments, &ship_settings)
             .await?;
+        targets
+            .remove_superseded(settings, &references, before, &outcomes)
+            .await;
         let shipped = names.iter().zip(shipments).zip(outcomes);
         Ok::<_, Error>(
             shipped
@@ -137,6 +144,60 @@ impl<'a> Targets<'a> {
             }
         }
         targets
+    }
+
+    /// Every reachable node's images under `references`: the id each reference names there
+    /// (one listing of those names per node).
+    async fn named_ids(&self, references: &[&str]) -> Vec<HashMap<String, String>> {
+        let engines = self.by_stream.iter().chain(&self.by_registry);
+        futures_util::future::join_all(engines.map(|engine| async move {
+            let mut ids = HashMap::new();
+            let listed = engine.listed_images_named(references).await;
+            for image in listed.unwrap_or_default() {
+                for tag in &image.repo_tags {
+                    ids.insert(verify::familiar(tag), image.id.clone());
+                }
+            }
+            ids
+        }))
+        .await
+    }
+
+    /// Removes from each node the images `references` named there before this distribute
+    /// sent it another (an update leaves the old image behind untagged: eight updates of an
+    /// image left 912 MB of them beside 310 MB current on a node in an outside test, and on
+    /// the cluster each is the size of a model server's image). Only an image no tag names
+    /// now is removed (a load that gave the very image back keeps it); one a container uses
+    /// is refused by the engine and stays.
+    async fn remove_superseded(
+        &self,
+        settings: &Settings,
+        references: &[&str],
+        before: Vec<HashMap<String, String>>,
+        outcomes: &[Vec<NodeOutcome>],
+    ) {
+        let engines = self.by_stream.iter().chain(&self.by_registry);
+        for (engine, before) in engines.zip(before) {
+            let mut removed = 0;
+            for (reference, outcomes) in references.iter().zip(outcomes) {
+                let sent = outcomes.iter().any(|o| {
+                    o.node == engine.node && o.verified() && !matches!(o.action, Action::Skipped)
+                });
+                let Some(old) = before.get(&verify::familiar(reference)).filter(|_| sent) else {
+                    continue;
+                };
+                if engine.remove_untagged(old).await {
+                    removed += 1;
+                }
+            }
+            if removed > 0 {
+                settings.output.note(format!(
+                    "{}: removed {removed} image{} the tags named before (superseded, untagged)",
+                    engine.node,
+                    if removed == 1 { "" } else { "s" }
+                ));
+            }
+        }
     }
 
     /// Ships `shipments` to every node: per image, the outcomes in the cluster file's order.
