@@ -27,6 +27,8 @@ impl From<Vec<u8>> for Body {
     }
 }
 
+const STOPPED_READING: &str = "the engine stopped reading";
+
 /// A `Write` whose bytes become the chunks of a request body: a bounded channel, so at most
 /// a few chunks are in memory whatever the size of what is written. It counts what passes
 /// (a transfer's progress); a writer that wants a digest hashes on its side.
@@ -40,7 +42,7 @@ impl Write for ChannelWriter {
         self.sender
             .blocking_send(bytes::Bytes::copy_from_slice(buf))
             .map_err(|_| {
-                std::io::Error::new(std::io::ErrorKind::BrokenPipe, "the engine stopped reading")
+                std::io::Error::new(std::io::ErrorKind::BrokenPipe, STOPPED_READING)
             })?;
         if let Some(counter) = &self.written {
             counter.fetch_add(buf.len() as u64, Ordering::Relaxed);
@@ -65,7 +67,12 @@ pub fn body_from_writer(
         let mut buffered = std::io::BufWriter::with_capacity(256 * 1024, writer);
         let outcome = produce(&mut buffered)
             .and_then(|()| buffered.flush().map_err(|e| Error::io("request body", e)));
-        if let Err(e) = outcome {
+        // The engine stopping reading (it failed, or the connection dropped) is the
+        // request's own error, which its caller reports: said here too, it blamed the
+        // layer store the archive was read from, twice.
+        if let Err(e) = outcome
+            && !e.render().contains(STOPPED_READING)
+        {
             eprint!("{}", e.render());
         }
     });
