@@ -41,9 +41,7 @@ impl Write for ChannelWriter {
     fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
         self.sender
             .blocking_send(bytes::Bytes::copy_from_slice(buf))
-            .map_err(|_| {
-                std::io::Error::new(std::io::ErrorKind::BrokenPipe, STOPPED_READING)
-            })?;
+            .map_err(|_| std::io::Error::new(std::io::ErrorKind::BrokenPipe, STOPPED_READING))?;
         if let Some(counter) = &self.written {
             counter.fetch_add(buf.len() as u64, Ordering::Relaxed);
         }
