@@ -87,7 +87,12 @@ async fn node_row(settings: &Settings, node: &NodeConfig) -> NodeRow {
         Err(e) => return row(false, Some(e.to_string()), None),
     };
     let some = |s: &String| Some(s.clone()).filter(|s| !s.is_empty());
-    let info = engine.info().await.ok();
+    // An engine that answers its version but fails to say what it is (an outside test's
+    // engine answered 500) is not one hallmark can work with: down, with its error.
+    let info = match engine.info().await {
+        Ok(info) => Some(info),
+        Err(e) => return row(false, Some(e.to_string()), None),
+    };
     row(
         true,
         None,

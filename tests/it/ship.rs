@@ -1038,3 +1038,86 @@ fn an_update_removes_the_image_it_superseded_unless_a_container_uses_it() {
     let kept = testbed.docker(&nodes[1], &["image", "inspect", &old[1]]);
     assert!(kept.status.success(), "{}: a container uses it", nodes[1]);
 }
+
+/// An engine that answers its version and then fails every other request (HTTP 500): `nodes`
+/// says it is down, with the engine's words, and exits 1; `status` says `unreachable` with
+/// those words, naming the node once. An outside test saw `nodes` call it `ok` and `status`
+/// name it twice.
+#[test]
+fn an_engine_that_fails_its_requests_is_down_with_its_words() {
+    let testbed = Testbed::get();
+    let project = project(1, "sick");
+    let socket = project.root().join("sick.sock");
+    let listener = std::os::unix::net::UnixListener::bind(&socket).unwrap();
+    std::thread::spawn(move || {
+        for stream in listener.incoming().flatten() {
+            std::thread::spawn(move || answer_sick(stream));
+        }
+    });
+    let mut config = std::fs::read_to_string(testbed.config()).unwrap();
+    config.push_str(&format!(
+        "\n[[node]]\nname = \"sick\"\nengine = \"unix://{}\"\n",
+        socket.display()
+    ));
+    let path = project.root().join("hallmark.toml");
+    std::fs::write(&path, config).unwrap();
+
+    let (code, nodes) = hallmark_json(&project, &path, &["nodes"]);
+    assert_eq!(code, 1, "{nodes}");
+    let sick = support::row(&nodes, "sick");
+    assert_eq!(sick["reachable"], false, "{nodes}");
+    assert!(sick["error"].as_str().unwrap().contains("boom"), "{nodes}");
+
+    let (code, status) = hallmark_json(&project, &path, &["status"]);
+    assert_eq!(code, 0, "{status}");
+    let rows: Vec<&Value> = status
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|r| r["node"] == "sick")
+        .collect();
+    assert!(!rows.is_empty(), "{status}");
+    for row in rows {
+        assert_eq!(row["state"], "unreachable", "{row}");
+        let detail = row["detail"].as_str().unwrap();
+        assert!(detail.contains("boom"), "{row}");
+        assert_eq!(
+            detail.matches("node `sick`").count(),
+            1,
+            "named once: {row}"
+        );
+    }
+}
+
+/// A sick engine's side of one connection: `/version` as Docker 28 answers it, HTTP 500 to
+/// anything else, for as many requests as the client sends (it keeps connections).
+fn answer_sick(mut stream: std::os::unix::net::UnixStream) {
+    use std::io::{Read, Write};
+    let mut pending = Vec::new();
+    let mut buffer = [0u8; 4096];
+    loop {
+        let Some(end) = pending.windows(4).position(|w| w == b"\r\n\r\n") else {
+            match stream.read(&mut buffer) {
+                Ok(0) | Err(_) => return,
+                Ok(n) => pending.extend_from_slice(&buffer[..n]),
+            }
+            continue;
+        };
+        let head = String::from_utf8_lossy(&pending[..end]).to_string();
+        pending.drain(..end + 4);
+        let (status, body) = match head.split_whitespace().nth(1) {
+            Some(path) if path.ends_with("/version") => (
+                "200 OK",
+                r#"{"Version":"28.5.2","ApiVersion":"1.51","MinAPIVersion":"1.24","Os":"linux","Arch":"amd64"}"#,
+            ),
+            _ => ("500 Internal Server Error", r#"{"message":"boom"}"#),
+        };
+        let answer = format!(
+            "HTTP/1.1 {status}\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
+            body.len()
+        );
+        if stream.write_all(answer.as_bytes()).is_err() {
+            return;
+        }
+    }
+}
