@@ -224,12 +224,7 @@ pub async fn holdings(
                 .collect();
         }
     };
-    let mut by_tag = std::collections::HashMap::new();
-    for image in &listed {
-        for tag in &image.repo_tags {
-            by_tag.insert(familiar(tag), image);
-        }
-    }
+    let by_tag = by_familiar_tag(&listed);
     futures_util::stream::iter(wanted.iter().map(|want| {
         let seen = by_tag.get(familiar(&want.reference).as_str()).copied();
         async move {
@@ -282,6 +277,19 @@ pub async fn holdings(
     .buffered(INSPECTS_AT_ONCE)
     .collect()
     .await
+}
+
+/// The listed images by each of their tags, spelt [`familiar`]ly.
+pub fn by_familiar_tag(
+    listed: &[crate::engine::ImageListed],
+) -> std::collections::HashMap<String, &crate::engine::ImageListed> {
+    let mut by_tag = std::collections::HashMap::new();
+    for image in listed {
+        for tag in &image.repo_tags {
+            by_tag.insert(familiar(tag), image);
+        }
+    }
+    by_tag
 }
 
 /// `hello:latest` for `docker.io/library/hello:latest` (the containerd store's spelling).

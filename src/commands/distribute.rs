@@ -151,14 +151,13 @@ impl<'a> Targets<'a> {
     async fn named_ids(&self, references: &[&str]) -> Vec<HashMap<String, String>> {
         let engines = self.by_stream.iter().chain(&self.by_registry);
         futures_util::future::join_all(engines.map(|engine| async move {
-            let mut ids = HashMap::new();
             let listed = engine.listed_images_named(references).await;
-            for image in listed.unwrap_or_default() {
-                for tag in &image.repo_tags {
-                    ids.insert(verify::familiar(tag), image.id.clone());
-                }
-            }
-            ids
+            let listed = listed.unwrap_or_default();
+            let by_tag = verify::by_familiar_tag(&listed);
+            by_tag
+                .into_iter()
+                .map(|(tag, image)| (tag, image.id.clone()))
+                .collect()
         }))
         .await
     }

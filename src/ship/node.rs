@@ -136,9 +136,9 @@ pub async fn send_and_verify(
     if outcome.verified() {
         let (cache, reference) = (settings.cache, &shipment.reference);
         transfer::remember_loaded(cache, node, reference, image, id.as_deref()).await;
-        // The load may have completed the very image it was (the same manifest): it is the
-        // image now, not a stub.
-        if let Some(stub) = stub.filter(|stub| id.as_deref() != Some(stub.as_str())) {
+        // A load that completed the very image (the same manifest) left it tagged, which
+        // `remove_untagged` leaves alone.
+        if let Some(stub) = stub {
             node.remove_untagged(&stub).await;
         }
     }
