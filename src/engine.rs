@@ -42,7 +42,7 @@ use ssh::SshBridge;
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use transport::{Dial, Transport, escape};
+use transport::{Dial, Transport, escape, with_causes};
 
 pub mod containers;
 
@@ -375,7 +375,7 @@ impl Engine {
                     .map(Ok)
                     .left_stream(),
                 Err(e) => {
-                    futures_util::stream::once(async move { Err(e.to_string()) }).right_stream()
+                    futures_util::stream::once(async move { Err(with_causes(&e)) }).right_stream()
                 }
             })
             .flatten()
@@ -389,7 +389,7 @@ impl Engine {
     ) -> futures_util::stream::BoxStream<'static, std::io::Result<bytes::Bytes>> {
         self.docker
             .export_image(reference)
-            .map(|chunk| chunk.map_err(|e| std::io::Error::other(e.to_string())))
+            .map(|chunk| chunk.map_err(|e| std::io::Error::other(with_causes(&e))))
             .boxed()
     }
 

@@ -275,8 +275,17 @@ pub fn chain_ids(diff_ids: &[String]) -> Vec<String> {
     chains
 }
 
+/// What a load's archive put on the wire: its layers' bytes and all of its bytes. A load
+/// that failed part way counts what went before it failed, its layer bytes up to the
+/// layers' total (the rest of an archive is a few KiB of configs and manifests).
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct Sent {
+    pub layer_bytes: u64,
+    pub archive_bytes: u64,
+}
+
 /// Streams an archive holding `image`'s layers from `first` on into `node`'s load; returns
-/// the layer bytes and the archive bytes sent.
+/// what went, whether or not the load succeeded.
 pub async fn send(
     node: &Engine,
     store: &Arc<LayerStore>,
@@ -284,32 +293,41 @@ pub async fn send(
     reference: &str,
     first: usize,
     bar: &indicatif::ProgressBar,
-) -> Result<(u64, u64)> {
+) -> (Result<()>, Sent) {
     let layer_bytes: u64 = image.layers[first..].iter().map(|l| l.blob.size).sum();
     bar.set_length(layer_bytes);
     let written = Arc::new(AtomicU64::new(0));
     // An empty reference loads the image untagged (assembly tags it after its smoke tests).
     let tagged = match reference {
         "" => None,
-        reference => Some(Reference::parse(reference).map_err(|e| node.error(e))?),
+        reference => match Reference::parse(reference) {
+            Ok(tagged) => Some(tagged),
+            Err(e) => return (Err(node.error(e)), Sent::default()),
+        },
     };
     let (store, image_owned) = (Arc::clone(store), image.clone());
     let body = engine::body_from_writer(Some(Arc::clone(&written)), move |writer| {
         oci::archive::write(&store, &image_owned, tagged.as_ref(), first, writer)
             .map_err(|e| Error::io(store.root.clone(), e))
     });
-    load_into(node, reference, body, &written, bar).await?;
-    Ok((layer_bytes, written.load(Ordering::Relaxed)))
+    let loaded = load_into(node, reference, body, &written, bar).await;
+    let archive_bytes = written.load(Ordering::Relaxed);
+    let sent = Sent {
+        layer_bytes: layer_bytes.min(archive_bytes),
+        archive_bytes,
+    };
+    (loaded, sent)
 }
 
 /// Streams one archive holding several images into `node`'s load (`oci::archive::write_many`:
-/// each image's layers from its `first` on, a shared blob once); returns the archive bytes.
+/// each image's layers from its `first` on, a shared blob once); returns the archive bytes
+/// that went, whether or not the load succeeded.
 pub async fn send_many(
     node: &Engine,
     store: &Arc<LayerStore>,
     images: Vec<(StoredImage, Reference, usize)>,
     bar: &indicatif::ProgressBar,
-) -> Result<u64> {
+) -> (Result<()>, u64) {
     let written = Arc::new(AtomicU64::new(0));
     let store = Arc::clone(store);
     let what = format!("{} images", images.len());
@@ -318,8 +336,8 @@ pub async fn send_many(
         oci::archive::write_many(&store, &entries, writer)
             .map_err(|e| Error::io(store.root.clone(), e))
     });
-    load_into(node, &what, body, &written, bar).await?;
-    Ok(written.load(Ordering::Relaxed))
+    let loaded = load_into(node, &what, body, &written, bar).await;
+    (loaded, written.load(Ordering::Relaxed))
 }
 
 /// `docker load` of `body` into `node`, with a progress bar fed by the `sent` counter.
@@ -373,7 +391,7 @@ pub async fn load_made(
         layers,
     };
     let hidden = indicatif::ProgressBar::hidden();
-    send(builder, store, &image, "", first, &hidden).await?;
+    send(builder, store, &image, "", first, &hidden).await.0?;
     settle(builder, store, image, first).await
 }
 
@@ -574,7 +592,7 @@ async fn settle(
             // our digests (Docker 28 answers a stub, Docker 26 leaves it out of its list):
             // every layer completes it.
             if first > 0 && (verify::incomplete(&loaded) || !builder.lists(&id).await?) {
-                send(builder, store, &image, "", 0, &hidden).await?;
+                send(builder, store, &image, "", 0, &hidden).await.0?;
             }
             store.remember(&id, &image)?;
             return Ok(id);

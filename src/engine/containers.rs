@@ -102,9 +102,11 @@ impl Engine {
             .stderr(true)
             .follow(true)
             .build();
-        self.docker
-            .logs(id, Some(options))
-            .map(|chunk| chunk.map(|c| c.to_string()).map_err(|e| e.to_string()))
+        self.docker.logs(id, Some(options)).map(|chunk| {
+            chunk
+                .map(|c| c.to_string())
+                .map_err(|e| super::transport::with_causes(&e))
+        })
     }
 
     /// Waits for the container to stop; its exit code.
@@ -132,7 +134,7 @@ impl Engine {
             .build();
         self.docker
             .download_from_container(id, Some(options))
-            .map(|chunk| chunk.map_err(|e| e.to_string()))
+            .map(|chunk| chunk.map_err(|e| super::transport::with_causes(&e)))
     }
 
     /// Makes an image of the stopped container `id` (its file system over its image, its

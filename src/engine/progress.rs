@@ -105,7 +105,10 @@ pub(super) fn reports<'a, T, B: Into<T>>(
     stream: impl futures_util::Stream<Item = Result<B, bollard::errors::Error>> + Send + 'a,
 ) -> Reports<'a, T> {
     stream
-        .map(|item| item.map(Into::into).map_err(|e| e.to_string()))
+        .map(|item| {
+            item.map(Into::into)
+                .map_err(|e| super::transport::with_causes(&e))
+        })
         .boxed()
 }
 

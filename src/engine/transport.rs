@@ -239,7 +239,7 @@ impl Transport {
 
 /// An error in its own words and those of its causes (a failed connection says "client
 /// error (Connect)", its cause "No such file or directory").
-fn with_causes(error: &dyn std::error::Error) -> String {
+pub(crate) fn with_causes(error: &dyn std::error::Error) -> String {
     let mut text = error.to_string();
     let mut cause = error.source();
     while let Some(next) = cause {

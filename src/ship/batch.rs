@@ -278,18 +278,18 @@ async fn serve(
         let sent = send_together(node, store, shipments, &together, settings, &bar).await;
         match sent {
             Ok(judged) => {
-                for (i, outcome) in judged {
-                    match outcome {
-                        Some(outcome) => outcomes[i] = Some(outcome),
-                        None => {
-                            let (_, image, _) = together.iter().find(|t| t.0 == i).expect("sent");
+                for ((i, image, first), judged) in together.into_iter().zip(judged) {
+                    match judged {
+                        Judged::Done(outcome) => outcomes[i] = Some(outcome),
+                        Judged::Complete => {
                             completing.insert(i);
-                            alone.push((i, image.clone(), 0));
+                            alone.push((i, image, 0));
                         }
+                        Judged::Alone => alone.push((i, image, first)),
                     }
                 }
             }
-            // The archive as a whole was refused: each image alone says which one, and why.
+            // The archive could not be made: each image alone says which one, and why.
             Err(_) => alone.append(&mut together),
         }
     }
@@ -313,8 +313,20 @@ async fn serve(
         .collect()
 }
 
-/// Sends `together` in one archive and verifies each image. Per image: its outcome, or
-/// `None` for one the node took without all of its content (to be completed alone).
+/// What became of one image of an archive of several.
+enum Judged {
+    Done(NodeOutcome),
+    /// The node took it without all of its content: completed alone, with every layer.
+    Complete,
+    /// The load failed and the node, which answers, does not hold it: sent alone, which
+    /// says whether it is this image the node refuses.
+    Alone,
+}
+
+/// Sends `together` in one archive and verifies each image, in order. A load that failed is
+/// judged image by image by what the node then holds, as a single image's is
+/// ([`node::send_and_verify`]): an image it holds is verified, the others are sent alone,
+/// or fail with the load's error if the node no longer answers.
 async fn send_together(
     node: &Engine,
     store: &Arc<LayerStore>,
@@ -322,7 +334,7 @@ async fn send_together(
     together: &[(usize, StoredImage, usize)],
     settings: &ShipSettings<'_>,
     bar: &indicatif::ProgressBar,
-) -> Result<Vec<(usize, Option<NodeOutcome>)>> {
+) -> Result<Vec<Judged>> {
     let mut entries = Vec::new();
     for (i, image, first) in together {
         let reference = Reference::parse(&shipments[*i].reference).map_err(|e| node.error(e))?;
@@ -330,21 +342,33 @@ async fn send_together(
     }
     let mut carried = carried(together);
     bar.set_length(carried.iter().map(|t| t.layer_bytes).sum());
-    let archive_bytes = transfer::send_many(node, store, entries, bar).await?;
-    // The archive's own files (index, manifests, configs) are counted with the first image.
-    let layers: u64 = carried.iter().map(|t| t.layer_bytes).sum();
-    carried[0].archive_bytes += archive_bytes.saturating_sub(layers);
+    let (loaded, archive_bytes) = transfer::send_many(node, store, entries, bar).await;
+    share_out(&mut carried, archive_bytes);
     let wanted: Vec<verify::Wanted> = together
         .iter()
         .map(|(i, _, _)| shipments[*i].wanted(store))
         .collect();
     let holdings = verify::holdings(node, settings.checksum_label, &wanted).await;
-    let (mut judged, mut loaded) = (Vec::new(), Vec::new());
+    let (mut judged, mut loaded_images) = (Vec::new(), Vec::new());
     for (((i, image, first), holding), sent) in together.iter().zip(holdings).zip(carried) {
         let shipment = &shipments[*i];
-        if *first > 0 && matches!(&holding, Ok(h) if h.state == Holding::Incomplete) {
-            judged.push((*i, None));
-            continue;
+        let current = matches!(&holding, Ok(h) if h.state == Holding::Current);
+        match (&loaded, &holding) {
+            (Ok(()), Ok(h)) if *first > 0 && h.state == Holding::Incomplete => {
+                judged.push(Judged::Complete);
+                continue;
+            }
+            (Err(_), Ok(_)) if !current => {
+                judged.push(Judged::Alone);
+                continue;
+            }
+            (Err(e), Err(_)) => {
+                let (error, transfer) = (e.to_string(), sent);
+                let failed = NodeOutcome::new(&node.node, Action::Failed { error, transfer });
+                judged.push(Judged::Done(failed));
+                continue;
+            }
+            _ => {}
         }
         let action = if *first == 0 {
             Action::Full(sent)
@@ -354,18 +378,34 @@ async fn send_together(
         let id = holding.as_ref().ok().and_then(|h| h.image_id.clone());
         let outcome = node::judged(&node.node, holding, shipment, action);
         if outcome.verified() {
-            loaded.push((&shipment.reference, image, id));
+            loaded_images.push((&shipment.reference, image, id));
         }
-        judged.push((*i, Some(outcome)));
+        judged.push(Judged::Done(outcome));
     }
     // What hallmark loaded where, noted for the next thin archives (under the id the
     // verification saw: no request of its own).
-    futures_util::stream::iter(loaded)
+    futures_util::stream::iter(loaded_images)
         .for_each_concurrent(INSPECTS_AT_ONCE, |(reference, image, id)| async move {
             transfer::remember_loaded(settings.cache, node, reference, image, id.as_deref()).await
         })
         .await;
     Ok(judged)
+}
+
+/// Shares the `archive_bytes` that went out among the images as the archive carries them, in
+/// order: each its layers until the bytes run out (a load cut short), the archive's own files
+/// (index, manifests, configs) counted with the first image.
+fn share_out(carried: &mut [Transfer], archive_bytes: u64) {
+    let layers: u64 = carried.iter().map(|t| t.layer_bytes).sum();
+    let mut left = archive_bytes;
+    for sent in carried.iter_mut() {
+        sent.layer_bytes = sent.layer_bytes.min(left);
+        sent.archive_bytes = sent.layer_bytes;
+        left -= sent.layer_bytes;
+    }
+    if let Some(first) = carried.first_mut() {
+        first.archive_bytes += archive_bytes.saturating_sub(layers);
+    }
 }
 
 /// What the archive carries for each image: its layers from its first missing one on that
@@ -386,4 +426,43 @@ fn carried(together: &[(usize, StoredImage, usize)]) -> Vec<Transfer> {
             sent
         })
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn carrying(layer_bytes: &[u64]) -> Vec<Transfer> {
+        let each = |&layer_bytes| Transfer {
+            layer_bytes,
+            archive_bytes: layer_bytes,
+            layers_sent: 1,
+            ..Transfer::default()
+        };
+        layer_bytes.iter().map(each).collect()
+    }
+
+    fn shared(carried: &[Transfer]) -> Vec<(u64, u64)> {
+        carried
+            .iter()
+            .map(|t| (t.layer_bytes, t.archive_bytes))
+            .collect()
+    }
+
+    #[test]
+    fn a_whole_archive_counts_its_own_files_with_the_first_image() {
+        let mut carried = carrying(&[100, 50]);
+        share_out(&mut carried, 160);
+        assert_eq!(shared(&carried), [(100, 110), (50, 50)]);
+    }
+
+    #[test]
+    fn an_archive_cut_short_counts_only_what_went() {
+        let mut carried = carrying(&[100, 50, 30]);
+        share_out(&mut carried, 120);
+        assert_eq!(shared(&carried), [(100, 100), (20, 20), (0, 0)]);
+        let mut carried = carrying(&[100]);
+        share_out(&mut carried, 0);
+        assert_eq!(shared(&carried), [(0, 0)]);
+    }
 }

@@ -80,10 +80,12 @@ where
         .await
 }
 
-/// Sends `image` from layer `first_missing` on, then verifies. A thin archive the node
-/// refuses is sent again whole; one it takes but cannot read all of (`incomplete`) is
-/// completed with every layer. An image the node held under the tag without its content is
-/// removed once the tag has moved off it.
+/// Sends `image` from layer `first_missing` on, then verifies. A load that fails is judged
+/// by what the node then holds: the image (the engine took it all and the answer was lost on
+/// the way back: a dropped ssh connection) is verified; a node that no longer answers fails
+/// with the load's error; a thin archive the node refused is sent again whole. One the node
+/// takes but cannot read all of (`incomplete`) is completed with every layer. An image the
+/// node held under the tag without its content is removed once the tag has moved off it.
 pub async fn send_and_verify(
     node: &Engine,
     store: &Arc<LayerStore>,
@@ -97,35 +99,29 @@ pub async fn send_and_verify(
     let mut first = first_missing;
     let mut sent = Transfer::default();
     let holding = loop {
-        let mut attempt =
+        let (loaded, went) =
             transfer::send(node, store, image, &shipment.reference, first, &bar).await;
-        // The containerd store keeps blobs under the digest they arrived with; when it cannot
-        // find a layer by ours, a full archive is the way in.
-        if let (Err(_), true) = (&attempt, first > 0) {
-            first = 0;
-            sent.fell_back_to_full = true;
-            attempt = transfer::send(node, store, image, &shipment.reference, 0, &bar).await;
-        }
-        match attempt {
-            Ok((layers, archive)) => {
-                sent.layer_bytes += layers;
-                sent.archive_bytes += archive;
-            }
-            Err(e) => {
-                bar.finish_and_clear();
-                return NodeOutcome::failed(&node.node, e.to_string());
-            }
-        }
+        sent.layer_bytes += went.layer_bytes;
+        sent.archive_bytes += went.archive_bytes;
+        sent.layers_sent = image.layers.len() - first;
         let holding = holding(node, shipment, settings).await;
-        if first > 0 && matches!(&holding, Ok(h) if h.state == Holding::Incomplete) {
-            first = 0;
-            sent.completed = true;
-            continue;
+        match (loaded, &holding) {
+            (_, Ok(h)) if h.state == Holding::Current => break holding,
+            // The containerd store keeps blobs under the digest they arrived with; when it
+            // cannot find a layer by ours, it refuses the thin archive (Docker 26) or takes
+            // the image without all of it (Docker 28): a full archive is the way in.
+            (Err(_), Ok(_)) if first > 0 => sent.fell_back_to_full = true,
+            (Ok(()), Ok(h)) if first > 0 && h.state == Holding::Incomplete => sent.completed = true,
+            (Ok(()), _) => break holding,
+            (Err(e), _) => {
+                bar.finish_and_clear();
+                let (error, transfer) = (e.to_string(), sent);
+                return NodeOutcome::new(&node.node, Action::Failed { error, transfer });
+            }
         }
-        break holding;
+        first = 0;
     };
     bar.finish_and_clear();
-    sent.layers_sent = image.layers.len() - first;
     let action = if first == 0 {
         Action::Full(sent)
     } else {

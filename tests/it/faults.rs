@@ -244,6 +244,11 @@ fn ssh_cut_mid_stream_fails_that_node_alone_and_a_re_run_converges() {
     );
     let report: Value = support::document(&String::from_utf8_lossy(&output.stdout));
     support::assert_fails_alone(&report, "node2", None, &[]);
+    // node2 was loading when the cut came: its row counts what went before it (it said 0).
+    let nodes = support::nodes_of(&report);
+    let node2 = nodes.iter().find(|n| n["node"] == "node2").unwrap();
+    assert!(node2["archive_bytes"].as_u64().unwrap() > 0, "{node2}");
+    assert!(node2["layer_bytes"].as_u64().unwrap() > 0, "{node2}");
     assert_eq!(testbed.image_id("node2", &wrap), v1, "node2 kept v1");
 
     support::assert_rerun_finishes_only(&project, &config, "node2", "thin");

@@ -1121,3 +1121,115 @@ fn answer_sick(mut stream: std::os::unix::net::UnixStream) {
         }
     }
 }
+
+/// A load the engine completes but whose answer never comes back (the connection dropped at
+/// the end, as an ssh link can) is judged by what the node holds: each engine kind holds the
+/// image, so the row is a verified `full`, for one image and for an archive of several. An
+/// outside test saw such a node called `failed`.
+#[test]
+fn a_load_whose_answer_is_lost_is_verified_by_what_the_node_holds() {
+    let _serial = NODES.lock().unwrap_or_else(|e| e.into_inner());
+    let testbed = Testbed::get();
+    for images in [&["wrap"][..], &["base", "wrap"]] {
+        let project = project(1, &format!("lost{}", images.len()));
+        let mut config = std::fs::read_to_string(testbed.config()).unwrap();
+        let mut lossy = Vec::new();
+        for node in testbed.nodes() {
+            let socket = project.root().join(format!("{node}.sock"));
+            losing_load_answers(&socket, &testbed.endpoint(&node));
+            config.push_str(&format!(
+                "\n[[node]]\nname = \"lossy-{node}\"\nengine = \"unix://{}\"\n",
+                socket.display()
+            ));
+            lossy.push((node.clone(), format!("lossy-{node}")));
+        }
+        let path = project.root().join("hallmark.toml");
+        std::fs::write(&path, config).unwrap();
+        project
+            .run(&["--config", path.to_str().unwrap(), "-q", "build", "wrap"])
+            .success();
+
+        let names: Vec<&str> = lossy.iter().map(|(_, name)| name.as_str()).collect();
+        let to = names.join(",");
+        let mut args = vec!["distribute", "--full", "--to", &to];
+        args.extend(images);
+        let (code, report) = hallmark_json(&project, &path, &args);
+        assert_eq!(code, 0, "{report}");
+        for image in images {
+            let sent = report
+                .as_array()
+                .unwrap()
+                .iter()
+                .find(|i| i["image"] == *image)
+                .unwrap_or_else(|| panic!("{image} in {report}"));
+            for (node, name) in &lossy {
+                let row = support::row(&sent["nodes"], name);
+                let kind = testbed.kind(node);
+                assert_eq!(row["action"], "full", "{image} on {node} {kind:?}: {row}");
+                assert_eq!(row["verified"], true, "{row}");
+                assert!(row["archive_bytes"].as_u64().unwrap() > 0, "{row}");
+                let reference = reference(&project, image);
+                assert!(
+                    !testbed.image_id(node, &reference).is_empty(),
+                    "{node}: {reference}"
+                );
+            }
+        }
+    }
+}
+
+/// A unix socket at `socket` in front of the engine at `endpoint` that passes everything on
+/// both ways, except the answer to an image load: that is held back until the engine has
+/// said it loaded the image (or ended its answer), then the client's connection is closed
+/// without a byte of it.
+fn losing_load_answers(socket: &std::path::Path, endpoint: &str) {
+    use std::io::{Read, Write};
+    use std::os::unix::net::{UnixListener, UnixStream};
+    use std::sync::atomic::{AtomicBool, Ordering};
+    let target = endpoint
+        .strip_prefix("unix://")
+        .unwrap_or_else(|| panic!("a local socket: {endpoint}"))
+        .to_string();
+    let listener = UnixListener::bind(socket).unwrap();
+    let has = |bytes: &[u8], what: &[u8]| bytes.windows(what.len()).any(|w| w == what);
+    std::thread::spawn(move || {
+        for client in listener.incoming().flatten() {
+            let target = target.clone();
+            std::thread::spawn(move || {
+                let Ok(engine) = UnixStream::connect(&target) else {
+                    return;
+                };
+                let loading = std::sync::Arc::new(AtomicBool::new(false));
+                let (mut from, mut to) = (client.try_clone().unwrap(), engine.try_clone().unwrap());
+                let asked = std::sync::Arc::clone(&loading);
+                std::thread::spawn(move || {
+                    let mut buffer = vec![0u8; 1 << 16];
+                    while let Ok(n @ 1..) = from.read(&mut buffer) {
+                        if has(&buffer[..n], b"/images/load") {
+                            asked.store(true, Ordering::SeqCst);
+                        }
+                        if to.write_all(&buffer[..n]).is_err() {
+                            break;
+                        }
+                    }
+                    let _ = to.shutdown(std::net::Shutdown::Write);
+                });
+                let (mut from, mut to) = (engine, client);
+                let (mut buffer, mut held) = (vec![0u8; 1 << 16], Vec::new());
+                while let Ok(n @ 1..) = from.read(&mut buffer) {
+                    if !loading.load(Ordering::SeqCst) {
+                        if to.write_all(&buffer[..n]).is_err() {
+                            break;
+                        }
+                        continue;
+                    }
+                    held.extend_from_slice(&buffer[..n]);
+                    if has(&held, b"Loaded image") || has(&held, b"\r\n0\r\n\r\n") {
+                        let _ = to.shutdown(std::net::Shutdown::Both);
+                        break;
+                    }
+                }
+            });
+        }
+    });
+}
