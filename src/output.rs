@@ -39,7 +39,76 @@ pub trait Row: Serialize {
         None
     }
     /// The row's lines in the table (a row may stand for several lines, or none).
-    fn lines(&self) -> Vec<String>;
+    fn lines(&self) -> Vec<String> {
+        Vec::new()
+    }
+    /// A table whose columns widen to what they hold (names of any length stay in line): its
+    /// columns, and each row's [`Row::cells`] instead of its lines.
+    fn columns() -> Option<&'static [Column]> {
+        None
+    }
+    /// The row's lines as cells, one per column.
+    fn cells(&self) -> Vec<Vec<String>> {
+        Vec::new()
+    }
+}
+
+/// A column of a table of [`Row::columns`]: its title (none, if every title is empty: no
+/// header line), its least width and its side.
+pub struct Column {
+    pub title: &'static str,
+    pub least: usize,
+    pub right: bool,
+}
+
+impl Column {
+    pub const fn left(title: &'static str, least: usize) -> Column {
+        Column {
+            title,
+            least,
+            right: false,
+        }
+    }
+
+    pub const fn right(title: &'static str, least: usize) -> Column {
+        Column {
+            title,
+            least,
+            right: true,
+        }
+    }
+}
+
+/// The lines of a table of `columns`: each column as wide as its widest cell, at least its
+/// least width; cells one space apart; the last column unpadded.
+fn aligned(columns: &[Column], rows: Vec<Vec<String>>) -> Vec<String> {
+    let titled = columns.iter().any(|c| !c.title.is_empty());
+    let header = titled.then(|| columns.iter().map(|c| c.title.to_string()).collect());
+    let lines: Vec<Vec<String>> = header.into_iter().chain(rows).collect();
+    let width = |i: usize| {
+        let widest = lines
+            .iter()
+            .filter_map(|l| l.get(i))
+            .map(|c| c.chars().count());
+        widest.max().unwrap_or(0).max(columns[i].least)
+    };
+    let widths: Vec<usize> = (0..columns.len()).map(width).collect();
+    lines
+        .iter()
+        .map(|cells| {
+            let last = cells.len().saturating_sub(1);
+            let padded = cells
+                .iter()
+                .enumerate()
+                .map(|(i, cell)| match columns.get(i) {
+                    Some(_) if i == last && !columns[i].right => cell.clone(),
+                    Some(column) if column.right => format!("{cell:>width$}", width = widths[i]),
+                    Some(_) => format!("{cell:<width$}", width = widths[i]),
+                    None => cell.clone(),
+                });
+            padded.collect::<Vec<_>>().join(" ")
+        })
+        .collect()
 }
 
 /// `--json`, `-q`, `-v`, resolved once (settings.rs).
@@ -110,6 +179,13 @@ impl Output {
         if self.json {
             return self.json(key, rows);
         }
+        if let Some(columns) = R::columns() {
+            let cells = rows.iter().flat_map(Row::cells).collect();
+            for line in aligned(columns, cells) {
+                stdout(&line);
+            }
+            return;
+        }
         if let Some(header) = R::header() {
             stdout(&header);
         }
@@ -151,6 +227,38 @@ pub fn cell<T: Serialize>(value: &T) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// An outside test saw a distribute table's columns shift under an image name longer
+    /// than the column: a column now widens to its widest cell, for every line.
+    #[test]
+    fn a_column_widens_to_its_widest_cell_on_every_line() {
+        let columns = [
+            Column::left("image", 5),
+            Column::right("bytes", 5),
+            Column::left("error", 0),
+        ];
+        let row = |cells: [&str; 3]| cells.map(String::from).to_vec();
+        let lines = aligned(
+            &columns,
+            vec![
+                row(["a", "12", ""]),
+                row(["a-long-image-name", "123456", "gone"]),
+            ],
+        );
+        assert_eq!(
+            lines,
+            [
+                "image              bytes error",
+                "a                     12 ",
+                "a-long-image-name 123456 gone",
+            ]
+        );
+        let untitled = [Column::left("", 3), Column::left("", 0)];
+        assert_eq!(
+            aligned(&untitled, vec![row(["ab", "x", ""])[..2].to_vec()]),
+            ["ab  x"]
+        );
+    }
 
     #[test]
     fn cells_read_as_the_json_does() {

@@ -5,7 +5,7 @@ use super::{connect, connect_all, runtime};
 use crate::config::{NodeConfig, Transport};
 use crate::engine::Engine;
 use crate::error::{Error, ExitStatus, Result};
-use crate::output::Row;
+use crate::output::{Column, Row};
 use crate::plan::{Plan, PlannedImage};
 use crate::registry;
 use crate::settings::Settings;
@@ -89,27 +89,32 @@ struct Shipped {
 }
 
 impl Row for Shipped {
-    fn header() -> Option<String> {
-        Some(format!(
-            "{:<12} {:<10} {:<8} {:>12} {:>8} {:>9}  {}",
-            "image", "node", "action", "bytes sent", "seconds", "verified", "error"
-        ))
+    fn columns() -> Option<&'static [Column]> {
+        const COLUMNS: [Column; 7] = [
+            Column::left("image", 12),
+            Column::left("node", 10),
+            Column::left("action", 8),
+            Column::right("bytes sent", 12),
+            Column::right("seconds", 8),
+            Column::right("verified", 9),
+            Column::left("error", 0),
+        ];
+        Some(&COLUMNS)
     }
 
-    fn lines(&self) -> Vec<String> {
+    fn cells(&self) -> Vec<Vec<String>> {
         self.nodes
             .iter()
             .map(|o| {
-                format!(
-                    "{:<12} {:<10} {:<8} {:>12} {:>8.2} {:>9}  {}",
-                    self.image,
-                    o.node,
-                    o.action,
-                    o.archive_bytes(),
-                    o.seconds,
-                    if o.verified() { "yes" } else { "no" },
-                    o.error().unwrap_or("")
-                )
+                vec![
+                    self.image.clone(),
+                    o.node.clone(),
+                    o.action.name().to_string(),
+                    o.archive_bytes().to_string(),
+                    format!("{:.2}", o.seconds),
+                    if o.verified() { "yes" } else { "no" }.to_string(),
+                    o.error().unwrap_or("").to_string(),
+                ]
             })
             .collect()
     }

@@ -6,7 +6,7 @@ use super::{connect, connect_all, runtime};
 use crate::config::NodeConfig;
 use crate::engine::Engine;
 use crate::error::{Error, ExitStatus, Result};
-use crate::output::{Row, cell};
+use crate::output::{Column, Row, cell};
 use crate::plan::Plan;
 use crate::settings::Settings;
 use crate::values::Name;
@@ -51,15 +51,25 @@ pub(super) struct HoldingRow {
 }
 
 impl Row for HoldingRow {
-    fn lines(&self) -> Vec<String> {
+    fn columns() -> Option<&'static [Column]> {
+        const COLUMNS: [Column; 4] = [
+            Column::left("", 20),
+            Column::left("", 10),
+            Column::left("", 12),
+            Column::left("", 0),
+        ];
+        Some(&COLUMNS)
+    }
+
+    fn cells(&self) -> Vec<Vec<String>> {
         let h = &self.holding;
-        vec![format!(
-            "{:<20} {:<10} {:<12} {}",
-            self.image,
-            h.node,
+        let detail = h.detail.as_deref().unwrap_or("");
+        vec![vec![
+            self.image.clone(),
+            h.node.clone(),
             cell(&h.state),
-            h.detail.as_deref().unwrap_or("")
-        )]
+            detail.to_string(),
+        ]]
     }
 }
 
