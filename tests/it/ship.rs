@@ -988,16 +988,42 @@ fn a_hung_engine_is_unreachable_and_no_command_waits_for_it() {
 
 /// An update leaves no superseded image on the nodes: the image the tag named before is
 /// removed once the tag names the new one (eight updates left 912 MB of them on a node in an
-/// outside test), except where a container still uses it, which the engine refuses.
+/// outside test), on every node kind, except where a container still uses it, which the
+/// engine refuses (a containerd store and a classic one here).
 #[test]
 fn an_update_removes_the_image_it_superseded_unless_a_container_uses_it() {
     let testbed = Testbed::get();
     let project = project(1, "superseded");
     let config = testbed.config();
     let wrap = reference(&project, "wrap");
-    let nodes = [testbed.node_of("26", "containerd"), "node3".to_string()];
+    let nodes = testbed.nodes();
     let to = nodes.join(",");
     let cfg = config.to_str().unwrap();
+    let update = |version: &str| {
+        let spec = project.read("images/wrap/image.toml");
+        let (head, rest) = spec.split_once("VERSION = \"").unwrap();
+        let rest = rest.split_once('"').unwrap().1;
+        project.write(
+            "images/wrap/image.toml",
+            &format!("{head}VERSION = \"{version}\"{rest}"),
+        );
+        project
+            .run(&["--config", cfg, "-q", "build", "wrap"])
+            .success();
+        let before: Vec<String> = nodes.iter().map(|n| testbed.image_id(n, &wrap)).collect();
+        let (code, report) = hallmark_json(&project, &config, &["distribute", "wrap", "--to", &to]);
+        assert_eq!(code, 0, "{report}");
+        for (node, old) in nodes.iter().zip(&before) {
+            assert_ne!(&testbed.image_id(node, &wrap), old, "{node}: updated");
+        }
+        before
+    };
+    let held = |node: &str, id: &str| {
+        testbed
+            .docker(node, &["image", "inspect", id])
+            .status
+            .success()
+    };
     project
         .run(&["--config", cfg, "-q", "build", "wrap"])
         .success();
@@ -1005,38 +1031,44 @@ fn an_update_removes_the_image_it_superseded_unless_a_container_uses_it() {
         let (code, report) = hallmark_json(&project, &config, &["distribute", image, "--to", &to]);
         assert_eq!(code, 0, "{report}");
     }
-    let old: Vec<String> = nodes.iter().map(|n| testbed.image_id(n, &wrap)).collect();
-    let container = format!("uses-{}", support::unique());
-    testbed.docker_ok(&nodes[1], &["create", "--name", &container, &wrap]);
+
+    let old = update("superseded-2");
+    for (node, old) in nodes.iter().zip(&old) {
+        let kind = testbed.kind(node);
+        assert!(
+            !held(node, old),
+            "{node} {kind:?}: the superseded image is removed"
+        );
+    }
+
+    let used = [
+        testbed.node_of("28", "containerd"),
+        testbed.node_of("20", "classic"),
+    ];
     struct Remove<'a>(&'a Testbed, String, String);
     impl Drop for Remove<'_> {
         fn drop(&mut self) {
             self.0.docker(&self.1, &["rm", "-f", &self.2]);
         }
     }
-    let _remove = Remove(testbed, nodes[1].clone(), container);
-
-    let spec = project.read("images/wrap/image.toml");
-    project.write(
-        "images/wrap/image.toml",
-        &spec.replace("VERSION = \"superseded\"", "VERSION = \"superseded-2\""),
-    );
-    project
-        .run(&["--config", cfg, "-q", "build", "wrap"])
-        .success();
-    let (code, report) = hallmark_json(&project, &config, &["distribute", "wrap", "--to", &to]);
-    assert_eq!(code, 0, "{report}");
+    let _remove: Vec<Remove> = used
+        .iter()
+        .map(|node| {
+            let container = format!("uses-{}", support::unique());
+            testbed.docker_ok(node, &["create", "--name", &container, &wrap]);
+            Remove(testbed, node.clone(), container)
+        })
+        .collect();
+    let old = update("superseded-3");
     for (node, old) in nodes.iter().zip(&old) {
-        assert_ne!(&testbed.image_id(node, &wrap), old, "{node}: updated");
+        let kind = testbed.kind(node);
+        let kept = used.contains(node);
+        assert_eq!(
+            held(node, old),
+            kept,
+            "{node} {kind:?}: kept only if a container uses it"
+        );
     }
-    let gone = testbed.docker(&nodes[0], &["image", "inspect", &old[0]]);
-    assert!(
-        !gone.status.success(),
-        "{}: the superseded image is removed",
-        nodes[0]
-    );
-    let kept = testbed.docker(&nodes[1], &["image", "inspect", &old[1]]);
-    assert!(kept.status.success(), "{}: a container uses it", nodes[1]);
 }
 
 /// An engine that answers its version and then fails every other request (HTTP 500): `nodes`
