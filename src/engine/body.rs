@@ -27,21 +27,27 @@ impl From<Vec<u8>> for Body {
     }
 }
 
-const STOPPED_READING: &str = "the engine stopped reading";
-
 /// A `Write` whose bytes become the chunks of a request body: a bounded channel, so at most
 /// a few chunks are in memory whatever the size of what is written. It counts what passes
 /// (a transfer's progress); a writer that wants a digest hashes on its side.
 pub struct ChannelWriter {
     sender: tokio::sync::mpsc::Sender<bytes::Bytes>,
     written: Option<Arc<AtomicU64>>,
+    /// Set once a write finds the reading side gone.
+    stopped: bool,
 }
 
 impl Write for ChannelWriter {
     fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        self.sender
+        if self
+            .sender
             .blocking_send(bytes::Bytes::copy_from_slice(buf))
-            .map_err(|_| std::io::Error::new(std::io::ErrorKind::BrokenPipe, STOPPED_READING))?;
+            .is_err()
+        {
+            self.stopped = true;
+            let stopped = "the engine stopped reading";
+            return Err(std::io::Error::new(std::io::ErrorKind::BrokenPipe, stopped));
+        }
         if let Some(counter) = &self.written {
             counter.fetch_add(buf.len() as u64, Ordering::Relaxed);
         }
@@ -61,7 +67,11 @@ pub fn body_from_writer(
 ) -> impl futures_util::Stream<Item = bytes::Bytes> + Send + 'static {
     let (sender, receiver) = tokio::sync::mpsc::channel::<bytes::Bytes>(8);
     std::thread::spawn(move || {
-        let writer = ChannelWriter { sender, written };
+        let writer = ChannelWriter {
+            sender,
+            written,
+            stopped: false,
+        };
         let mut buffered = std::io::BufWriter::with_capacity(256 * 1024, writer);
         let outcome = produce(&mut buffered)
             .and_then(|()| buffered.flush().map_err(|e| Error::io("request body", e)));
@@ -69,7 +79,7 @@ pub fn body_from_writer(
         // request's own error, which its caller reports: said here too, it blamed the
         // layer store the archive was read from, twice.
         if let Err(e) = outcome
-            && !e.render().contains(STOPPED_READING)
+            && !buffered.get_ref().stopped
         {
             eprint!("{}", e.render());
         }
