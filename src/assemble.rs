@@ -27,6 +27,11 @@ use crate::wheel::{self, PythonTarget};
 use serde_json::{Value, json};
 use std::sync::Arc;
 
+/// The comment of every history step an assembly writes, and the newest step's words: an
+/// assembled image's newest step is its config (see `verify::finished`).
+pub const ASSEMBLED: &str = "assembled by hallmark";
+pub const CONFIG_STEP: &str = "hallmark: config (env, labels, entrypoint, cmd)";
+
 /// True when nothing in the spec needs a container to run, but for its compile stages
 /// (`compile.rs`), whose wheels are assembled like pinned ones.
 pub fn assemblable(spec: &ImageSpec) -> bool {
@@ -65,7 +70,7 @@ pub async fn assemble(
     } else {
         Some(Anchor::new(Tree::of(store, &parent_image)?, mtime))
     };
-    let step = |created_by: String| json!({"created": created, "created_by": created_by, "comment": "assembled by hallmark"});
+    let step = |created_by: String| json!({"created": created, "created_by": created_by, "comment": ASSEMBLED});
     if let (false, Some(anchor)) = (image.files.is_empty(), anchor.as_mut()) {
         layers.push(files_layer(store, image, anchor, parent)?);
         let count = image.files.len();
@@ -97,7 +102,7 @@ pub async fn assemble(
             installed.join(" ")
         )));
     }
-    history.push(json!({"created": created, "created_by": "hallmark: config (env, labels, entrypoint, cmd)", "comment": "assembled by hallmark", "empty_layer": true}));
+    history.push(json!({"created": created, "created_by": CONFIG_STEP, "comment": ASSEMBLED, "empty_layer": true}));
 
     let labels = render::stamped_labels(image, checksum_label, checksum_value, parent_tag);
     apply(&mut config, spec, &labels, &created, &layers, history);

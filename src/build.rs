@@ -14,6 +14,7 @@ use crate::oci::Hashing;
 use crate::plan::{Plan, PlannedImage};
 use crate::render::{self, PARENT_ARG};
 use crate::store::LayerStore;
+use crate::verify;
 use futures_util::StreamExt;
 use serde::Serialize;
 use std::collections::{BTreeMap, HashMap, VecDeque};
@@ -177,8 +178,10 @@ pub async fn build_one(
 }
 
 /// The image the builder already holds for `image`'s checksum, if any: the tagged one, or an
-/// untagged one (the tag moved to an older build), which gets the tag back. Only finished
-/// images carry the checksum as their label, so whatever is found here passed every step.
+/// untagged one (the tag moved to an older build), which gets the tag back. Only an image
+/// hallmark finished counts ([`verify::unfinished`]): the step images of a build on this
+/// one carry its label too, and so does a `docker commit` over its tag, which is said, and
+/// which the tag then leaves.
 async fn up_to_date(
     engine: &Engine,
     image: &PlannedImage,
@@ -189,22 +192,28 @@ async fn up_to_date(
     if let Some(tagged) = engine.inspect(&reference).await?
         && tagged.label(settings.checksum_label) == Some(checksum)
     {
-        return Ok(Some((
-            tagged.id().unwrap_or_default().to_string(),
-            tagged.size,
-        )));
+        let id = tagged.id().unwrap_or_default();
+        match verify::unfinished(engine, id, checksum).await? {
+            None => return Ok(Some((id.to_string(), tagged.size))),
+            // A warning, said even with `-q`: an image changed by hand loses its tag.
+            Some(newest) => eprintln!(
+                "warning: {reference} on the builder carries checksum {} but hallmark did not finish it (its newest step is {newest}: changed by hand, or a step of another build); it is not used, and the tag moves off it",
+                &checksum[..12.min(checksum.len())]
+            ),
+        }
     }
     let found = engine
         .images_with_label(settings.checksum_label, checksum)
         .await?;
-    let Some(id) = found.first() else {
-        return Ok(None);
-    };
-    engine.tag(id, &image.loaded.image_reference()).await?;
-    Ok(Some((
-        id.clone(),
-        engine.inspect(id).await?.and_then(|i| i.size),
-    )))
+    for id in found {
+        if verify::unfinished(engine, &id, checksum).await?.is_some() {
+            continue;
+        }
+        engine.tag(&id, &image.loaded.image_reference()).await?;
+        let size = engine.inspect(&id).await?.and_then(|i| i.size);
+        return Ok(Some((id, size)));
+    }
+    Ok(None)
 }
 
 /// Builds one image into `record`: up to date, or made, smoke-tested, stamped and tagged.

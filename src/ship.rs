@@ -77,7 +77,8 @@ impl Shipment {
     }
 }
 
-/// Finds the image on the builder; it must carry the expected checksum.
+/// Finds the image on the builder; it must carry the expected checksum, and be one hallmark
+/// finished ([`verify::unfinished`]).
 pub async fn shipment(
     builder: &Engine,
     reference: &str,
@@ -97,6 +98,11 @@ pub async fn shipment(
         )));
     }
     let image_id = image.id().unwrap_or_default().to_string();
+    if let Some(newest) = verify::unfinished(builder, &image_id, checksum).await? {
+        return Err(builder.error(format!(
+            "{reference} carries checksum {checksum} but hallmark did not finish it (its newest step is {newest}: changed by hand, or a step of another build); run `hallmark build` (it tags the image it made, or makes it again)"
+        )));
+    }
     Ok(Shipment {
         reference: reference.to_string(),
         checksum: checksum.to_string(),

@@ -190,6 +190,35 @@ pub fn known_ids(store: &crate::store::LayerStore, builder_id: &str) -> Vec<Stri
     ids
 }
 
+/// Whether the builder's image `reference`, which carries `checksum` as its label, is one
+/// hallmark finished for that checksum: `Ok(None)` if so, else what its newest step is. The
+/// label alone does not say: the step images of a build `FROM` the image carry its label
+/// too, and so does a `docker commit` over it (an outside test saw `build` adopt a child's
+/// step image as up to date, and `distribute` ship a hand-committed one as verified). A
+/// finished image's newest step is the one that set the label: an engine build's `LABEL`
+/// step, into which the stamp wrote the checksum, or an assembly's config step.
+pub async fn unfinished(
+    engine: &Engine,
+    reference: &str,
+    checksum: &str,
+) -> Result<Option<String>> {
+    let history = engine.history(reference).await?.unwrap_or_default();
+    let Some(newest) = history.first() else {
+        return Ok(Some("no history".into()));
+    };
+    let labelled = newest.created_by.contains("LABEL") && newest.created_by.contains(checksum);
+    let assembled = newest.comment == crate::assemble::ASSEMBLED
+        && newest.created_by == crate::assemble::CONFIG_STEP;
+    if labelled || assembled {
+        return Ok(None);
+    }
+    let words: String = newest.created_by.chars().take(80).collect();
+    Ok(Some(match newest.comment.as_str() {
+        "" => format!("`{words}`"),
+        comment => format!("`{words}` ({comment})"),
+    }))
+}
+
 /// How many images of one engine are inspected at once.
 const INSPECTS_AT_ONCE: usize = 8;
 

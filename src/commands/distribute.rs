@@ -11,6 +11,7 @@ use crate::registry;
 use crate::settings::Settings;
 use crate::ship::{self, Action, NodeOutcome, ShipSettings};
 use crate::store::LayerStore;
+use crate::values::Name;
 use crate::verify;
 use futures_util::StreamExt as _;
 use serde::Serialize;
@@ -43,16 +44,26 @@ pub(super) fn run(
     let shipped = runtime()?.block_on(async {
         let builder = connect(settings, &settings.config.builder).await?;
         let targets = Targets::connect(settings, &nodes).await;
-        let shipments = futures_util::stream::iter(
+        let found = futures_util::stream::iter(
             names
                 .iter()
                 .map(|name| shipment(settings, &builder, &plan, plan.get(name))),
         )
         .buffered(8)
         .collect::<Vec<_>>()
-        .await
-        .into_iter()
-        .collect::<Result<Vec<_>>>()?;
+        .await;
+        // An image the builder cannot give (not built, another checksum, changed by hand)
+        // fails on every node, with why; the others are shipped.
+        let (mut shipments, mut refused) = (Vec::new(), HashMap::new());
+        for (name, found) in names.iter().zip(found) {
+            match found {
+                Ok(shipment) => shipments.push((name, shipment)),
+                Err(e) => {
+                    refused.insert(name, e.to_string());
+                }
+            }
+        }
+        let (shipped_names, shipments): (Vec<_>, Vec<_>) = shipments.into_iter().unzip();
         let references: Vec<&str> = shipments.iter().map(|s| s.reference.as_str()).collect();
         let before = targets.named_ids(&references).await;
         let outcomes = targets
@@ -61,16 +72,25 @@ pub(super) fn run(
         targets
             .remove_superseded(settings, &references, before, &outcomes)
             .await;
-        let shipped = names.iter().zip(shipments).zip(outcomes);
-        Ok::<_, Error>(
-            shipped
-                .map(|((name, shipment), nodes)| Shipped {
-                    image: name.to_string(),
-                    nodes,
-                    reference: shipment.reference,
-                })
-                .collect::<Vec<_>>(),
-        )
+        let mut shipped: HashMap<_, _> = shipped_names
+            .into_iter()
+            .zip(shipments.into_iter().zip(outcomes))
+            .collect();
+        let row = |name: &Name| match shipped.remove(name) {
+            Some((shipment, nodes)) => Shipped {
+                image: name.to_string(),
+                nodes,
+                reference: shipment.reference,
+            },
+            None => Shipped {
+                image: name.to_string(),
+                nodes: (nodes.iter())
+                    .map(|node| NodeOutcome::failed(node.name.as_str(), refused[name].clone()))
+                    .collect(),
+                reference: plan.get(name).loaded.reference(),
+            },
+        };
+        Ok::<_, Error>(names.iter().map(row).collect::<Vec<_>>())
     })?;
     // The table says what was done; with `-q` the exit code alone says whether it worked.
     if settings.output.json || !settings.output.quiet {

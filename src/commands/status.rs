@@ -1,12 +1,12 @@
 //! `hallmark status`: every image of the project on every node: current, stale, mismatch,
 //! unverified, missing, incomplete, unreachable.
 
-use super::verify::{holdings_of_nodes, image_rows};
+use super::verify::{holdings_of_nodes, image_rows, unverified_without_reference};
 use super::{connect, connect_all, runtime};
 use crate::error::{Error, ExitStatus, Result};
 use crate::plan::Plan;
 use crate::settings::Settings;
-use crate::verify::{self, Holding};
+use crate::verify;
 use futures_util::StreamExt as _;
 
 pub(super) fn run(settings: &Settings) -> Result<ExitStatus> {
@@ -25,22 +25,31 @@ pub(super) fn run(settings: &Settings) -> Result<ExitStatus> {
                 None
             }
         };
-        let why_unchecked = match builder {
-            Some(_) => "the builder does not hold the image",
-            None => "the builder cannot be reached",
-        };
+        let unreachable = "the builder cannot be reached".to_string();
         // The builder's fingerprint is the reference; without it, the label alone is known.
         let on_builder = futures_util::stream::iter(names.iter().map(|name| {
             let image = plan.get(name);
-            let builder = builder.as_ref();
+            let (builder, unreachable) = (builder.as_ref(), unreachable.clone());
             async move {
-                let held = builder?.inspect(&image.loaded.reference()).await.ok()??;
-                (verify::label(&held, label) == Some(image.checksum.as_str()))
-                    .then(|| (verify::fingerprint(&held), held.id().unwrap_or_default().to_string()))
+                let builder = builder.ok_or(unreachable)?;
+                let checksum = image.checksum.as_str();
+                let not_held = || "the builder does not hold the image".to_string();
+                let held = builder.inspect(&image.loaded.reference()).await;
+                let held = held.ok().flatten().ok_or_else(not_held)?;
+                if verify::label(&held, label) != Some(checksum) {
+                    return Err(not_held());
+                }
+                let id = held.id().unwrap_or_default().to_string();
+                if let Ok(Some(newest)) = verify::unfinished(builder, &id, checksum).await {
+                    return Err(format!(
+                        "the builder's image under the tag is not one hallmark finished (its newest step is {newest})"
+                    ));
+                }
+                Ok((verify::fingerprint(&held), id))
             }
         }))
         .buffered(8)
-        .collect::<Vec<Option<(String, String)>>>()
+        .collect::<Vec<std::result::Result<(String, String), String>>>()
         .await;
         let store = crate::store::LayerStore::open(&settings.cache);
         let wanted: Vec<verify::Wanted> = names
@@ -57,23 +66,9 @@ pub(super) fn run(settings: &Settings) -> Result<ExitStatus> {
                 }
             })
             .collect();
-        let expected: Vec<Option<&str>> = on_builder
-            .iter()
-            .map(|b| b.as_ref().map(|(fingerprint, _)| fingerprint.as_str()))
-            .collect();
         let mut columns = holdings_of_nodes(settings, &nodes, &connected, &wanted).await;
-        for column in &mut columns {
-            for (holding, expected) in column.iter_mut().zip(&expected) {
-                // Without the builder's image, a matching label is all there is: the
-                // content is not checked, so the node is not `current`.
-                if expected.is_none() && holding.state == Holding::Mismatch {
-                    holding.state = Holding::Unverified;
-                    holding.detail = Some(format!(
-                        "the label matches; the content is not checked: {why_unchecked}"
-                    ));
-                }
-            }
-        }
+        let unchecked: Vec<Option<String>> = on_builder.into_iter().map(|b| b.err()).collect();
+        unverified_without_reference(&mut columns, &unchecked);
         Ok::<_, Error>(image_rows(&names, columns))
     })?;
     settings.output.table("holdings", &rows);

@@ -29,12 +29,30 @@ pub(super) fn run(settings: &Settings, images: &[String], nodes: &[String]) -> R
         .buffered(8)
         .collect::<Vec<_>>()
         .await;
-        let mut wanted = Vec::new();
+        // An image the builder cannot give (not built, another checksum, changed by hand) has
+        // no content to compare: its nodes are judged by the label alone, as `status` does.
+        let (mut wanted, mut unchecked) = (Vec::new(), Vec::new());
         let store = crate::store::LayerStore::open(&settings.cache);
-        for shipment in shipments {
-            wanted.push(shipment?.wanted(&store));
+        for (name, shipment) in names.iter().zip(shipments) {
+            match shipment {
+                Ok(shipment) => {
+                    wanted.push(shipment.wanted(&store));
+                    unchecked.push(None);
+                }
+                Err(e) => {
+                    let image = plan.get(name);
+                    wanted.push(verify::Wanted {
+                        reference: image.loaded.reference(),
+                        checksum: image.checksum.to_string(),
+                        fingerprint: String::new(),
+                        ids: Vec::new(),
+                    });
+                    unchecked.push(Some(e.to_string()));
+                }
+            }
         }
-        let columns = holdings_of_nodes(settings, &nodes, &connected, &wanted).await;
+        let mut columns = holdings_of_nodes(settings, &nodes, &connected, &wanted).await;
+        unverified_without_reference(&mut columns, &unchecked);
         Ok::<_, Error>(image_rows(&names, columns))
     })?;
     settings.output.table("holdings", &rows);
@@ -100,6 +118,26 @@ pub(super) async fn holdings_of_nodes(
             }),
     )
     .await
+}
+
+/// Without the builder's image to compare with (`unchecked[i]` says why), a node whose label
+/// matches is `unverified`, not `current` or `mismatch`: the content is not checked.
+pub(super) fn unverified_without_reference(
+    columns: &mut [Vec<NodeHolding>],
+    unchecked: &[Option<String>],
+) {
+    for column in columns {
+        for (holding, why) in column.iter_mut().zip(unchecked) {
+            if let Some(why) = why
+                && holding.state == Holding::Mismatch
+            {
+                holding.state = Holding::Unverified;
+                holding.detail = Some(format!(
+                    "the label matches; the content is not checked: {why}"
+                ));
+            }
+        }
+    }
 }
 
 /// Rows image by image, each image's nodes in order, from one column per node.

@@ -15,8 +15,8 @@ fn nullable<'de, D: Deserializer<'de>, T: Default + Deserialize<'de>>(d: D) -> R
 }
 
 /// One entry of `GET /images/{name}/history`, newest first: the id of the image the step
-/// made while the engine holds it (`<missing>` or empty where it does not), and the size of
-/// the layer it added.
+/// made while the engine holds it (`<missing>` or empty where it does not), the size of the
+/// layer it added, and what made it.
 #[derive(Debug, Clone, Default, Deserialize)]
 #[serde(default)]
 pub struct HistoryStep {
@@ -24,6 +24,10 @@ pub struct HistoryStep {
     pub id: String,
     #[serde(rename = "Size", deserialize_with = "nullable")]
     pub size: i64,
+    #[serde(rename = "CreatedBy", deserialize_with = "nullable")]
+    pub created_by: String,
+    #[serde(rename = "Comment", deserialize_with = "nullable")]
+    pub comment: String,
 }
 
 /// `GET /images/{name}/json`.

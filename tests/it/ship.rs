@@ -1265,3 +1265,137 @@ fn losing_load_answers(socket: &std::path::Path, endpoint: &str) {
         }
     });
 }
+
+/// An image that carries an image's checksum label but that hallmark did not finish is never
+/// taken for it. A `docker commit` over the tag (a hand "hotfix") is refused by `distribute`,
+/// is the reason nodes holding the real image are `unverified` in `verify` and `status` (not
+/// `current`, not `mismatch`), and `build` warns and moves the tag back to the image it made.
+/// An image made on top of it (a later build's step image carries the label too; here one
+/// committed by hand and loaded alone into another engine, so that it is the only image
+/// there with the label) is not "up to date": the image is built. An outside test saw both
+/// taken for the real image. On the classic builder and on Docker 28's containerd store.
+#[test]
+fn an_image_hallmark_did_not_finish_is_never_taken_for_the_built_one() {
+    let shared = Testbed::get();
+    let containerd = shared.node_of("28", "containerd");
+    // A builder on Docker 28's containerd store needs the testbed's base images: one of the
+    // test's own.
+    let own = support::OwnTestbed::up(&[
+        "--nodes",
+        "2",
+        "--builder-engine",
+        "28",
+        "--builder-store",
+        "containerd",
+    ]);
+    let testbeds: [(&Testbed, &str); 2] = [(shared, &containerd), (&own, "node2")];
+    for (testbed, other) in testbeds {
+        let builder = "builder";
+        let project = project(1, "unfinished");
+        let cluster = |builder: &str| {
+            let path = project.root().join(format!("cluster-{builder}.toml"));
+            let text = format!(
+                "[builder]\nname = \"{builder}\"\nengine = \"{}\"\n\n[[node]]\nname = \"node1\"\nengine = \"{}\"\n",
+                testbed.endpoint(builder),
+                testbed.endpoint("node1")
+            );
+            std::fs::write(&path, text).unwrap();
+            path
+        };
+        let config = cluster(builder);
+        let cfg = config.to_str().unwrap();
+        project
+            .run(&["--config", cfg, "-q", "build", "wrap"])
+            .success();
+        let (code, report) = hallmark_json(&project, &config, &["distribute", "base"]);
+        assert_eq!(code, 0, "{report}");
+        let base = reference(&project, "base");
+        let made = testbed.image_id(builder, &base);
+        let commit = |engine: &str, to: &str| {
+            let container = format!("hotfix-{}", support::unique());
+            let touch = ["run", "--name", &container, &base, "touch", "/hotfix"];
+            testbed.docker_ok(engine, &touch);
+            testbed.docker_ok(engine, &["commit", &container, to]);
+            testbed.docker_ok(engine, &["rm", &container]);
+        };
+
+        // A commit over the tag.
+        commit(builder, &base);
+        let (code, report) = hallmark_json(&project, &config, &["distribute", "base"]);
+        assert_eq!(code, 1, "{builder}: {report}");
+        let row = &nodes_of(&report)[0];
+        assert_eq!(row["action"], "failed", "{builder}: {report}");
+        let error = row["error"].as_str().unwrap();
+        assert!(error.contains("did not finish"), "{builder}: {error}");
+        for command in [&["verify", "base"][..], &["status"]] {
+            let (_, rows) = hallmark_json(&project, &config, command);
+            let on_node1 = rows
+                .as_array()
+                .unwrap()
+                .iter()
+                .find(|r| r["image"] == "base" && r["node"] == "node1")
+                .unwrap_or_else(|| panic!("{builder} {command:?}: {rows}"));
+            assert_eq!(
+                on_node1["state"], "unverified",
+                "{builder} {command:?}: {rows}"
+            );
+            let detail = on_node1["detail"].as_str().unwrap();
+            assert!(detail.contains("finish"), "{builder} {command:?}: {detail}");
+        }
+        let built = project
+            .run(&["--config", cfg, "build", "base"])
+            .success()
+            .stderr();
+        assert!(built.contains("did not finish"), "{builder}: {built}");
+        assert_eq!(
+            testbed.image_id(builder, &base),
+            made,
+            "{builder}: the tag is back"
+        );
+
+        // An image not built yet fails alone: the others are shipped and verified, and every
+        // image has its rows (one unbuilt image hid them all, the JSON document too).
+        project.write(
+            "images/unbuilt/image.toml",
+            "[from]\nimage = \"base\"\n\n[build]\nrun = [\"true\"]\n",
+        );
+        let (code, report) = hallmark_json(&project, &config, &["distribute", "base", "unbuilt"]);
+        assert_eq!(code, 1, "{report}");
+        let rows = report.as_array().unwrap();
+        assert_eq!(rows[0]["nodes"][0]["verified"], true, "{report}");
+        let unbuilt = &rows[1]["nodes"][0];
+        assert_eq!(unbuilt["action"], "failed", "{report}");
+        assert!(
+            unbuilt["error"].as_str().unwrap().contains("does not hold"),
+            "{report}"
+        );
+        let (code, rows) = hallmark_json(&project, &config, &["verify", "base", "unbuilt"]);
+        assert_eq!(code, 1, "{rows}");
+        assert_eq!(rows[0]["state"], "current", "{rows}");
+        assert_eq!(rows[1]["image"], "unbuilt", "{rows}");
+        assert_eq!(rows[1]["state"], "missing", "{rows}");
+        std::fs::remove_dir_all(project.root().join("images/unbuilt")).unwrap();
+
+        // An image on top of it, alone on another engine.
+        let child = format!("child-{}:latest", support::unique());
+        commit(builder, &child);
+        let saved = project.root().join("child.tar");
+        testbed.docker_ok(builder, &["save", "-o", saved.to_str().unwrap(), &child]);
+        testbed.docker_ok(builder, &["rmi", &child]);
+        testbed.docker_ok(other, &["load", "-i", saved.to_str().unwrap()]);
+        let on_other = cluster(other);
+        // (The other engine may lack the base's pinned image: the build then fails, which
+        // is still not taking the child for the image.)
+        let (_, report) = hallmark_json(&project, &on_other, &["build", "base"]);
+        let record = &report.as_array().unwrap()[0];
+        assert_ne!(record["outcome"], "up-to-date", "{other}: {report}");
+        let child_id = testbed.image_id(other, &child);
+        let tagged = testbed.docker(other, &["image", "inspect", "-f", "{{.Id}}", &base]);
+        let tagged = String::from_utf8_lossy(&tagged.stdout).trim().to_string();
+        assert_ne!(
+            tagged, child_id,
+            "{other}: the child is not tagged as the image"
+        );
+        testbed.docker(other, &["rmi", &child, &base]);
+    }
+}
