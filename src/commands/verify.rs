@@ -40,6 +40,8 @@ pub(super) fn run(settings: &Settings, images: &[String], nodes: &[String]) -> R
                     unchecked.push(None);
                 }
                 Err(e) => {
+                    // Said even with `-q`: why the image's rows cannot say `current`.
+                    eprint!("{}", e.render());
                     let image = plan.get(name);
                     wanted.push(verify::Wanted {
                         reference: image.loaded.reference(),
