@@ -38,6 +38,8 @@ pub fn check(
     let mut reported = std::collections::BTreeSet::new();
     for name in names {
         let cause = match failed.get(name) {
+            // Its own problem was reported already, as the cause of an image before it.
+            None if reported.contains(name) => continue,
             None => {
                 let entrypoint = inherited[name].clone();
                 match check_planned(project, &plan, name, entrypoint, cache) {

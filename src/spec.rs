@@ -540,12 +540,22 @@ fn validate_files(loaded: &LoadedSpec) -> Result<()> {
                 format!("smoke test `{}` is named twice", smoke.name.get_ref()),
             );
         }
+        if smoke.name.get_ref().trim().is_empty() {
+            return loaded.invalid(smoke.name.span(), "smoke.name", "is blank".into());
+        }
         if smoke.run.is_empty() {
             return loaded.invalid(
                 smoke.name.span(),
                 "smoke.run",
                 "is empty: give the command as a list, e.g. [\"python3\", \"-c\", \"import b12x\"]"
                     .into(),
+            );
+        }
+        if smoke.run[0].trim().is_empty() {
+            return loaded.invalid(
+                smoke.name.span(),
+                "smoke.run",
+                "names a blank program: its first item is what runs".into(),
             );
         }
     }
@@ -555,6 +565,17 @@ fn validate_files(loaded: &LoadedSpec) -> Result<()> {
 /// `[container]` and the image's repository name (`[image] name` or the folder's).
 fn validate_container_and_name(loaded: &LoadedSpec) -> Result<()> {
     let spec = &loaded.spec;
+    // `[]` clears what the base set; an entrypoint whose program is blank fails only when
+    // it runs (a `cmd` may start with an empty argument to an entrypoint).
+    if let Some(program) = spec.container.entrypoint.as_ref().and_then(|e| e.first())
+        && program.trim().is_empty()
+    {
+        return loaded.invalid_at(
+            &["container", "entrypoint"],
+            "container.entrypoint",
+            "names a blank program: its first item is what runs (`[]` clears the base's)".into(),
+        );
+    }
     if let Some(user) = &spec.container.user {
         let ok = !user.is_empty()
             && user

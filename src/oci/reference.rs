@@ -73,6 +73,17 @@ pub fn tag_error(tag: &str) -> Option<String> {
 
 /// A repository name hallmark gives an image: one lowercase path component.
 pub fn repository_error(name: &str) -> Option<String> {
+    // The engine refuses to tag these, which would fail a build at its very end.
+    if name == "sha256" {
+        return Some(
+            "`sha256` is the digest algorithm's name; an engine refuses it as a repository (an ambiguous tag)".into(),
+        );
+    }
+    if name.len() == 64 && name.bytes().all(|b| b.is_ascii_hexdigit()) {
+        return Some(format!(
+            "`{name}` reads as an image id (64 hex digits); an engine refuses it as a repository"
+        ));
+    }
     if is_path_component(name) && name.len() <= NAME_MAX {
         return None;
     }
@@ -281,6 +292,11 @@ mod tests {
         for bad in ["a-", "-a", "a.", "a..b", "a___b", "a._b", "A", "", "a b"] {
             assert!(repository_error(bad).is_some(), "{bad}");
         }
+        // Names the engine refuses to tag (an outside test's build failed at its end).
+        for refused in ["sha256", &"ab".repeat(32)] {
+            assert!(repository_error(refused).is_some(), "{refused}");
+        }
+        assert!(repository_error("sha256x").is_none());
         for good in ["v1", "_x", "1.0-rc", &"a".repeat(128)] {
             assert!(tag_error(good).is_none(), "{good}");
         }
