@@ -222,10 +222,14 @@ impl SshBridge {
         self.socket = self.dir.path().join("docker.sock");
         let listener = tokio::net::UnixListener::bind(&self.socket)?;
         let mut ssh = self.ssh();
+        // ssh's stderr is a pipe of hallmark's, passed on line by line, never hallmark's own:
+        // a control master is handed the stderr of each session it carries and holds it until
+        // the node's end closes, which a hung engine never does; holding the user's, it kept
+        // `hallmark status | cat` waiting after hallmark had exited (outside test).
         ssh.args(["--", &self.destination, "docker", "system", "dial-stdio"])
             .stdin(std::process::Stdio::piped())
             .stdout(std::process::Stdio::piped())
-            .stderr(std::process::Stdio::inherit())
+            .stderr(std::process::Stdio::piped())
             .kill_on_drop(true);
         let ssh = std::sync::Arc::new(std::sync::Mutex::new(ssh));
         self.task = Some(tokio::spawn(async move {
@@ -233,6 +237,15 @@ impl SshBridge {
                 let Ok(mut child) = ssh.lock().expect("not poisoned").spawn() else {
                     continue;
                 };
+                if let Some(stderr) = child.stderr.take() {
+                    tokio::spawn(async move {
+                        use tokio::io::AsyncBufReadExt as _;
+                        let mut lines = tokio::io::BufReader::new(stderr).lines();
+                        while let Ok(Some(line)) = lines.next_line().await {
+                            eprintln!("{line}");
+                        }
+                    });
+                }
                 tokio::spawn(async move {
                     let (mut stdin, mut stdout) = (
                         child.stdin.take().expect("piped"),

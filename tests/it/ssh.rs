@@ -147,6 +147,43 @@ fn a_node_that_forbids_socket_forwarding_is_reached_through_dial_stdio() {
         log.contains("Starting session: command"),
         "dial-stdio sessions ran:\n{log}"
     );
+
+    // Its engine hung (dockerd stopped): `status` says unreachable, and its output ends when
+    // it does. A control master holds the stderr of each dial-stdio session it carries until
+    // the node's end closes, which a hung engine's never does: holding hallmark's own, it
+    // kept `hallmark status | cat` waiting until the engine came back (outside test).
+    let pid = testbed.env["HMTB_NODE1_PID"].clone();
+    struct Resume(String);
+    impl Drop for Resume {
+        fn drop(&mut self) {
+            let _ = std::process::Command::new("kill")
+                .args(["-CONT", &self.0])
+                .status();
+        }
+    }
+    let stop = std::process::Command::new("kill")
+        .args(["-STOP", &pid])
+        .status();
+    assert!(stop.unwrap().success());
+    let _resume = Resume(pid);
+    let piped = format!(
+        "'{}' --config '{}' status 2>&1 | timeout 120 cat; echo \"piped: ${{PIPESTATUS[1]}}\"",
+        env!("CARGO_BIN_EXE_hallmark"),
+        config.display()
+    );
+    let output = std::process::Command::new("bash")
+        .args(["-c", &piped])
+        .current_dir(project.root())
+        .env("HALLMARK_CACHE", project.root().join(".test-cache"))
+        .env("HALLMARK_ANSWER_TIMEOUT", "5")
+        .output()
+        .unwrap();
+    let said = String::from_utf8_lossy(&output.stdout);
+    assert!(said.contains("unreachable"), "{said}");
+    assert!(
+        said.contains("piped: 0"),
+        "the pipe closed with hallmark: {said}"
+    );
 }
 
 #[test]
