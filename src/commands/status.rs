@@ -4,14 +4,33 @@
 use super::verify::{holdings_of_nodes, image_rows, unverified_without_reference};
 use super::{connect, connect_all, runtime};
 use crate::error::{Error, ExitStatus, Result};
-use crate::plan::Plan;
+use crate::plan::{Failure, Plan};
 use crate::settings::Settings;
+use crate::values::Name;
 use crate::verify;
 use futures_util::StreamExt as _;
 
 pub(super) fn run(settings: &Settings) -> Result<ExitStatus> {
-    let names = settings.project.image_names()?;
-    let plan = Plan::new(&settings.project, &names)?;
+    let all = settings.project.image_names()?;
+    // An image that cannot be planned (a spec that does not load, pins not locked) is said on
+    // stderr and left out; the others are shown (one unlocked spec hid the whole table).
+    let (plan, failed) = Plan::each(&settings.project, &all);
+    for failure in failed.values() {
+        if let Failure::Own(error) = failure {
+            eprint!("{}", error.render());
+        }
+    }
+    for (name, failure) in &failed {
+        if let Failure::Parent(cause) = failure {
+            settings.output.note(format!(
+                "warning: image `{name}` is left out: its parent chain holds `{cause}`, whose problem is said above"
+            ));
+        }
+    }
+    let names: Vec<Name> = all
+        .into_iter()
+        .filter(|n| !failed.contains_key(n))
+        .collect();
     let nodes = settings.config.nodes.clone();
     let label = &settings.checksum_label;
     let rows = runtime()?.block_on(async {

@@ -1399,3 +1399,41 @@ fn an_image_hallmark_did_not_finish_is_never_taken_for_the_built_one() {
         testbed.docker(other, &["rmi", &child, &base]);
     }
 }
+
+/// `status` shows every image it can plan: a spec whose pins are not locked (and an image on
+/// it) is said on stderr and left out, and the others still have their rows. An outside test
+/// saw one unlocked spec hide the whole table (exit 2).
+#[test]
+fn status_shows_the_images_it_can_plan_and_says_which_it_cannot() {
+    let testbed = Testbed::get();
+    let project = project(1, "unlocked");
+    project
+        .write(
+            "images/unlocked/image.toml",
+            "[from]\nref = \"hallmark-testbed/python:bookworm\"\n",
+        )
+        .write("images/kid/image.toml", "[from]\nimage = \"unlocked\"\n");
+    let output = support::hallmark()
+        .args([
+            "--config",
+            testbed.config().to_str().unwrap(),
+            "--json",
+            "status",
+        ])
+        .current_dir(project.root())
+        .env("HALLMARK_CACHE", project.root().join(".test-cache"))
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(0), "{stderr}");
+    assert!(stderr.contains("pins/unlocked.toml"), "{stderr}");
+    assert!(stderr.contains("`kid` is left out"), "{stderr}");
+    let rows = support::document(&String::from_utf8_lossy(&output.stdout));
+    let images: std::collections::BTreeSet<&str> = rows
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["image"].as_str().unwrap())
+        .collect();
+    assert_eq!(images, ["base", "wrap"].into(), "{rows}");
+}
