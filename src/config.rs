@@ -318,6 +318,19 @@ fn engines(
         (Some(table), _) => node(table)?,
         (None, local) => local.expect("found above"),
     };
+    // The builder listed as a node too is one engine under one name; under a node's name
+    // with another engine, `nodes` showed two rows of one name and `smoke --node` took one.
+    if let Some(node) = nodes.iter().find(|n| n.name == builder.name)
+        && node.engine != builder.engine
+    {
+        return Err(invalid(
+            "builder.name",
+            format!(
+                "the builder is named `{}`, as is a node with another engine ({} and {})",
+                builder.name, builder.engine, node.engine
+            ),
+        ));
+    }
     let nodes = if nodes.is_empty() {
         vec![builder.clone()]
     } else {

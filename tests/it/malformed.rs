@@ -918,3 +918,29 @@ fn check_all_reports_a_cause_once_without_a_panic() {
         "{stderr}"
     );
 }
+
+/// The builder under a node's name is one engine: under the name of a node with another
+/// engine, the cluster file is refused (`nodes` showed two rows of one name, and `smoke
+/// --node` took one of them; outside test). The same engine under both is fine.
+#[test]
+fn the_builder_under_a_node_name_with_another_engine_is_refused() {
+    let project = TestProject::new();
+    project.write("images/ok/image.toml", "[from]\nref = \"x:1\"\n");
+    let cluster = |node_engine: &str| {
+        format!(
+            "[builder]\nname = \"node1\"\nengine = \"unix:///run/b.sock\"\n\n[[node]]\nname = \"node1\"\nengine = \"{node_engine}\"\n"
+        )
+    };
+    project.write("hallmark.toml", &cluster("unix:///run/n.sock"));
+    let run = project.run(&["nodes"]);
+    assert_eq!(run.code(), 2, "{}", run.stderr());
+    assert!(
+        run.stderr().contains("builder.name") && run.stderr().contains("as is a node"),
+        "{}",
+        run.stderr()
+    );
+    project.write("hallmark.toml", &cluster("unix:///run/b.sock"));
+    // (Reached nowhere: down, exit 1, but the file is taken.)
+    let run = project.run(&["nodes"]);
+    assert_eq!(run.code(), 1, "{}", run.stderr());
+}
