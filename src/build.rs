@@ -189,11 +189,12 @@ async fn up_to_date(
 ) -> Result<Option<(String, Option<i64>)>> {
     let reference = image.loaded.reference();
     let checksum = image.checksum.as_str();
+    let store = LayerStore::open(settings.cache);
     if let Some(tagged) = engine.inspect(&reference).await?
         && tagged.label(settings.checksum_label) == Some(checksum)
     {
         let id = tagged.id().unwrap_or_default();
-        match verify::unfinished(engine, id, checksum).await? {
+        match verify::unfinished(engine, &store, id, checksum).await? {
             None => return Ok(Some((id.to_string(), tagged.size))),
             // A warning, said even with `-q`: an image changed by hand loses its tag.
             Some(newest) => eprintln!(
@@ -206,7 +207,10 @@ async fn up_to_date(
         .images_with_label(settings.checksum_label, checksum)
         .await?;
     for id in found {
-        if verify::unfinished(engine, &id, checksum).await?.is_some() {
+        if verify::unfinished(engine, &store, &id, checksum)
+            .await?
+            .is_some()
+        {
             continue;
         }
         engine.tag(&id, &image.loaded.image_reference()).await?;

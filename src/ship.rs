@@ -81,6 +81,7 @@ impl Shipment {
 /// finished ([`verify::unfinished`]).
 pub async fn shipment(
     builder: &Engine,
+    store: &LayerStore,
     reference: &str,
     label_key: &str,
     checksum: &str,
@@ -98,7 +99,7 @@ pub async fn shipment(
         )));
     }
     let image_id = image.id().unwrap_or_default().to_string();
-    if let Some(newest) = verify::unfinished(builder, &image_id, checksum).await? {
+    if let Some(newest) = verify::unfinished(builder, store, &image_id, checksum).await? {
         return Err(builder.error(format!(
             "{reference} carries checksum {checksum} but hallmark did not finish it (its newest step is {newest}: changed by hand, or a step of another build); run `hallmark build` (it tags the image it made, or makes it again)"
         )));

@@ -199,21 +199,46 @@ pub fn known_ids(store: &crate::store::LayerStore, builder_id: &str) -> Vec<Stri
 /// step, into which the stamp wrote the checksum, or an assembly's config step.
 pub async fn unfinished(
     engine: &Engine,
-    reference: &str,
+    store: &crate::store::LayerStore,
+    id: &str,
     checksum: &str,
 ) -> Result<Option<String>> {
-    let history = engine.history(reference).await?.unwrap_or_default();
-    let Some(newest) = history.first() else {
-        return Ok(Some("no history".into()));
+    // The image's config, where hallmark keeps a copy of it (under the id, a content
+    // address): no request, and Docker 26's containerd store answers no history for an image
+    // it has not unpacked ("snapshot ... does not exist"), as a stamped one is until run.
+    let newest = match store.record(id).map(|image| store.read_config(&image)) {
+        Some(Ok(config)) => {
+            let history = config.get("history").and_then(serde_json::Value::as_array);
+            let text = |entry: &serde_json::Value, key: &str| {
+                entry
+                    .get(key)
+                    .and_then(serde_json::Value::as_str)
+                    .unwrap_or_default()
+                    .to_string()
+            };
+            history
+                .and_then(|h| h.last())
+                .map(|newest| (text(newest, "created_by"), text(newest, "comment")))
+        }
+        _ => engine
+            .history(id)
+            .await?
+            .unwrap_or_default()
+            .into_iter()
+            .next()
+            .map(|newest| (newest.created_by, newest.comment)),
     };
-    let labelled = newest.created_by.contains("LABEL") && newest.created_by.contains(checksum);
-    let assembled = newest.comment == crate::assemble::ASSEMBLED
-        && newest.created_by == crate::assemble::CONFIG_STEP;
+    let Some((created_by, comment)) = newest else {
+        return Ok(Some("unknown: the engine gives no history for it".into()));
+    };
+    let labelled = created_by.contains("LABEL") && created_by.contains(checksum);
+    let assembled =
+        comment == crate::assemble::ASSEMBLED && created_by == crate::assemble::CONFIG_STEP;
     if labelled || assembled {
         return Ok(None);
     }
-    let words: String = newest.created_by.chars().take(80).collect();
-    Ok(Some(match newest.comment.as_str() {
+    let words: String = created_by.chars().take(80).collect();
+    Ok(Some(match comment.as_str() {
         "" => format!("`{words}`"),
         comment => format!("`{words}` ({comment})"),
     }))

@@ -15,7 +15,8 @@ use crate::values::Name;
 use crate::verify;
 use futures_util::StreamExt as _;
 use serde::Serialize;
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
+use std::path::Path;
 use std::sync::Arc;
 
 pub(super) fn run(
@@ -47,7 +48,7 @@ pub(super) fn run(
         let found = futures_util::stream::iter(
             names
                 .iter()
-                .map(|name| shipment(settings, &builder, &plan, plan.get(name))),
+                .map(|name| shipment(settings, &builder, &store, &plan, plan.get(name))),
         )
         .buffered(8)
         .collect::<Vec<_>>()
@@ -65,7 +66,7 @@ pub(super) fn run(
         }
         let (shipped_names, shipments): (Vec<_>, Vec<_>) = shipments.into_iter().unzip();
         let references: Vec<&str> = shipments.iter().map(|s| s.reference.as_str()).collect();
-        let before = targets.named_ids(&references).await;
+        let before = targets.named_ids(settings, &references).await;
         let outcomes = targets
             .ship(settings, &builder, &store, &shipments, &ship_settings)
             .await?;
@@ -140,6 +141,42 @@ impl Row for Shipped {
     }
 }
 
+fn say_removed(settings: &Settings, node: &str, removed: usize) {
+    if removed > 0 {
+        settings.output.note(format!(
+            "{node}: removed {removed} image{} the tags named before (superseded, untagged)",
+            if removed == 1 { "" } else { "s" }
+        ));
+    }
+}
+
+/// `<state>/superseded.json`: per node, the id each reference named there when a distribute
+/// began, until it has removed those it superseded (best effort: a note that cannot be
+/// written leaves an interrupted run's old image to `docker image prune`).
+#[derive(Default, Serialize, serde::Deserialize)]
+struct Superseded(BTreeMap<String, BTreeMap<String, String>>);
+
+impl Superseded {
+    const FILE: &str = "superseded.json";
+
+    fn read(state_dir: &Path) -> Superseded {
+        std::fs::read_to_string(state_dir.join(Superseded::FILE))
+            .ok()
+            .and_then(|text| serde_json::from_str(&text).ok())
+            .unwrap_or_default()
+    }
+
+    fn write(&self, state_dir: &Path) {
+        let path = state_dir.join(Superseded::FILE);
+        if self.0.is_empty() {
+            let _ = std::fs::remove_file(path);
+            return;
+        }
+        let text = serde_json::to_string_pretty(self).expect("json");
+        let _ = std::fs::create_dir_all(state_dir).and_then(|()| std::fs::write(path, text));
+    }
+}
+
 /// The selected nodes, connected and grouped by transport; each image goes to both groups.
 struct Targets<'a> {
     nodes: &'a [NodeConfig],
@@ -172,19 +209,58 @@ impl<'a> Targets<'a> {
     }
 
     /// Every reachable node's images under `references`: the id each reference names there
-    /// (one listing of those names per node).
-    async fn named_ids(&self, references: &[&str]) -> Vec<HashMap<String, String>> {
-        let engines = self.by_stream.iter().chain(&self.by_registry);
-        futures_util::future::join_all(engines.map(|engine| async move {
-            let listed = engine.listed_images_named(references).await;
-            let listed = listed.unwrap_or_default();
-            let by_tag = verify::by_familiar_tag(&listed);
-            by_tag
-                .into_iter()
-                .map(|(tag, image)| (tag, image.id.clone()))
-                .collect()
-        }))
-        .await
+    /// (one listing of those names per node), noted in the project's state until
+    /// [`Targets::remove_superseded`] is done with them. A distribute stopped between a
+    /// node's load and that removal left the old image behind, and a re-run, finding the node
+    /// current, never removed it (outside test): an id an earlier run noted whose tag has
+    /// moved since is removed here, first.
+    async fn named_ids(
+        &self,
+        settings: &Settings,
+        references: &[&str],
+    ) -> Vec<HashMap<String, String>> {
+        let mut journal = Superseded::read(&settings.state_dir);
+        let engines: Vec<&Engine> = self.by_stream.iter().chain(&self.by_registry).collect();
+        let named = engines.iter().map(|engine| {
+            let earlier = journal.0.get(&engine.node).cloned().unwrap_or_default();
+            async move {
+                let mut names: Vec<&str> = references.to_vec();
+                names.extend(earlier.keys().map(String::as_str));
+                names.sort_unstable();
+                names.dedup();
+                // Unlisted: nothing is removed, and what was noted stays noted.
+                let Ok(listed) = engine.listed_images_named(&names).await else {
+                    return (HashMap::new(), earlier);
+                };
+                let now: HashMap<String, String> = verify::by_familiar_tag(&listed)
+                    .into_iter()
+                    .map(|(tag, image)| (tag, image.id.clone()))
+                    .collect();
+                let mut removed = 0;
+                for (reference, old) in &earlier {
+                    if now.get(reference) != Some(old) && engine.remove_untagged(old).await {
+                        removed += 1;
+                    }
+                }
+                say_removed(settings, &engine.node, removed);
+                (now, BTreeMap::new())
+            }
+        });
+        let answers = futures_util::future::join_all(named).await;
+        let mut before = Vec::new();
+        for (engine, (now, kept)) in engines.iter().zip(answers) {
+            let mut noted = kept;
+            for reference in references {
+                let familiar = verify::familiar(reference);
+                if let Some(id) = now.get(&familiar) {
+                    noted.insert(familiar, id.clone());
+                }
+            }
+            journal.0.insert(engine.node.to_string(), noted);
+            before.push(now);
+        }
+        journal.write(&settings.state_dir);
+        before
     }
 
     /// Removes from each node the images `references` named there before this distribute
@@ -192,7 +268,7 @@ impl<'a> Targets<'a> {
     /// image left 912 MB of them beside 310 MB current on a node in an outside test, and on
     /// the cluster each is the size of a model server's image). Only an image no tag names
     /// now is removed (a load that gave the very image back keeps it); one a container uses
-    /// is refused by the engine and stays.
+    /// is refused by the engine and stays. Then this run's notes go ([`Targets::named_ids`]).
     async fn remove_superseded(
         &self,
         settings: &Settings,
@@ -201,27 +277,28 @@ impl<'a> Targets<'a> {
         outcomes: &[Vec<NodeOutcome>],
     ) {
         let engines = self.by_stream.iter().chain(&self.by_registry);
+        let mut journal = Superseded::read(&settings.state_dir);
         for (engine, before) in engines.zip(before) {
             let mut removed = 0;
             for (reference, outcomes) in references.iter().zip(outcomes) {
                 let sent = outcomes.iter().any(|o| {
                     o.node == engine.node && o.verified() && !matches!(o.action, Action::Skipped)
                 });
-                let Some(old) = before.get(&verify::familiar(reference)).filter(|_| sent) else {
+                let familiar = verify::familiar(reference);
+                if let Some(noted) = journal.0.get_mut(engine.node.as_str()) {
+                    noted.remove(&familiar);
+                }
+                let Some(old) = before.get(&familiar).filter(|_| sent) else {
                     continue;
                 };
                 if engine.remove_untagged(old).await {
                     removed += 1;
                 }
             }
-            if removed > 0 {
-                settings.output.note(format!(
-                    "{}: removed {removed} image{} the tags named before (superseded, untagged)",
-                    engine.node,
-                    if removed == 1 { "" } else { "s" }
-                ));
-            }
+            say_removed(settings, &engine.node, removed);
         }
+        journal.0.retain(|_, noted| !noted.is_empty());
+        journal.write(&settings.state_dir);
     }
 
     /// Ships `shipments` to every node: per image, the outcomes in the cluster file's order.
@@ -274,11 +351,13 @@ impl<'a> Targets<'a> {
 pub(super) async fn shipment(
     settings: &Settings,
     builder: &Engine,
+    store: &LayerStore,
     plan: &Plan,
     image: &PlannedImage,
 ) -> Result<ship::Shipment> {
     let mut shipment = ship::shipment(
         builder,
+        store,
         &image.loaded.reference(),
         &settings.checksum_label,
         image.checksum.as_str(),

@@ -44,6 +44,8 @@ pub(super) fn run(settings: &Settings) -> Result<ExitStatus> {
                 None
             }
         };
+        let store = crate::store::LayerStore::open(&settings.cache);
+        let store = &store;
         let unreachable = "the builder cannot be reached".to_string();
         // The builder's fingerprint is the reference; without it, the label alone is known.
         let on_builder = futures_util::stream::iter(names.iter().map(|name| {
@@ -59,7 +61,7 @@ pub(super) fn run(settings: &Settings) -> Result<ExitStatus> {
                     return Err(not_held());
                 }
                 let id = held.id().unwrap_or_default().to_string();
-                if let Ok(Some(newest)) = verify::unfinished(builder, &id, checksum).await {
+                if let Ok(Some(newest)) = verify::unfinished(builder, store, &id, checksum).await {
                     return Err(format!(
                         "the builder's image under the tag is not one hallmark finished (its newest step is {newest})"
                     ));
@@ -70,7 +72,6 @@ pub(super) fn run(settings: &Settings) -> Result<ExitStatus> {
         .buffered(8)
         .collect::<Vec<std::result::Result<(String, String), String>>>()
         .await;
-        let store = crate::store::LayerStore::open(&settings.cache);
         let wanted: Vec<verify::Wanted> = names
             .iter()
             .zip(&on_builder)

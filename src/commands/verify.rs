@@ -21,10 +21,11 @@ pub(super) fn run(settings: &Settings, images: &[String], nodes: &[String]) -> R
     let rows = runtime()?.block_on(async {
         let builder = connect(settings, &settings.config.builder).await?;
         let connected = connect_all(settings, &nodes).await;
+        let store = crate::store::LayerStore::open(&settings.cache);
         let shipments = futures_util::stream::iter(
             names
                 .iter()
-                .map(|name| shipment(settings, &builder, &plan, plan.get(name))),
+                .map(|name| shipment(settings, &builder, &store, &plan, plan.get(name))),
         )
         .buffered(8)
         .collect::<Vec<_>>()
@@ -32,7 +33,6 @@ pub(super) fn run(settings: &Settings, images: &[String], nodes: &[String]) -> R
         // An image the builder cannot give (not built, another checksum, changed by hand) has
         // no content to compare: its nodes are judged by the label alone, as `status` does.
         let (mut wanted, mut unchecked) = (Vec::new(), Vec::new());
-        let store = crate::store::LayerStore::open(&settings.cache);
         for (name, shipment) in names.iter().zip(shipments) {
             match shipment {
                 Ok(shipment) => {

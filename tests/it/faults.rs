@@ -257,3 +257,48 @@ fn ssh_cut_mid_stream_fails_that_node_alone_and_a_re_run_converges() {
 
     support::assert_rerun_finishes_only(&project, &config, "node2", "thin");
 }
+
+/// hallmark stopped after a node took the update but before the old image was removed: the
+/// re-run, which finds that node current, removes the old image there (an outside test saw it
+/// left for good, on Docker 20.10 nodes), and the node that was cut off is updated and
+/// cleaned as usual.
+#[test]
+fn a_distribute_stopped_after_a_nodes_load_removes_its_old_image_on_the_re_run() {
+    // Classic nodes: an update on a containerd store leaves no old image behind.
+    let classic = ["--nodes", "2", "--kind", "node1=20/classic"];
+    let (testbed, project, wrap) = nodes_holding_v1(&classic, 48);
+    let config = testbed.config();
+    let v1: Vec<String> = ["node1", "node2"]
+        .iter()
+        .map(|node| testbed.image_id(node, &wrap))
+        .collect();
+    let held = |node: &str, id: &str| {
+        testbed
+            .docker(node, &["image", "inspect", id])
+            .status
+            .success()
+    };
+
+    set_version(&project, "v2");
+    build(&project, &config, "wrap");
+    // One node after another: node1 has taken v2 once node2 is loading.
+    let mut child = spawn(
+        &project,
+        &config,
+        &["--json", "distribute", "wrap", "--full"],
+    );
+    wait_for("node2 loading", || loading(&testbed, "node2"));
+    child.kill().unwrap();
+    child.wait().unwrap();
+    assert_ne!(testbed.image_id("node1", &wrap), v1[0], "node1 took v2");
+    assert!(held("node1", &v1[0]), "v1 left on node1 by the stop");
+
+    let (code, report) = hallmark_json(&project, &config, &["distribute", "wrap"]);
+    assert_eq!(code, 0, "{report}");
+    for (node, old) in ["node1", "node2"].iter().zip(&v1) {
+        assert!(
+            !held(node, old),
+            "{node}: v1 removed on the re-run ({report})"
+        );
+    }
+}
