@@ -66,7 +66,18 @@ pub(super) fn run(
         }
         let (shipped_names, shipments): (Vec<_>, Vec<_>) = shipments.into_iter().unzip();
         let references: Vec<&str> = shipments.iter().map(|s| s.reference.as_str()).collect();
-        let before = targets.named_ids(settings, &references).await;
+        // What each node may call an image this run ships: the builder's id, the manifest
+        // digest a containerd node keeps, the config digest a classic node keeps.
+        let shipping = shipments
+            .iter()
+            .flat_map(|shipment| {
+                let config = store.record(&shipment.image_id).map(|r| r.config.digest);
+                let ids = shipment.wanted(&store).ids;
+                ids.into_iter()
+                    .chain(config.map(|digest| digest.to_string()))
+            })
+            .collect();
+        let before = targets.named_ids(settings, &references, &shipping).await;
         let outcomes = targets
             .ship(settings, &builder, &store, &shipments, &ship_settings)
             .await?;
@@ -213,11 +224,13 @@ impl<'a> Targets<'a> {
     /// [`Targets::remove_superseded`] is done with them. A distribute stopped between a
     /// node's load and that removal left the old image behind, and a re-run, finding the node
     /// current, never removed it (outside test): an id an earlier run noted whose tag has
-    /// moved since is removed here, first.
+    /// moved since is removed here, first, unless this run ships it (`shipping`: the ids
+    /// engines give the images it ships).
     async fn named_ids(
         &self,
         settings: &Settings,
         references: &[&str],
+        shipping: &std::collections::HashSet<String>,
     ) -> Vec<HashMap<String, String>> {
         let mut journal = Superseded::read(&settings.state_dir);
         let engines: Vec<&Engine> = self.by_stream.iter().chain(&self.by_registry).collect();
@@ -238,7 +251,9 @@ impl<'a> Targets<'a> {
                     .collect();
                 let mut removed = 0;
                 for (reference, old) in &earlier {
-                    if now.get(reference) != Some(old) && engine.remove_untagged(old).await {
+                    // An image this run ships (a rollback to it) is not removed to be sent again.
+                    let moved = now.get(reference) != Some(old) && !shipping.contains(old);
+                    if moved && engine.remove_untagged(old).await {
                         removed += 1;
                     }
                 }
