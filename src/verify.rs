@@ -181,16 +181,25 @@ pub struct Wanted {
 /// The ids engines give the builder's image `builder_id`: that id (the config digest on a
 /// classic store, which a classic node computes alike; the manifest digest on a containerd
 /// builder, which a containerd node keeps) and, if the layer store holds the image, the
-/// digest of the manifest hallmark's archives carry (what a containerd node it loaded calls it).
+/// digest of the manifest hallmark's archives carry (what a containerd node it loaded calls it)
+/// and the config digest (what a classic node calls an image from a containerd builder).
 pub fn known_ids(store: &crate::store::LayerStore, builder_id: &str) -> Vec<String> {
     let mut ids = vec![builder_id.to_string()];
     if let Some(stored) = store.image(builder_id) {
-        ids.push(crate::oci::archive::manifest(&stored).0.to_string());
+        for id in [
+            crate::oci::archive::manifest(&stored).0,
+            stored.config.digest,
+        ] {
+            let id = id.to_string();
+            if !ids.contains(&id) {
+                ids.push(id);
+            }
+        }
     }
     ids
 }
 
-/// Whether the builder's image `reference`, which carries `checksum` as its label, is one
+/// Whether the builder's image `id`, which carries `checksum` as its label, is one
 /// hallmark finished for that checksum: `Ok(None)` if so, else what its newest step is. The
 /// label alone does not say: the step images of a build `FROM` the image carry its label
 /// too, and so does a `docker commit` over it (an outside test saw `build` adopt a child's

@@ -11,7 +11,6 @@ use crate::registry;
 use crate::settings::Settings;
 use crate::ship::{self, Action, NodeOutcome, ShipSettings};
 use crate::store::LayerStore;
-use crate::values::Name;
 use crate::verify;
 use futures_util::StreamExt as _;
 use serde::Serialize;
@@ -55,27 +54,21 @@ pub(super) fn run(
         .await;
         // An image the builder cannot give (not built, another checksum, changed by hand)
         // fails on every node, with why; the others are shipped.
-        let (mut shipments, mut refused) = (Vec::new(), HashMap::new());
-        for (name, found) in names.iter().zip(found) {
-            match found {
-                Ok(shipment) => shipments.push((name, shipment)),
-                Err(e) => {
-                    refused.insert(name, e.to_string());
-                }
-            }
-        }
-        let (shipped_names, shipments): (Vec<_>, Vec<_>) = shipments.into_iter().unzip();
+        let mut shipments = Vec::new();
+        let found: Vec<std::result::Result<String, String>> = found
+            .into_iter()
+            .map(|found| {
+                let shipment = found.map_err(|e| e.to_string())?;
+                let reference = shipment.reference.clone();
+                shipments.push(shipment);
+                Ok(reference)
+            })
+            .collect();
         let references: Vec<&str> = shipments.iter().map(|s| s.reference.as_str()).collect();
-        // What each node may call an image this run ships: the builder's id, the manifest
-        // digest a containerd node keeps, the config digest a classic node keeps.
+        // What each node may call an image this run ships.
         let shipping = shipments
             .iter()
-            .flat_map(|shipment| {
-                let config = store.record(&shipment.image_id).map(|r| r.config.digest);
-                let ids = shipment.wanted(&store).ids;
-                ids.into_iter()
-                    .chain(config.map(|digest| digest.to_string()))
-            })
+            .flat_map(|s| s.wanted(&store).ids)
             .collect();
         let before = targets.named_ids(settings, &references, &shipping).await;
         let outcomes = targets
@@ -84,25 +77,22 @@ pub(super) fn run(
         targets
             .remove_superseded(settings, &references, before, &outcomes)
             .await;
-        let mut shipped: HashMap<_, _> = shipped_names
-            .into_iter()
-            .zip(shipments.into_iter().zip(outcomes))
-            .collect();
-        let row = |name: &Name| match shipped.remove(name) {
-            Some((shipment, nodes)) => Shipped {
+        let mut outcomes = outcomes.into_iter();
+        let rows = names.iter().zip(found).map(|(name, found)| match found {
+            Ok(reference) => Shipped {
                 image: name.to_string(),
-                nodes,
-                reference: shipment.reference,
+                nodes: outcomes.next().expect("an outcome per image shipped"),
+                reference,
             },
-            None => Shipped {
+            Err(error) => Shipped {
                 image: name.to_string(),
                 nodes: (nodes.iter())
-                    .map(|node| NodeOutcome::failed(node.name.as_str(), refused[name].clone()))
+                    .map(|node| NodeOutcome::failed(node.name.as_str(), error.clone()))
                     .collect(),
                 reference: plan.get(name).loaded.reference(),
             },
-        };
-        Ok::<_, Error>(names.iter().map(row).collect::<Vec<_>>())
+        });
+        Ok::<_, Error>(rows.collect::<Vec<_>>())
     })?;
     // The table says what was done; with `-q` the exit code alone says whether it worked.
     if settings.output.json || !settings.output.quiet {

@@ -1,13 +1,13 @@
 //! `hallmark status`: every image of the project on every node: current, stale, mismatch,
 //! unverified, missing, incomplete, unreachable.
 
-use super::verify::{holdings_of_nodes, image_rows, unverified_without_reference};
+use super::verify::{holdings_of_nodes, image_rows, unverified_without_reference, wanted_or_why};
 use super::{connect, connect_all, runtime};
 use crate::error::{Error, ExitStatus, Result};
 use crate::plan::{Failure, Plan};
 use crate::settings::Settings;
+use crate::ship;
 use crate::values::Name;
-use crate::verify;
 use futures_util::StreamExt as _;
 
 pub(super) fn run(settings: &Settings) -> Result<ExitStatus> {
@@ -46,48 +46,27 @@ pub(super) fn run(settings: &Settings) -> Result<ExitStatus> {
         };
         let store = crate::store::LayerStore::open(&settings.cache);
         let store = &store;
-        let unreachable = "the builder cannot be reached".to_string();
-        // The builder's fingerprint is the reference; without it, the label alone is known.
-        let on_builder = futures_util::stream::iter(names.iter().map(|name| {
-            let image = plan.get(name);
-            let (builder, unreachable) = (builder.as_ref(), unreachable.clone());
+        // The builder's image is the reference, as `verify` and `distribute` find it; without
+        // it, the label alone is known.
+        let found = futures_util::stream::iter(names.iter().map(|name| {
+            let (image, builder) = (plan.get(name), builder.as_ref());
             async move {
-                let builder = builder.ok_or(unreachable)?;
-                let checksum = image.checksum.as_str();
-                let not_held = || "the builder does not hold the image".to_string();
-                let held = builder.inspect(&image.loaded.reference()).await;
-                let held = held.ok().flatten().ok_or_else(not_held)?;
-                if verify::label(&held, label) != Some(checksum) {
-                    return Err(not_held());
-                }
-                let id = held.id().unwrap_or_default().to_string();
-                if let Ok(Some(newest)) = verify::unfinished(builder, store, &id, checksum).await {
-                    return Err(format!(
-                        "the builder's image under the tag is not one hallmark finished (its newest step is {newest})"
-                    ));
-                }
-                Ok((verify::fingerprint(&held), id))
+                let builder = builder.ok_or("the builder cannot be reached".to_string())?;
+                let (reference, checksum) = (image.loaded.reference(), image.checksum.as_str());
+                ship::shipment(builder, store, &reference, label, checksum)
+                    .await
+                    .map_err(|e| e.to_string())
             }
         }))
         .buffered(8)
-        .collect::<Vec<std::result::Result<(String, String), String>>>()
+        .collect::<Vec<_>>()
         .await;
-        let wanted: Vec<verify::Wanted> = names
+        let (wanted, unchecked): (Vec<_>, Vec<_>) = names
             .iter()
-            .zip(&on_builder)
-            .map(|(name, on_builder)| {
-                let image = plan.get(name);
-                let (fingerprint, id) = on_builder.clone().unwrap_or_default();
-                verify::Wanted {
-                    reference: image.loaded.reference(),
-                    checksum: image.checksum.to_string(),
-                    fingerprint,
-                    ids: verify::known_ids(&store, &id),
-                }
-            })
-            .collect();
+            .zip(found)
+            .map(|(name, found)| wanted_or_why(plan.get(name), store, found))
+            .unzip();
         let mut columns = holdings_of_nodes(settings, &nodes, &connected, &wanted).await;
-        let unchecked: Vec<Option<String>> = on_builder.into_iter().map(|b| b.err()).collect();
         unverified_without_reference(&mut columns, &unchecked);
         Ok::<_, Error>(image_rows(&names, columns))
     })?;

@@ -7,8 +7,10 @@ use crate::config::NodeConfig;
 use crate::engine::Engine;
 use crate::error::{Error, ExitStatus, Result};
 use crate::output::{Column, Row, cell};
-use crate::plan::Plan;
+use crate::plan::{Plan, PlannedImage};
 use crate::settings::Settings;
+use crate::ship;
+use crate::store::LayerStore;
 use crate::values::Name;
 use crate::verify::{self, Holding, NodeHolding};
 use futures_util::StreamExt as _;
@@ -32,27 +34,16 @@ pub(super) fn run(settings: &Settings, images: &[String], nodes: &[String]) -> R
         .await;
         // An image the builder cannot give (not built, another checksum, changed by hand) has
         // no content to compare: its nodes are judged by the label alone, as `status` does.
-        let (mut wanted, mut unchecked) = (Vec::new(), Vec::new());
+        let mut judged = Vec::new();
         for (name, shipment) in names.iter().zip(shipments) {
-            match shipment {
-                Ok(shipment) => {
-                    wanted.push(shipment.wanted(&store));
-                    unchecked.push(None);
-                }
-                Err(e) => {
-                    // Said even with `-q`: why the image's rows cannot say `current`.
-                    eprint!("{}", e.render());
-                    let image = plan.get(name);
-                    wanted.push(verify::Wanted {
-                        reference: image.loaded.reference(),
-                        checksum: image.checksum.to_string(),
-                        fingerprint: String::new(),
-                        ids: Vec::new(),
-                    });
-                    unchecked.push(Some(e.to_string()));
-                }
-            }
+            let found = shipment.map_err(|e| {
+                // Said even with `-q`: why the image's rows cannot say `current`.
+                eprint!("{}", e.render());
+                e.to_string()
+            });
+            judged.push(wanted_or_why(plan.get(name), &store, found));
         }
+        let (wanted, unchecked): (Vec<_>, Vec<_>) = judged.into_iter().unzip();
         let mut columns = holdings_of_nodes(settings, &nodes, &connected, &wanted).await;
         unverified_without_reference(&mut columns, &unchecked);
         Ok::<_, Error>(image_rows(&names, columns))
@@ -120,6 +111,27 @@ pub(super) async fn holdings_of_nodes(
             }),
     )
     .await
+}
+
+/// What the nodes' holdings of `image` are compared with: the builder's image, or, where it
+/// cannot be had (`found` says why), the checksum label alone, with why.
+pub(super) fn wanted_or_why(
+    image: &PlannedImage,
+    store: &LayerStore,
+    found: std::result::Result<ship::Shipment, String>,
+) -> (verify::Wanted, Option<String>) {
+    match found {
+        Ok(shipment) => (shipment.wanted(store), None),
+        Err(why) => {
+            let label_only = verify::Wanted {
+                reference: image.loaded.reference(),
+                checksum: image.checksum.to_string(),
+                fingerprint: String::new(),
+                ids: Vec::new(),
+            };
+            (label_only, Some(why))
+        }
+    }
 }
 
 /// Without the builder's image to compare with (`unchecked[i]` says why), a node whose label

@@ -352,13 +352,12 @@ async fn send_together(
     let (mut judged, mut loaded_images) = (Vec::new(), Vec::new());
     for (((i, image, first), holding), sent) in together.iter().zip(holdings).zip(carried) {
         let shipment = &shipments[*i];
-        let current = matches!(&holding, Ok(h) if h.state == Holding::Current);
         match (&loaded, &holding) {
             (Ok(()), Ok(h)) if *first > 0 && h.state == Holding::Incomplete => {
                 judged.push(Judged::Complete);
                 continue;
             }
-            (Err(_), Ok(_)) if !current => {
+            (Err(_), Ok(h)) if h.state != Holding::Current => {
                 judged.push(Judged::Alone);
                 continue;
             }
