@@ -27,8 +27,8 @@ use crate::wheel::{self, PythonTarget};
 use serde_json::{Value, json};
 use std::sync::Arc;
 
-/// The comment of every history step an assembly writes, and the newest step's words: an
-/// assembled image's newest step is its config (see `verify::finished`).
+/// The comment of every history step an assembly writes, and the newest step's words (what a
+/// person reading `docker history` sees; trust comes from `store::finished`, not from them).
 pub const ASSEMBLED: &str = "assembled by hallmark";
 pub const CONFIG_STEP: &str = "hallmark: config (env, labels, entrypoint, cmd)";
 

@@ -194,11 +194,11 @@ async fn up_to_date(
         && tagged.label(settings.checksum_label) == Some(checksum)
     {
         let id = tagged.id().unwrap_or_default();
-        match verify::unfinished(engine, &store, id, checksum).await? {
+        match verify::unfinished(engine, &store, id, checksum) {
             None => return Ok(Some((id.to_string(), tagged.size))),
             // A warning, said even with `-q`: an image changed by hand loses its tag.
-            Some(newest) => eprintln!(
-                "warning: {reference} on the builder carries checksum {} but hallmark did not finish it (its newest step is {newest}: changed by hand, or a step of another build); it is not used, and the tag moves off it",
+            Some(why) => eprintln!(
+                "warning: {reference} on the builder carries checksum {} but hallmark did not finish it ({why}); it is not used, and the tag moves off it",
                 &checksum[..12.min(checksum.len())]
             ),
         }
@@ -207,10 +207,7 @@ async fn up_to_date(
         .images_with_label(settings.checksum_label, checksum)
         .await?;
     for id in found {
-        if verify::unfinished(engine, &store, &id, checksum)
-            .await?
-            .is_some()
-        {
+        if verify::unfinished(engine, &store, &id, checksum).is_some() {
             continue;
         }
         engine.tag(&id, &image.loaded.image_reference()).await?;
@@ -457,6 +454,8 @@ impl Job<'_> {
                 stamped,
             )));
         }
+        // What makes it hallmark's: its record, not its label (`store::finished`).
+        crate::store::finished::record(&self.store, &engine.address().to_string(), checksum, &id)?;
         // The image the tag names now, if hallmark made it (it carries the checksum label):
         // once the tag moves it is superseded, and left on the builder it would be a dangling
         // image for every rebuild.

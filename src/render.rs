@@ -210,6 +210,14 @@ pub fn stamped_labels(
     labels
 }
 
+/// The checksum label's value in what `hallmark render` prints and writes: a plain `docker
+/// build` of it is not an image hallmark finished (no smoke test, no normalisation, no record),
+/// and its label says so rather than claim the checksum. Like the pending label, it never
+/// equals a checksum, so `verify` calls a node holding it `stale`.
+pub fn rendered_label(checksum: &str) -> String {
+    format!("rendered-{checksum}")
+}
+
 /// Renders the Dockerfile of `image`; `parent_tag` is the parent spec's `repo:tag`.
 pub fn dockerfile(
     image: &PlannedImage,

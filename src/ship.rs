@@ -99,9 +99,9 @@ pub async fn shipment(
         )));
     }
     let image_id = image.id().unwrap_or_default().to_string();
-    if let Some(newest) = verify::unfinished(builder, store, &image_id, checksum).await? {
+    if let Some(why) = verify::unfinished(builder, store, &image_id, checksum) {
         return Err(builder.error(format!(
-            "{reference} carries checksum {checksum} but hallmark did not finish it (its newest step is {newest}: changed by hand, or a step of another build); run `hallmark build` (it tags the image it made, or makes it again)"
+            "{reference} carries checksum {checksum} but hallmark did not finish it ({why}); run `hallmark build` (it tags the image it made, or makes it again)"
         )));
     }
     Ok(Shipment {

@@ -16,6 +16,8 @@
 //! (`projects/<key>/images/<id>`), and `prune` in one project keeps every image another
 //! project still marks.
 
+pub mod finished;
+
 use crate::error::{Error, Result};
 use crate::oci::archive::{self, DockerManifest};
 use crate::oci::digest::hex_of;

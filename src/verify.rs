@@ -199,58 +199,26 @@ pub fn known_ids(store: &crate::store::LayerStore, builder_id: &str) -> Vec<Stri
     ids
 }
 
-/// Whether the builder's image `id`, which carries `checksum` as its label, is one
-/// hallmark finished for that checksum: `Ok(None)` if so, else what its newest step is. The
-/// label alone does not say: the step images of a build `FROM` the image carry its label
-/// too, and so does a `docker commit` over it (an outside test saw `build` adopt a child's
-/// step image as up to date, and `distribute` ship a hand-committed one as verified). A
-/// finished image's newest step is the one that set the label: an engine build's `LABEL`
-/// step, into which the stamp wrote the checksum, or an assembly's config step.
-pub async fn unfinished(
+/// Whether the builder's image `id`, which carries `checksum` as its label, is one hallmark
+/// finished for that checksum on this builder: `None` if so, else why it is not trusted.
+/// Only hallmark's own record says ([`crate::store::finished`]): a label and a history step
+/// that sets it are written as easily by a plain `docker build` of a rendered context, a
+/// `docker commit` over the tag, a `docker import --change` or a loaded tar, and the step
+/// images of a build `FROM` the image carry its label too.
+pub fn unfinished(
     engine: &Engine,
     store: &crate::store::LayerStore,
     id: &str,
     checksum: &str,
-) -> Result<Option<String>> {
-    // The image's config, where hallmark keeps a copy of it (under the id, a content
-    // address): no request, and Docker 26's containerd store answers no history for an image
-    // it has not unpacked ("snapshot ... does not exist"), as a stamped one is until run.
-    let newest = match store.record(id).map(|image| store.read_config(&image)) {
-        Some(Ok(config)) => {
-            let history = config.get("history").and_then(serde_json::Value::as_array);
-            let text = |entry: &serde_json::Value, key: &str| {
-                entry
-                    .get(key)
-                    .and_then(serde_json::Value::as_str)
-                    .unwrap_or_default()
-                    .to_string()
-            };
-            history
-                .and_then(|h| h.last())
-                .map(|newest| (text(newest, "created_by"), text(newest, "comment")))
-        }
-        _ => engine
-            .history(id)
-            .await?
-            .unwrap_or_default()
-            .into_iter()
-            .next()
-            .map(|newest| (newest.created_by, newest.comment)),
-    };
-    let Some((created_by, comment)) = newest else {
-        return Ok(Some("unknown: the engine gives no history for it".into()));
-    };
-    let labelled = created_by.contains("LABEL") && created_by.contains(checksum);
-    let assembled =
-        comment == crate::assemble::ASSEMBLED && created_by == crate::assemble::CONFIG_STEP;
-    if labelled || assembled {
-        return Ok(None);
-    }
-    let words: String = created_by.chars().take(80).collect();
-    Ok(Some(match comment.as_str() {
-        "" => format!("`{words}`"),
-        comment => format!("`{words}` ({comment})"),
-    }))
+) -> Option<String> {
+    let builder = engine.address().to_string();
+    (!crate::store::finished::is_finished(store, &builder, checksum, id)).then(|| {
+        let short = id.trim_start_matches("sha256:");
+        format!(
+            "hallmark has no record of finishing {} on this builder: a `docker build`, `docker commit`, `docker import` or load can write the label, and the step images of a build on it carry it too; or another machine's hallmark built it",
+            &short[..12.min(short.len())]
+        )
+    })
 }
 
 /// How many images of one engine are inspected at once.

@@ -17,7 +17,7 @@ pub(super) fn run(
     let dockerfile = render::dockerfile(
         planned,
         &settings.checksum_label,
-        planned.checksum.as_str(),
+        &render::rendered_label(planned.checksum.as_str()),
         parent_tag(&plan, &name).as_deref(),
     )?;
     crate::output::stdout_exactly(&crate::compile::describe(

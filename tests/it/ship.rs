@@ -1267,13 +1267,15 @@ fn losing_load_answers(socket: &std::path::Path, endpoint: &str) {
 }
 
 /// An image that carries an image's checksum label but that hallmark did not finish is never
-/// taken for it. A `docker commit` over the tag (a hand "hotfix") is refused by `distribute`,
-/// is the reason nodes holding the real image are `unverified` in `verify` and `status` (not
-/// `current`, not `mismatch`), and `build` warns and moves the tag back to the image it made.
-/// An image made on top of it (a later build's step image carries the label too; here one
-/// committed by hand and loaded alone into another engine, so that it is the only image
-/// there with the label) is not "up to date": the image is built. An outside test saw both
-/// taken for the real image. On the classic builder and on Docker 28's containerd store.
+/// taken for it, however it was made: a plain `docker build` of `render --out`'s context with
+/// the checksum written in, a `docker import --change LABEL ...`, a `docker commit` over the
+/// tag (each with the label in its newest step, which the old history rule took for
+/// finished). Each is refused by `distribute`, is the reason nodes holding the real image are
+/// `unverified` in `verify` and `status` (not `current`, not `mismatch`), and `build` warns
+/// and moves the tag back to the image it made. An image made on top of it (a later build's
+/// step image carries the label too; here one committed by hand and loaded alone into
+/// another engine, so that it is the only image there with the label) is not "up to date":
+/// the image is built. On the classic builder and on Docker 28's containerd store.
 #[test]
 fn an_image_hallmark_did_not_finish_is_never_taken_for_the_built_one() {
     let shared = Testbed::get();
@@ -1318,40 +1320,73 @@ fn an_image_hallmark_did_not_finish_is_never_taken_for_the_built_one() {
             testbed.docker_ok(engine, &["commit", &container, to]);
             testbed.docker_ok(engine, &["rm", &container]);
         };
+        let checksum = testbed.checksum_label(builder, &base);
+        let label = format!("LABEL hallmark.checksum={checksum}");
 
-        // A commit over the tag.
-        commit(builder, &base);
-        let (code, report) = hallmark_json(&project, &config, &["distribute", "base"]);
-        assert_eq!(code, 1, "{builder}: {report}");
-        let row = &nodes_of(&report)[0];
-        assert_eq!(row["action"], "failed", "{builder}: {report}");
-        let error = row["error"].as_str().unwrap();
-        assert!(error.contains("did not finish"), "{builder}: {error}");
-        for command in [&["verify", "base"][..], &["status"]] {
-            let (_, rows) = hallmark_json(&project, &config, command);
-            let on_node1 = rows
-                .as_array()
-                .unwrap()
-                .iter()
-                .find(|r| r["image"] == "base" && r["node"] == "node1")
-                .unwrap_or_else(|| panic!("{builder} {command:?}: {rows}"));
+        // Three ways of making an image whose label, and newest step, look finished; each
+        // over the tag. None is hallmark's: only its record says what it finished.
+        for way in ["docker build of the rendered context", "docker import", "docker commit"] {
+            match way {
+                "docker build of the rendered context" => {
+                    let context = project.root().join(format!("ctx-{}", support::unique()));
+                    project
+                        .run(&["render", "base", "--out", context.to_str().unwrap()])
+                        .success();
+                    // `render` says the label is rendered, not finished; a person (or a
+                    // script) who writes the checksum in makes what the outside test made.
+                    let dockerfile = context.join("Dockerfile");
+                    let text = std::fs::read_to_string(&dockerfile).unwrap();
+                    let rendered = format!("rendered-{checksum}");
+                    assert!(text.contains(&rendered), "{text}");
+                    std::fs::write(&dockerfile, text.replace(&rendered, &checksum)).unwrap();
+                    let context = context.to_str().unwrap();
+                    testbed.docker_ok(builder, &["build", "-q", "-t", &base, context]);
+                }
+                "docker import" => {
+                    let container = format!("export-{}", support::unique());
+                    testbed.docker_ok(builder, &["create", "--name", &container, &base, "true"]);
+                    let tar = project.root().join(format!("{container}.tar"));
+                    let tar = tar.to_str().unwrap();
+                    testbed.docker_ok(builder, &["export", "-o", tar, &container]);
+                    testbed.docker_ok(builder, &["rm", &container]);
+                    testbed.docker_ok(builder, &["import", "--change", &label, tar, &base]);
+                }
+                _ => commit(builder, &base),
+            }
+            assert_ne!(testbed.image_id(builder, &base), made, "{builder} {way}");
+            assert_eq!(testbed.checksum_label(builder, &base), checksum, "{way}");
+            let (code, report) = hallmark_json(&project, &config, &["distribute", "base"]);
+            assert_eq!(code, 1, "{builder} {way}: {report}");
+            let row = &nodes_of(&report)[0];
+            assert_eq!(row["action"], "failed", "{builder} {way}: {report}");
+            let error = row["error"].as_str().unwrap();
+            assert!(error.contains("did not finish"), "{builder} {way}: {error}");
+            for command in [&["verify", "base"][..], &["status"]] {
+                let (_, rows) = hallmark_json(&project, &config, command);
+                let on_node1 = rows
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .find(|r| r["image"] == "base" && r["node"] == "node1")
+                    .unwrap_or_else(|| panic!("{builder} {way} {command:?}: {rows}"));
+                assert_eq!(
+                    on_node1["state"], "unverified",
+                    "{builder} {way} {command:?}: {rows}"
+                );
+                let detail = on_node1["detail"].as_str().unwrap();
+                assert!(detail.contains("finish"), "{builder} {way} {command:?}: {detail}");
+            }
+            let built = project
+                .run(&["--config", cfg, "build", "base"])
+                .success()
+                .stderr();
+            assert!(built.contains("did not finish"), "{builder} {way}: {built}");
             assert_eq!(
-                on_node1["state"], "unverified",
-                "{builder} {command:?}: {rows}"
+                testbed.image_id(builder, &base),
+                made,
+                "{builder} {way}: the tag is back"
             );
-            let detail = on_node1["detail"].as_str().unwrap();
-            assert!(detail.contains("finish"), "{builder} {command:?}: {detail}");
         }
-        let built = project
-            .run(&["--config", cfg, "build", "base"])
-            .success()
-            .stderr();
-        assert!(built.contains("did not finish"), "{builder}: {built}");
-        assert_eq!(
-            testbed.image_id(builder, &base),
-            made,
-            "{builder}: the tag is back"
-        );
 
         // An image not built yet fails alone: the others are shipped and verified, and every
         // image has its rows (one unbuilt image hid them all, the JSON document too).

@@ -1,0 +1,102 @@
+//! The record of what hallmark finished: which image, on which builder, for which checksum.
+//!
+//! Trust comes from here and from nothing an image carries. A checksum label, a `LABEL` step
+//! in the history, a tag: any Dockerfile, `docker commit`, `docker import --change` or loaded
+//! tar can write them (an outside test shipped a plain `docker build` of `render --out`'s
+//! context as `verified`, because its newest step set the label). So when `build` finishes an
+//! image (smoke-tested, stamped, checked), it writes
+//! `finished/<builder key>/<checksum>/<image id hex>.json` beside the layer store; adoption
+//! (`build`'s up-to-date), `distribute`, `verify` and `status` ask for that file.
+//!
+//! One file per image, written atomically, never read-modified-written: two builds (of two
+//! projects, or a forced rebuild) cannot lose each other's records. The builder key is a hash
+//! of the builder's address, as configured: an image id is the builder's own name for it (the
+//! config digest on a classic store, the manifest digest on a containerd one).
+//!
+//! What it costs: an image finished by another machine's hallmark, or before this cache
+//! existed, is not trusted here until `hallmark build` makes it (a reproducible build gives the
+//! same id and only writes the record).
+
+use super::LayerStore;
+use crate::error::Result;
+use crate::oci::digest::hex_of;
+use serde::{Deserialize, Serialize};
+use sha2::{Digest as _, Sha256};
+use std::path::PathBuf;
+
+/// What the record holds, for a person reading it; its existence is what counts.
+#[derive(Serialize, Deserialize)]
+struct Finished {
+    builder: String,
+    checksum: String,
+    image_id: String,
+    /// The config digest, where the layer store holds the image (on a containerd builder the
+    /// id is the manifest digest).
+    config: Option<String>,
+    hallmark: String,
+}
+
+/// The record's path; `None` for an id or checksum that is not hex (an engine's answer names
+/// no file of ours).
+fn path(store: &LayerStore, builder: &str, checksum: &str, image_id: &str) -> Option<PathBuf> {
+    let hex = |s: &'_ str| -> Option<String> {
+        let s = hex_of(s);
+        (!s.is_empty() && s.bytes().all(|b| b.is_ascii_hexdigit())).then(|| s.to_string())
+    };
+    let key = hex::encode(Sha256::digest(builder.as_bytes()));
+    Some(
+        store
+            .root
+            .join("finished")
+            .join(&key[..16])
+            .join(hex(checksum)?)
+            .join(format!("{}.json", hex(image_id)?)),
+    )
+}
+
+/// Notes that hallmark finished `image_id` for `checksum` on `builder` (its address).
+pub fn record(store: &LayerStore, builder: &str, checksum: &str, image_id: &str) -> Result<()> {
+    let finished = Finished {
+        builder: builder.to_string(),
+        checksum: checksum.to_string(),
+        image_id: image_id.to_string(),
+        config: store.record(image_id).map(|i| i.config.digest.to_string()),
+        hallmark: env!("CARGO_PKG_VERSION").to_string(),
+    };
+    let text = serde_json::to_vec_pretty(&finished).expect("serializes");
+    match path(store, builder, checksum, image_id) {
+        Some(path) => super::write_atomically(&path, &text),
+        None => Err(crate::error::Error::io(
+            store.root.join("finished"),
+            std::io::Error::other(format!(
+                "the builder {builder} names its new image `{image_id}`, which is not a digest"
+            )),
+        )),
+    }
+}
+
+/// Whether hallmark finished `image_id` for `checksum` on `builder`.
+pub fn is_finished(store: &LayerStore, builder: &str, checksum: &str, image_id: &str) -> bool {
+    path(store, builder, checksum, image_id).is_some_and(|path| path.is_file())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_the_recorded_image_of_a_checksum_on_its_builder_is_finished() {
+        let cache = tempfile::tempdir().unwrap();
+        let store = LayerStore::open_for(cache.path(), None);
+        let (id, other) = (format!("sha256:{}", "a".repeat(64)), "sha256:".to_string() + &"b".repeat(64));
+        let checksum = "c".repeat(64);
+        assert!(!is_finished(&store, "unix:///b.sock", &checksum, &id));
+        record(&store, "unix:///b.sock", &checksum, &id).unwrap();
+        assert!(is_finished(&store, "unix:///b.sock", &checksum, &id));
+        assert!(!is_finished(&store, "unix:///b.sock", &checksum, &other));
+        assert!(!is_finished(&store, "unix:///other.sock", &checksum, &id));
+        assert!(!is_finished(&store, "unix:///b.sock", &"d".repeat(64), &id));
+        assert!(!is_finished(&store, "unix:///b.sock", &checksum, ""));
+        assert!(!is_finished(&store, "unix:///b.sock", &checksum, "../../x"));
+    }
+}
