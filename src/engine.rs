@@ -20,6 +20,7 @@ pub mod answers;
 mod body;
 mod progress;
 mod ssh;
+pub mod stall;
 mod transport;
 
 pub use address::{Address, Kind};
@@ -387,10 +388,17 @@ impl Engine {
         &self,
         reference: &str,
     ) -> futures_util::stream::BoxStream<'static, std::io::Result<bytes::Bytes>> {
-        self.docker
+        let chunks = self
+            .docker
             .export_image(reference)
             .map(|chunk| chunk.map_err(|e| std::io::Error::other(with_causes(&e))))
-            .boxed()
+            .boxed();
+        stall::watched(
+            chunks,
+            stall::Moved::now(),
+            stall::stall_timeout(),
+            std::io::Error::other,
+        )
     }
 
     /// `docker load` of the archive `body`; with `quiet`, the engine sends no progress bars.
@@ -400,11 +408,10 @@ impl Engine {
         quiet: bool,
     ) -> Reports<'static, ProgressEvent> {
         let options = ImportImageOptionsBuilder::new().quiet(quiet).build();
-        progress::reports(self.docker.import_image_stream(
-            options,
-            body.map(Ok::<_, std::io::Error>),
-            None,
-        ))
+        let moved = stall::Moved::now();
+        let body = stall::noting(body, &moved).map(Ok::<_, std::io::Error>);
+        let answers = progress::reports(self.docker.import_image_stream(options, body, None));
+        stall::watched(answers, moved, stall::stall_timeout(), |words| words)
     }
 
     /// Pushes `repository:tag` to the registry its name starts with, signed in with
@@ -416,11 +423,12 @@ impl Engine {
         credentials: Option<&Credentials>,
     ) -> Reports<'static, ProgressEvent> {
         let options = PushImageOptionsBuilder::new().tag(tag).build();
-        progress::reports(self.docker.push_image(
+        let answers = progress::reports(self.docker.push_image(
             repository,
             Some(options),
             credentials.map(docker_credentials),
-        ))
+        ));
+        stall::watched(answers, stall::Moved::now(), stall::stall_timeout(), |w| w)
     }
 
     /// Pulls `repository:tag`, signed in with `credentials` if given.
@@ -434,11 +442,12 @@ impl Engine {
             .from_image(repository)
             .tag(tag)
             .build();
-        progress::reports(self.docker.create_image(
+        let answers = progress::reports(self.docker.create_image(
             Some(options),
             None,
             credentials.map(docker_credentials),
-        ))
+        ));
+        stall::watched(answers, stall::Moved::now(), stall::stall_timeout(), |w| w)
     }
 
     /// Runs `command` in a new container from `image` with no network; returns the exit

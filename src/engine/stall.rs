@@ -1,0 +1,151 @@
+//! Progress deadlines for streams: a load, an export, a push or a pull that stops moving
+//! fails, with its node's name, instead of waiting for ever.
+//!
+//! A document has a deadline for its whole answer (`transport::answer_timeout`); a stream
+//! cannot: a 24 GB load takes minutes. What it can have is a deadline on progress: no byte
+//! sent (a request body the engine reads) and no message or chunk received for N seconds
+//! means the engine, or the link to it, is frozen. An outside test froze one node's engine
+//! during a load: the other nodes finished in seconds, then `distribute` waited for good, no
+//! table, no exit. Builds and containers are not watched here: a build step or a smoke test
+//! may be silent for an hour.
+//!
+//! Written here rather than taken from a crate: the deadline is on the two directions of one
+//! request together (bytes going out count as progress while no answer comes), which no
+//! timeout adaptor of tokio or futures expresses.
+
+use futures_util::stream::BoxStream;
+use futures_util::{Stream, StreamExt};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+use tokio::time::Instant;
+
+/// The environment variable that sets the progress deadline of streams, in seconds.
+pub const STALL_TIMEOUT_ENV: &str = "HALLMARK_STALL_TIMEOUT";
+
+/// How long a stream may go without moving: 600 s, or `HALLMARK_STALL_TIMEOUT`. Sized for a
+/// loaded engine: after the last byte of a 20 GB load a containerd store unpacks the layers
+/// before it answers, without a message, for minutes.
+pub fn stall_timeout() -> Duration {
+    let secs = std::env::var(STALL_TIMEOUT_ENV)
+        .ok()
+        .and_then(|v| v.trim().parse::<u64>().ok())
+        .filter(|s| *s > 0)
+        .unwrap_or(600);
+    Duration::from_secs(secs)
+}
+
+/// When one request last moved, either way.
+#[derive(Clone)]
+pub struct Moved(Arc<Mutex<Instant>>);
+
+impl Moved {
+    pub fn now() -> Moved {
+        Moved(Arc::new(Mutex::new(Instant::now())))
+    }
+
+    fn touch(&self) {
+        *self.0.lock().unwrap_or_else(|e| e.into_inner()) = Instant::now();
+    }
+
+    fn elapsed(&self) -> Duration {
+        self.0.lock().unwrap_or_else(|e| e.into_inner()).elapsed()
+    }
+}
+
+/// `body` (a request body), each chunk the connection takes noted as progress.
+pub fn noting<T>(
+    body: impl Stream<Item = T> + Send + 'static,
+    moved: &Moved,
+) -> impl Stream<Item = T> + Send + 'static {
+    let moved = moved.clone();
+    body.inspect(move |_| moved.touch())
+}
+
+/// The words of a stall, for the stream's error.
+pub fn stalled_words(limit: Duration) -> String {
+    format!(
+        "nothing moved for {} s: the engine, or the link to it, stopped ({STALL_TIMEOUT_ENV} sets how long to wait)",
+        limit.as_secs()
+    )
+}
+
+/// `stream` (an answer), ended by `stalled(words)` as its last item once neither it nor the
+/// request's body (`moved`) moved for `limit`. Dropping the stream then drops the request,
+/// which closes its connection.
+pub fn watched<'a, T: Send + 'a, E: Send + 'a>(
+    stream: BoxStream<'a, Result<T, E>>,
+    moved: Moved,
+    limit: Duration,
+    stalled: impl Fn(String) -> E + Send + Sync + 'a,
+) -> BoxStream<'a, Result<T, E>> {
+    let stalled = Arc::new(stalled);
+    futures_util::stream::unfold(Some(stream), move |state| {
+        let (moved, stalled) = (moved.clone(), Arc::clone(&stalled));
+        async move {
+            let mut stream = state?;
+            loop {
+                let left = limit.saturating_sub(moved.elapsed());
+                if left.is_zero() {
+                    return Some((Err(stalled(stalled_words(limit))), None));
+                }
+                // Re-checked when it fires: the body may have moved meanwhile. `next` may be
+                // given up and asked again: a stream keeps its place.
+                match tokio::time::timeout(left, stream.next()).await {
+                    Ok(Some(item)) => {
+                        moved.touch();
+                        return Some((item, Some(stream)));
+                    }
+                    Ok(None) => return None,
+                    Err(_) => continue,
+                }
+            }
+        }
+    })
+    .boxed()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test(start_paused = true)]
+    async fn a_stream_that_stops_moving_ends_with_a_stall_and_one_that_moves_does_not() {
+        let limit = Duration::from_secs(10);
+        // Moves every 6 s, 4 times: 24 s in all, never 10 s without a chunk.
+        let slow = futures_util::stream::iter(0..4)
+            .then(|i| async move {
+                tokio::time::sleep(Duration::from_secs(6)).await;
+                Ok::<_, String>(i)
+            })
+            .boxed();
+        let items: Vec<_> = watched(slow, Moved::now(), limit, |w| w).collect().await;
+        assert_eq!(items, [Ok(0), Ok(1), Ok(2), Ok(3)]);
+
+        // One chunk, then silence.
+        let frozen = futures_util::stream::iter([Ok::<_, String>(1)])
+            .chain(futures_util::stream::pending())
+            .boxed();
+        let items: Vec<_> = watched(frozen, Moved::now(), limit, |w| w).collect().await;
+        assert_eq!(items.len(), 2, "{items:?}");
+        assert!(items[1].as_ref().unwrap_err().contains("nothing moved for 10 s"));
+
+        // No answer yet, but the request's body keeps going: not a stall.
+        let moved = Moved::now();
+        let body = noting(
+            futures_util::stream::iter(0..3).then(|i| async move {
+                tokio::time::sleep(Duration::from_secs(6)).await;
+                i
+            }),
+            &moved,
+        );
+        let sent = tokio::spawn(body.collect::<Vec<_>>());
+        let answer = futures_util::stream::once(async {
+            tokio::time::sleep(Duration::from_secs(19)).await;
+            Ok::<_, String>(7)
+        })
+        .boxed();
+        let items: Vec<_> = watched(answer, moved, limit, |w| w).collect().await;
+        assert_eq!(items, [Ok(7)]);
+        assert_eq!(sent.await.unwrap(), [0, 1, 2]);
+    }
+}
