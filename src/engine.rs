@@ -51,6 +51,19 @@ pub mod containers;
 /// that many names is a few kilobytes of query at most.
 pub const NAMES_IN_A_FILTER: usize = 1000;
 
+/// The environment variable that sets how long a smoke test may run, in seconds.
+pub const SMOKE_TIMEOUT_ENV: &str = "HALLMARK_SMOKE_TIMEOUT";
+
+/// How long a smoke test's container may run: 1800 s, or `HALLMARK_SMOKE_TIMEOUT`.
+fn smoke_timeout() -> std::time::Duration {
+    let secs = std::env::var(SMOKE_TIMEOUT_ENV)
+        .ok()
+        .and_then(|v| v.trim().parse::<u64>().ok())
+        .filter(|s| *s > 0)
+        .unwrap_or(1800);
+    std::time::Duration::from_secs(secs)
+}
+
 /// Per-request timeout: long enough for a multi-hour build step.
 const TIMEOUT_SECS: u64 = 24 * 3600;
 
@@ -512,9 +525,14 @@ impl Engine {
             .start_container(id, None::<bollard::query_parameters::StartContainerOptions>)
             .await
             .map_err(|e| self.error(format!("starting container {id}: {e}")))?;
+        // Not a document's deadline (60 s): a smoke test may import a framework for minutes.
+        let limit = smoke_timeout();
         let exit: ContainerExit = self
             .transport
-            .post(&format!("/containers/{id}/wait"), None)
+            .post_within(
+                &format!("/containers/{id}/wait"),
+                (limit, SMOKE_TIMEOUT_ENV),
+            )
             .await
             .map_err(|e| self.error(format!("waiting for container {id}: {e}")))?
             .ok_or_else(|| self.error(format!("container {id} vanished")))?;

@@ -555,6 +555,16 @@ impl Pulling<'_> {
                 note_pulled(settings.cache, node, image);
             }
         }
+        // Loaded means loaded, by any transport: a pull of what hallmark seeded put the layer
+        // store's blobs, under their digests, into the node, as a stream load does. Noted
+        // alike, a later stream update to a containerd store is thin (it sent the whole
+        // image again: 20 GB a node for the cluster's images).
+        if let Some(image) = self.seeded
+            && outcome.verified()
+        {
+            let reference = &shipment.reference;
+            transfer::remember_loaded(settings.cache, node, reference, image, None).await;
+        }
         outcome
     }
 

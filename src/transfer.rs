@@ -56,6 +56,10 @@ pub async fn export(
     let (ingest_sender, reader) = StreamReader::channel();
     let (node_sender, node_receiver) = tokio::sync::mpsc::channel::<bytes::Bytes>(8);
     let sent = Arc::new(AtomicU64::new(0));
+    // Set when the node's load has ended, however: a load that failed (a node that froze
+    // and passed its progress deadline) may never drop the channel's other end, and the
+    // export, waiting to hand it a chunk, would wait for good (an outside test's hang).
+    let (load_ended, mut ended) = tokio::sync::watch::channel(false);
     let forward = {
         let sent = Arc::clone(&sent);
         let mut node_sender = direct.is_some().then_some(node_sender);
@@ -65,7 +69,11 @@ pub async fn export(
                 if let (Ok(bytes), Some(sender)) = (&chunk, &node_sender) {
                     sent.fetch_add(bytes.len() as u64, Ordering::Relaxed);
                     // A node that stops reading does not stop the export into the store.
-                    if sender.send(bytes.clone()).await.is_err() {
+                    let handed = tokio::select! {
+                        handed = sender.send(bytes.clone()) => handed.is_ok(),
+                        _ = ended.wait_for(|ended| *ended) => false,
+                    };
+                    if !handed {
                         node_sender = None;
                     }
                 }
@@ -89,14 +97,12 @@ pub async fn export(
         let body = futures_util::stream::unfold(node_receiver, |mut r| async move {
             r.recv().await.map(|c| (c, r))
         });
-        Some(
-            load_into(node, image.reference, body, &sent, bar)
-                .await
-                .map(|()| {
-                    let bytes = sent.load(Ordering::Relaxed);
-                    (bytes, bytes)
-                }),
-        )
+        let loaded = load_into(node, image.reference, body, &sent, bar).await;
+        let _ = load_ended.send(true);
+        Some(loaded.map(|()| {
+            let bytes = sent.load(Ordering::Relaxed);
+            (bytes, bytes)
+        }))
     };
     let ((), stored, loaded) = tokio::join!(forward, ingest, load);
     // The export went by tag: if the tag moved since the inspect, the layers say so.

@@ -112,8 +112,9 @@ fn hashing_note(settings: &Settings, stats: crate::checksum::HashStats) {
     });
 }
 
-/// Runs `work`; on Ctrl-C, drops it, removes the containers it started on `engine` and gives
-/// `Error::Interrupted` (the work's own cleanup would never run once it is dropped).
+/// Runs `work`; on Ctrl-C or SIGTERM (a CI cancel, a systemd stop), drops it, removes the
+/// containers it started on `engine` and gives `Error::Interrupted` (the work's own cleanup
+/// would never run once it is dropped).
 async fn until_interrupted<T>(
     engine: &Engine,
     what: &str,
@@ -124,9 +125,25 @@ where
 {
     tokio::select! {
         done = work => done,
-        _ = tokio::signal::ctrl_c() => {
+        _ = interrupted() => {
             engine.remove_live_containers().await;
             (T::default(), Err(Error::Interrupted { what: format!("{what} on node `{}`", engine.node) }))
+        }
+    }
+}
+
+/// Ends on Ctrl-C (SIGINT) or SIGTERM: both ask hallmark to stop and clean up.
+async fn interrupted() {
+    use tokio::signal::unix::{SignalKind, signal};
+    match signal(SignalKind::terminate()) {
+        Ok(mut term) => {
+            tokio::select! {
+                _ = tokio::signal::ctrl_c() => {}
+                _ = term.recv() => {}
+            }
+        }
+        Err(_) => {
+            let _ = tokio::signal::ctrl_c().await;
         }
     }
 }

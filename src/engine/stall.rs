@@ -127,7 +127,12 @@ mod tests {
             .boxed();
         let items: Vec<_> = watched(frozen, Moved::now(), limit, |w| w).collect().await;
         assert_eq!(items.len(), 2, "{items:?}");
-        assert!(items[1].as_ref().unwrap_err().contains("nothing moved for 10 s"));
+        assert!(
+            items[1]
+                .as_ref()
+                .unwrap_err()
+                .contains("nothing moved for 10 s")
+        );
 
         // No answer yet, but the request's body keeps going: not a stall.
         let moved = Moved::now();

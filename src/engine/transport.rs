@@ -188,11 +188,34 @@ impl Transport {
         self.call("POST", path_and_query, body).await
     }
 
+    /// POSTs to `path_and_query` and waits up to `wait` for the answer: for answers that come
+    /// when work ends (a container's exit), not at once as a document does.
+    /// `setting` names the variable that sets `wait`.
+    pub async fn post_within<T: serde::de::DeserializeOwned>(
+        &self,
+        path_and_query: &str,
+        (wait, setting): (std::time::Duration, &str),
+    ) -> Result<Option<T>, String> {
+        self.call_within("POST", path_and_query, None, (wait, setting))
+            .await
+    }
+
     async fn call<T: serde::de::DeserializeOwned>(
         &self,
         method: &str,
         path_and_query: &str,
         body: Option<&serde_json::Value>,
+    ) -> Result<Option<T>, String> {
+        let wait = (answer_timeout(), ANSWER_TIMEOUT_ENV);
+        self.call_within(method, path_and_query, body, wait).await
+    }
+
+    async fn call_within<T: serde::de::DeserializeOwned>(
+        &self,
+        method: &str,
+        path_and_query: &str,
+        body: Option<&serde_json::Value>,
+        (wait, setting): (std::time::Duration, &str),
     ) -> Result<Option<T>, String> {
         let bytes = body.map_or_else(Bytes::new, |b| Bytes::from(b.to_string()));
         let request = hyper::Request::builder()
@@ -215,11 +238,10 @@ impl Transport {
                 .to_bytes();
             Ok::<_, String>((status, body))
         };
-        let wait = answer_timeout();
         let (status, body) = tokio::time::timeout(wait, asked).await.map_err(|_| {
             format!(
-                "no answer to {method} {path_and_query} in {} s: the engine is hung or overloaded \
-                 ({ANSWER_TIMEOUT_ENV} sets how long to wait)",
+                "no answer to {method} {path_and_query} in {} s: the engine is hung or overloaded, \
+                 or the work runs longer ({setting} sets how long to wait)",
                 wait.as_secs()
             )
         })??;

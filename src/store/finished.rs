@@ -88,7 +88,10 @@ mod tests {
     fn only_the_recorded_image_of_a_checksum_on_its_builder_is_finished() {
         let cache = tempfile::tempdir().unwrap();
         let store = LayerStore::open_for(cache.path(), None);
-        let (id, other) = (format!("sha256:{}", "a".repeat(64)), "sha256:".to_string() + &"b".repeat(64));
+        let (id, other) = (
+            format!("sha256:{}", "a".repeat(64)),
+            "sha256:".to_string() + &"b".repeat(64),
+        );
         let checksum = "c".repeat(64);
         assert!(!is_finished(&store, "unix:///b.sock", &checksum, &id));
         record(&store, "unix:///b.sock", &checksum, &id).unwrap();

@@ -687,11 +687,12 @@ fn a_failed_smoke_test_leaves_no_image_with_the_checksum_and_a_re_run_builds_aga
     }
 }
 
-/// Sends SIGINT to `child` (as Ctrl-C does) and returns how it ended.
-fn interrupt(child: std::process::Child) -> (Option<i32>, String) {
+/// Sends `signal` to `child` (`-INT` as Ctrl-C does, `-TERM` as a CI cancel or a systemd stop
+/// does) and returns how it ended.
+fn interrupt(child: std::process::Child, signal: &str) -> (Option<i32>, String) {
     let pid = child.id().to_string();
     let sent = std::process::Command::new("kill")
-        .args(["-INT", &pid])
+        .args([signal, &pid])
         .status()
         .unwrap();
     assert!(sent.success());
@@ -717,16 +718,17 @@ fn ctrl_c_during_normalisation_or_smoke_leaves_no_container_and_nothing_to_adopt
     support::wait_for("the engine's unfinished image alone", || {
         images_labelled(testbed, "builder", &unfinished).len() == 1
     });
-    let (code, stderr) = interrupt(child);
+    let (code, stderr) = interrupt(child, "-INT");
     assert_eq!(code, Some(130), "{stderr}");
     assert!(stderr.contains("interrupted"), "{stderr}");
-    // Second: the re-run makes the image again (nothing was adopted) and is interrupted in
-    // its smoke test.
+    // Second: the re-run makes the image again (nothing was adopted) and is stopped by
+    // SIGTERM in its smoke test, handled as Ctrl-C is (it killed hallmark and left the
+    // smoke container running).
     let child = support::spawn(&project, &config, &["build", "interrupted"]);
     support::wait_for("the re-run's smoke container", || {
         !running_labelled(testbed, "builder", &unfinished).is_empty()
     });
-    let (code, stderr) = interrupt(child);
+    let (code, stderr) = interrupt(child, "-TERM");
     assert_eq!(code, Some(130), "{stderr}");
     assert!(
         !stderr.contains("up-to-date"),
@@ -1739,7 +1741,7 @@ fn an_interrupted_normalisation_leaves_the_tag_and_the_previous_image() {
     support::wait_for("the engine's unfinished image", || {
         !images_labelled(testbed, "builder", &pending(&checksum)).is_empty()
     });
-    let (code, stderr) = interrupt(child);
+    let (code, stderr) = interrupt(child, "-INT");
     assert_eq!(code, Some(130), "{stderr}");
     assert_eq!(testbed.image_id("builder", &tag), before, "the tag moved");
     assert!(images_labelled(testbed, "builder", &checksum).is_empty());

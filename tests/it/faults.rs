@@ -302,3 +302,214 @@ fn a_distribute_stopped_after_a_nodes_load_removes_its_old_image_on_the_re_run()
         );
     }
 }
+
+/// A stream both ways, unix or TCP, for [`freezing_proxy`].
+trait Duplex: std::io::Read + std::io::Write + Send + 'static {
+    fn dup(&self) -> Self;
+    fn close(&self);
+}
+impl Duplex for std::os::unix::net::UnixStream {
+    fn dup(&self) -> Self {
+        self.try_clone().unwrap()
+    }
+    fn close(&self) {
+        let _ = self.shutdown(std::net::Shutdown::Both);
+    }
+}
+impl Duplex for std::net::TcpStream {
+    fn dup(&self) -> Self {
+        self.try_clone().unwrap()
+    }
+    fn close(&self) {
+        let _ = self.shutdown(std::net::Shutdown::Both);
+    }
+}
+
+/// A proxy that passes everything both ways until one connection has carried `after` bytes
+/// from its client (the archive of a load; a document is a few kilobytes), then freezes as
+/// an engine or a link does for its clients: nothing more is read or written, no client's
+/// connection is closed, and new ones are taken and never served. What is behind sees that
+/// connection closed (so the real engine, which a healthy node of the test also reaches,
+/// drops the half-sent load rather than hold it). `accept` gives the next client, `dial`
+/// reaches what is behind.
+fn freezing_proxy<S: Duplex>(
+    mut accept: impl FnMut() -> Option<S> + Send + 'static,
+    dial: impl Fn() -> Option<S> + Send + Sync + 'static,
+    after: u64,
+) {
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicBool, Ordering};
+    let frozen = Arc::new(AtomicBool::new(false));
+    let dial = Arc::new(dial);
+    // A frozen side holds its sockets for good: parked, never dropped.
+    fn hold<T>(_held: T) -> ! {
+        loop {
+            std::thread::park();
+        }
+    }
+    std::thread::spawn(move || {
+        while let Some(client) = accept() {
+            let (frozen, dial) = (Arc::clone(&frozen), Arc::clone(&dial));
+            std::thread::spawn(move || {
+                if frozen.load(Ordering::SeqCst) {
+                    hold(client);
+                }
+                let Some(server) = dial() else { return };
+                let pipe = move |mut from: S, mut to: S, count: bool| {
+                    let (mut buffer, mut passed) = (vec![0u8; 1 << 14], 0u64);
+                    loop {
+                        if frozen.load(Ordering::SeqCst) {
+                            hold((from, to));
+                        }
+                        let n = match from.read(&mut buffer) {
+                            Ok(0) | Err(_) => break,
+                            Ok(n) => n,
+                        };
+                        passed += n as u64;
+                        if count && passed >= after {
+                            frozen.store(true, Ordering::SeqCst);
+                            to.close();
+                            hold((from, to));
+                        }
+                        if to.write_all(&buffer[..n]).is_err() {
+                            break;
+                        }
+                    }
+                };
+                let up = {
+                    let pipe = pipe.clone();
+                    let (client, server) = (client.dup(), server.dup());
+                    std::thread::spawn(move || pipe(client, server, true))
+                };
+                pipe(server, client, false);
+                let _ = up.join();
+            });
+        }
+    });
+}
+
+/// A node whose engine freezes during a load (it stops reading the archive and never
+/// answers), of every kind of the testbed: Docker 26 and 28 on containerd stores and 20.10
+/// classic, each behind a unix socket that freezes, and the 20.10 node over ssh, whose link
+/// freezes (a TCP proxy in front of its sshd; host keys checked as always). Each fails alone,
+/// in bounded time, with why; the healthy nodes between them verify; the table's JSON prints
+/// and the exit is 1. Serial and `--parallel`. An outside test saw `distribute` wait for good.
+#[test]
+fn a_node_that_freezes_during_a_load_fails_alone_serial_and_parallel() {
+    use std::os::unix::net::{UnixListener, UnixStream};
+    let testbed = Testbed::get();
+    let project = ship_project(2, "frozen");
+    project
+        .run(&[
+            "--config",
+            testbed.config().to_str().unwrap(),
+            "-q",
+            "build",
+            "wrap",
+        ])
+        .success();
+    let ssh_config = std::fs::read_to_string(testbed.dir.join("ssh_config")).unwrap();
+    // (Deadlines short for the test; the defaults are 600 s and 60 s.)
+    let env = [
+        ("HALLMARK_STALL_TIMEOUT", "10"),
+        ("HALLMARK_ANSWER_TIMEOUT", "10"),
+    ];
+    for (run, image, mode) in [(1, "base", None), (2, "wrap", Some("--parallel"))] {
+        let mut ssh = ssh_config.clone();
+        let mut nodes = String::new();
+        let mut frozen = Vec::new();
+        for node in testbed.nodes() {
+            let name = format!("frozen{run}-{node}");
+            let endpoint = testbed.endpoint(&node);
+            if let Some(target) = endpoint.strip_prefix("unix://") {
+                let socket = project.root().join(format!("{name}.sock"));
+                let listener = UnixListener::bind(&socket).unwrap();
+                let target = target.to_string();
+                freezing_proxy(
+                    move || listener.accept().ok().map(|(s, _)| s),
+                    move || UnixStream::connect(&target).ok(),
+                    256 * 1024,
+                );
+                nodes.push_str(&format!(
+                    "\n[[node]]\nname = \"{name}\"\nengine = \"unix://{}\"\n",
+                    socket.display()
+                ));
+            } else {
+                // The ssh node: its alias's block, reached through the proxy under the same
+                // host key.
+                let alias = endpoint.strip_prefix("ssh://").unwrap();
+                let block = ssh_config
+                    .split("Host ")
+                    .find(|b| b.starts_with(alias))
+                    .unwrap();
+                let address = block
+                    .lines()
+                    .find_map(|l| l.trim().strip_prefix("HostName "))
+                    .unwrap();
+                let listener = std::net::TcpListener::bind(("127.0.0.1", 0)).unwrap();
+                let port = listener.local_addr().unwrap().port();
+                let sshd = format!("{address}:22");
+                freezing_proxy(
+                    move || listener.accept().ok().map(|(s, _)| s),
+                    move || std::net::TcpStream::connect(&sshd).ok(),
+                    256 * 1024,
+                );
+                let options: String = block
+                    .lines()
+                    .skip(1)
+                    .filter(|l| !l.trim().starts_with("HostName"))
+                    .map(|l| format!("{l}\n"))
+                    .collect();
+                ssh.push_str(&format!("\nHost {name}\n  HostName 127.0.0.1\n  Port {port}\n  HostKeyAlias {alias}\n{options}"));
+                nodes.push_str(&format!(
+                    "\n[[node]]\nname = \"{name}\"\nengine = \"ssh://{name}\"\n"
+                ));
+            }
+            // A healthy node after each frozen one: serially, it is served after the freeze.
+            nodes.push_str(&format!(
+                "\n[[node]]\nname = \"{node}\"\nengine = \"{endpoint}\"\n"
+            ));
+            frozen.push(name);
+        }
+        let ssh_path = project.root().join(format!("ssh_config-{run}"));
+        std::fs::write(&ssh_path, ssh).unwrap();
+        let builder = testbed.endpoint("builder");
+        let config = project.root().join(format!("frozen-{run}.toml"));
+        std::fs::write(&config, format!("ssh-config = \"{}\"\n\n[builder]\nname = \"builder\"\nengine = \"{builder}\"\n{nodes}", ssh_path.display())).unwrap();
+
+        let mut args = vec!["distribute", image];
+        args.extend(mode);
+        let started = std::time::Instant::now();
+        let (code, report) = support::hallmark_json_with(&project, &config, &args, &env);
+        let took = started.elapsed();
+        assert_eq!(code, 1, "{mode:?}: {report}");
+        for row in nodes_of(&report) {
+            let node = row["node"].as_str().unwrap();
+            if frozen.iter().any(|f| f == node) {
+                assert_eq!(row["action"], "failed", "{mode:?}: {row}");
+                assert_eq!(row["verified"], false, "{mode:?}: {row}");
+                let error = row["error"].as_str().unwrap();
+                assert!(error.contains(node), "{mode:?}: {error}");
+                assert!(
+                    ["nothing moved", "no answer", "timed out", "Timeout"]
+                        .iter()
+                        .any(|w| error.contains(w)),
+                    "{mode:?}: says it stalled: {error}"
+                );
+                assert!(
+                    row["archive_bytes"].as_u64().unwrap() > 0,
+                    "{mode:?}: {row}"
+                );
+            } else {
+                assert_eq!(row["verified"], true, "{mode:?}: {row}");
+            }
+        }
+        // Bounded: each frozen node costs its stall deadline and one answer's (30 s), plus
+        // the ssh node's keepalive at worst; the work itself takes seconds. A wait for good
+        // never gets here.
+        eprintln!(
+            "{mode:?}: distribute with {} frozen nodes took {took:?}",
+            frozen.len()
+        );
+    }
+}

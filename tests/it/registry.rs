@@ -525,3 +525,41 @@ fn the_first_registry_update_after_the_stream_moves_only_the_new_layer() {
     let (code, report) = hallmark_json(&project, &config, &["verify", "wrap"]);
     assert_eq!(code, 0, "{report}");
 }
+
+/// Loaded means loaded, by any transport: the base reached the nodes through the registry
+/// (pulled from the blobs hallmark seeded it with), so the first stream update after it moves
+/// only the wrapper's 4 MiB layer, to the containerd stores too. An outside test saw them
+/// sent the whole image, as if they held nothing (the pull was not noted as a load).
+#[test]
+fn the_first_stream_update_after_a_registry_pull_moves_only_the_new_layer() {
+    let testbed = Testbed::get();
+    let project = ship_project(16, "pulled");
+    let run = support::unique();
+    let config = registry_config(testbed, &run, &free_port().to_string());
+    let streamed = testbed.config();
+    project
+        .run(&["--config", config.to_str().unwrap(), "-q", "build", "wrap"])
+        .success();
+    let (code, report) = hallmark_json(&project, &config, &["distribute", "base"]);
+    assert_eq!(code, 0, "{report}");
+    for node in testbed.containerd_nodes() {
+        let row = support::row(&Value::Array(nodes_of(&report)), &node).clone();
+        assert_eq!(row["action"], "pulled", "{row}");
+    }
+
+    let (code, report) = hallmark_json(&project, &streamed, &["distribute", "wrap"]);
+    assert_eq!(code, 0, "{report}");
+    let nodes = nodes_of(&report);
+    assert_eq!(nodes.len(), 4);
+    for node in &nodes {
+        assert_eq!(node["verified"], true, "{node}");
+        assert_eq!(node["action"], "thin", "{node}");
+        let bytes = node["layer_bytes"].as_u64().unwrap();
+        assert!(
+            (4 * MIB..5 * MIB).contains(&bytes),
+            "only the new layer: {node}"
+        );
+    }
+    let (code, report) = hallmark_json(&project, &streamed, &["verify", "wrap"]);
+    assert_eq!(code, 0, "{report}");
+}

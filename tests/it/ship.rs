@@ -1325,7 +1325,11 @@ fn an_image_hallmark_did_not_finish_is_never_taken_for_the_built_one() {
 
         // Three ways of making an image whose label, and newest step, look finished; each
         // over the tag. None is hallmark's: only its record says what it finished.
-        for way in ["docker build of the rendered context", "docker import", "docker commit"] {
+        for way in [
+            "docker build of the rendered context",
+            "docker import",
+            "docker commit",
+        ] {
             match way {
                 "docker build of the rendered context" => {
                     let context = project.root().join(format!("ctx-{}", support::unique()));
@@ -1374,7 +1378,10 @@ fn an_image_hallmark_did_not_finish_is_never_taken_for_the_built_one() {
                     "{builder} {way} {command:?}: {rows}"
                 );
                 let detail = on_node1["detail"].as_str().unwrap();
-                assert!(detail.contains("finish"), "{builder} {way} {command:?}: {detail}");
+                assert!(
+                    detail.contains("finish"),
+                    "{builder} {way} {command:?}: {detail}"
+                );
             }
             let built = project
                 .run(&["--config", cfg, "build", "base"])
