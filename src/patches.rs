@@ -28,13 +28,18 @@ pub struct Patch {
     pub sha256: String,
 }
 
+/// Reads the set `name` from `patches_dir` (the project's `patches/`, whose parent is the
+/// project root: the set and every file it lists must resolve inside it).
 pub fn read_set(patches_dir: &Path, name: &Name) -> Result<PatchSet> {
+    let root = patches_dir.parent().unwrap_or(patches_dir);
     let dir = patches_dir.join(name.as_str());
     let series_path = dir.join("series");
+    crate::project::stays_inside(root, &series_path)?;
     let text = crate::spec::read_text(&series_path)?;
     let mut patches = Vec::new();
     for entry in parse_series(&series_path, &text)? {
         let path = dir.join(entry.file.as_str());
+        crate::project::stays_inside(root, &path)?;
         let bytes = match fs_err::read(&path) {
             Ok(bytes) => bytes,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {

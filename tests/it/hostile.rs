@@ -133,3 +133,60 @@ fn a_file_source_reaching_out_through_a_symlink_is_refused() {
         assert_eq!(run.code(), 2, "{src}: checksum too");
     }
 }
+
+/// A spec folder, a patch set or a patch file that is a symlink to outside the project is
+/// refused, exit 2, naming the link and where it leads: an outside test saw a spec folder
+/// linked from elsewhere copy files from there into the image, and patch files linked from
+/// outside accepted.
+#[test]
+fn spec_folders_patch_sets_and_patches_linked_from_outside_the_project_are_refused() {
+    let elsewhere = tempfile::tempdir().unwrap();
+    let outside = elsewhere.path();
+    let link = |target: &Path, at: &Path| {
+        std::fs::create_dir_all(at.parent().unwrap()).unwrap();
+        std::os::unix::fs::symlink(target, at).unwrap();
+    };
+    let refused = |project: &TestProject, image: &str, link: &str| {
+        let run = project.run(&["check", image]);
+        let stderr = run.stderr();
+        assert_eq!(run.code(), 2, "{stderr}");
+        assert!(stderr.contains(link), "names the link {link}: {stderr}");
+        assert!(stderr.contains("outside the project"), "{stderr}");
+    };
+
+    // A spec folder.
+    let project = TestProject::new();
+    std::fs::create_dir_all(outside.join("spec")).unwrap();
+    std::fs::write(
+        outside.join("spec/image.toml"),
+        "[from]\nref = \"example/base:1\"\n",
+    )
+    .unwrap();
+    std::fs::write(outside.join("spec/secret.txt"), "from outside\n").unwrap();
+    link(&outside.join("spec"), &project.root().join("images/linked"));
+    refused(&project, "linked", "images/linked");
+
+    // A patch set, and a patch file.
+    let patch = one_line_patch("a.txt", "a", "b");
+    for linked in ["patches/evil", "patches/evil/0001-evil.patch"] {
+        let project = TestProject::new();
+        let upstream = GitRepo::new(project.root(), "upstream");
+        std::fs::write(upstream.path.join("a.txt"), "a\n").unwrap();
+        let commit = upstream.commit(&[], "a");
+        patched(&project, &upstream, &commit, &patch);
+        let target = outside.join(format!("set-{}", linked.len()));
+        std::fs::create_dir_all(&target).unwrap();
+        let inside = project.root().join(linked);
+        if linked.ends_with(".patch") {
+            std::fs::rename(&inside, target.join("p.patch")).unwrap();
+            link(&target.join("p.patch"), &inside);
+        } else {
+            for file in ["series", "0001-evil.patch"] {
+                std::fs::rename(inside.join(file), target.join(file)).unwrap();
+            }
+            std::fs::remove_dir(&inside).unwrap();
+            link(&target, &inside);
+        }
+        refused(&project, "app", linked);
+    }
+}
