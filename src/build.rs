@@ -779,7 +779,24 @@ pub async fn smoke(
     }
     for test in &image.loaded.spec.smokes {
         let started = Instant::now();
-        let (code, output) = engine.run_once(image_id, &test.run).await?;
+        // A program that cannot start (not in the image, not executable) is the engine's
+        // refusal to start the container: said with the image, the test and its spec line
+        // (a bare "400 Bad Request" named none of them).
+        let (code, output) = engine.run_once(image_id, &test.run).await.map_err(|e| {
+            let line =
+                crate::error::Location::of_offset(&image.loaded.text, test.name.span().start).line;
+            let words = match e {
+                Error::Engine { message, .. } => message,
+                other => other.to_string(),
+            };
+            engine.error(format!(
+                "smoke test `{}` of `{}` ({}:{line}) could not run `{}`: {words}",
+                test.name.get_ref(),
+                image.name(),
+                image.loaded.path.display(),
+                test.run.join(" "),
+            ))
+        })?;
         let result = SmokeResult {
             name: test.name.get_ref().clone(),
             passed: code == 0,

@@ -29,7 +29,14 @@ pub(super) fn run(
     // CI reads the report whatever happened: an unreachable node or a missing image is an
     // `<error>` case in it, not a missing file.
     if let Some(path) = junit {
-        let xml = junit_xml(&name, &node.name, &results, &outcome);
+        let declared: Vec<&str> = planned
+            .loaded
+            .spec
+            .smokes
+            .iter()
+            .map(|t| t.name.get_ref().as_str())
+            .collect();
+        let xml = junit_xml(&name, &node.name, &declared, &results, &outcome);
         fs_err::write(path, xml).map_err(|e| Error::io(path, e))?;
     }
     if settings.output.json {
@@ -88,6 +95,7 @@ fn xml_escape(text: &str) -> String {
 fn junit_xml(
     image: &Name,
     node: &Name,
+    declared: &[&str],
     results: &[build::SmokeResult],
     outcome: &Result<()>,
 ) -> String {
@@ -121,10 +129,23 @@ fn junit_xml(
             xml_escape(&error.to_string())
         ));
     }
-    let tests = results.len() + errors;
+    // The spec's tests that did not run (a test before them failed, the node went away):
+    // listed as skipped, so CI shows every test the spec has (they were left out).
+    let mut skipped = 0;
+    for name in declared
+        .iter()
+        .filter(|d| !results.iter().any(|r| r.name == **d))
+    {
+        skipped += 1;
+        cases.push_str(&format!(
+            "    <testcase classname=\"{image}\" name=\"{}\">\n      <skipped message=\"not run: an earlier test failed or the run stopped\"/>\n    </testcase>\n",
+            xml_escape(name)
+        ));
+    }
+    let tests = results.len() + errors + skipped;
     let node = xml_escape(node.as_str());
     format!(
-        "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<testsuites>\n  <testsuite name=\"hallmark smoke {image} on {node}\" tests=\"{tests}\" failures=\"{failures}\" errors=\"{errors}\">\n{cases}  </testsuite>\n</testsuites>\n"
+        "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<testsuites>\n  <testsuite name=\"hallmark smoke {image} on {node}\" tests=\"{tests}\" failures=\"{failures}\" errors=\"{errors}\" skipped=\"{skipped}\">\n{cases}  </testsuite>\n</testsuites>\n"
     )
 }
 
@@ -145,7 +166,8 @@ mod tests {
             what: "the \u{1b}[1msmoke\u{1b}[0m tests".into(),
         });
         let name = Name::try_from("img".to_string()).unwrap();
-        let xml = junit_xml(&name, &name, &[result], &outcome);
+        let declared = ["quotes \"'<&>", "never ran"];
+        let xml = junit_xml(&name, &name, &declared, &[result], &outcome);
         // XML 1.0 allows no control characters but tab, newline and carriage return.
         assert!(
             !xml.chars()
@@ -158,8 +180,9 @@ mod tests {
             "{xml}"
         );
         assert!(
-            xml.contains("tests=\"2\" failures=\"1\" errors=\"1\""),
+            xml.contains("tests=\"3\" failures=\"1\" errors=\"1\" skipped=\"1\""),
             "{xml}"
         );
+        assert!(xml.contains("name=\"never ran\">\n      <skipped"), "{xml}");
     }
 }

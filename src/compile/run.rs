@@ -81,7 +81,9 @@ pub async fn compile_all(
         let short = &stage.checksum.as_str()[..12];
         // Marked before use, under the store's shared lock: another project's prune keeps it.
         store.mark_compiled(stage.checksum.as_str());
-        if kept.is_dir() {
+        // `build --force` compiles again (it kept the old wheels for good: nothing short of
+        // emptying the store recompiled a stage, an outside test found).
+        if kept.is_dir() && !settings.force {
             if settings.echo {
                 eprintln!(
                     "compile stage `{}`: wheels kept for stage checksum {short}, no container",
@@ -137,6 +139,14 @@ async fn compile_into(
     let document = out.join("stage.txt");
     fs_err::write(&document, &stage.document).map_err(|e| Error::io(&document, e))?;
     let scratch = scratch.keep();
+    // A forced compile replaces the kept wheels: the old ones are moved aside first (a
+    // rename cannot replace a folder that has files), then removed.
+    if settings.force && kept.is_dir() {
+        let aside = parent_dir.join(format!(".replaced-{}", std::process::id()));
+        if std::fs::rename(kept, &aside).is_ok() {
+            let _ = fs_err::remove_dir_all(&aside);
+        }
+    }
     if let Err(e) = std::fs::rename(&scratch, kept) {
         // Another build kept the same stage meanwhile: the same inputs, so either will do.
         let _ = fs_err::remove_dir_all(&scratch);

@@ -69,8 +69,8 @@ pub fn stalled_words(limit: Duration) -> String {
     )
 }
 
-/// `stream` (an answer), ended by `stalled(words)` as its last item once neither it nor the
-/// request's body (`moved`) moved for `limit`. Dropping the stream then drops the request,
+/// `stream` (an answer), ended by `stalled(words)` as its last item once, while it is being
+/// read, neither it nor the request's body (`moved`) moved for `limit`. Dropping the stream then drops the request,
 /// which closes its connection.
 pub fn watched<'a, T: Send + 'a, E: Send + 'a>(
     stream: BoxStream<'a, Result<T, E>>,
@@ -83,6 +83,9 @@ pub fn watched<'a, T: Send + 'a, E: Send + 'a>(
         let (moved, stalled) = (moved.clone(), Arc::clone(&stalled));
         async move {
             let mut stream = state?;
+            // The wait starts now: time the reader spent elsewhere (a slow consumer, a node
+            // the export also feeds) is not the engine's stall.
+            moved.touch();
             loop {
                 let left = limit.saturating_sub(moved.elapsed());
                 if left.is_zero() {
@@ -127,6 +130,14 @@ mod tests {
             .boxed();
         let items: Vec<_> = watched(frozen, Moved::now(), limit, |w| w).collect().await;
         assert_eq!(items.len(), 2, "{items:?}");
+
+        // A reader that takes its time between chunks (a node the export feeds is slow)
+        // does not make the stream stalled.
+        let chunks = futures_util::stream::iter([Ok::<_, String>(1), Ok(2)]).boxed();
+        let mut read = watched(chunks, Moved::now(), limit, |w| w);
+        assert_eq!(read.next().await, Some(Ok(1)));
+        tokio::time::sleep(Duration::from_secs(60)).await;
+        assert_eq!(read.next().await, Some(Ok(2)));
         assert!(
             items[1]
                 .as_ref()

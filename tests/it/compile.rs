@@ -247,6 +247,24 @@ fn a_compile_stage_builds_its_wheel_into_the_image_and_an_env_change_runs_no_con
     assert_eq!(compile.containers_created_since(&since), 0);
     let marker = testbed.run_container("builder", &reference, &["sh", "-c", "echo $MARKER"]);
     assert_eq!(marker, "two");
+
+    // `--force` compiles again (the kept wheels were used for good: an outside test found
+    // nothing short of emptying the store recompiled a stage), and the image still works.
+    let since = now();
+    let forced = compile.hallmark(&["build", "--force", "cext"]);
+    forced.success();
+    assert!(
+        forced.stderr().contains("compiled in"),
+        "{}",
+        forced.stderr()
+    );
+    assert!(compile.containers_created_since(&since) > 0);
+    let value = testbed.run_container(
+        "builder",
+        &reference,
+        &["python3", "-c", "import hmext; print(hmext.value())"],
+    );
+    assert_eq!(value, "141");
 }
 
 #[test]

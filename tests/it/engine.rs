@@ -114,6 +114,8 @@ fn hello_builds_smokes_and_is_up_to_date_the_second_time() {
         xml.contains("failures=\"0\" errors=\"1\"") && xml.contains("holds no image tagged"),
         "{xml}"
     );
+    // The spec's tests, none of which ran there, are listed as skipped (they were left out).
+    assert!(xml.contains("errors=\"1\" skipped=\"2\""), "{xml}");
 }
 
 #[test]
@@ -1878,4 +1880,28 @@ fn a_time_past_2262_normalises_as_the_export_does() {
         assert_eq!(mtime.trim(), "1700000000", "clamped to the source date");
     }
     assert_eq!(images[0], images[1]);
+}
+
+/// A smoke program that cannot start (not in the image) fails the build naming the image, the
+/// test, its spec line and the program, in the engine's words; no container is left and
+/// nothing carries the checksum. An outside test saw a bare engine 400 that named none of them.
+#[test]
+fn a_smoke_program_that_cannot_start_is_named_with_its_test_and_spec_line() {
+    let testbed = Testbed::get();
+    let body = "[build]\nrun = [\"echo RUNWORD > /built-by\"]\n\n[[smoke]]\nname = \"starts nothing\"\nrun = [\"/no/such/program\", \"--flag\"]\n";
+    let (project, _, checksum) = busybox_project("unstartable", "", body);
+    let config = testbed.config();
+    let run = project.run(&["--config", config.to_str().unwrap(), "build", "unstartable"]);
+    let stderr = run.stderr();
+    assert_eq!(run.code(), 1, "{stderr}");
+    for word in [
+        "smoke test `starts nothing`",
+        "`unstartable`",
+        "image.toml:",
+        "/no/such/program --flag",
+    ] {
+        assert!(stderr.contains(word), "says {word}: {stderr}");
+    }
+    assert!(images_labelled(testbed, "builder", &checksum).is_empty());
+    assert!(containers_labelled(testbed, "builder", &pending(&checksum)).is_empty());
 }

@@ -399,6 +399,14 @@ fn a_node_that_freezes_during_a_load_fails_alone_serial_and_parallel() {
     use std::os::unix::net::{UnixListener, UnixStream};
     let testbed = Testbed::get();
     let project = ship_project(2, "frozen");
+    // A base layer no node holds, even after an earlier run (the engine's build cache would
+    // give the same random bytes to the same step): every frozen node gets a whole load.
+    let spec = project.read("images/base/image.toml");
+    let unique = format!("/base-{}.bin", support::unique());
+    project.write(
+        "images/base/image.toml",
+        &spec.replace("/base.bin", &unique),
+    );
     project
         .run(&[
             "--config",
@@ -411,7 +419,7 @@ fn a_node_that_freezes_during_a_load_fails_alone_serial_and_parallel() {
     let ssh_config = std::fs::read_to_string(testbed.dir.join("ssh_config")).unwrap();
     // (Deadlines short for the test; the defaults are 600 s and 60 s.)
     let env = [
-        ("HALLMARK_STALL_TIMEOUT", "10"),
+        ("HALLMARK_STALL_TIMEOUT", "20"),
         ("HALLMARK_ANSWER_TIMEOUT", "10"),
     ];
     for (run, image, mode) in [(1, "base", None), (2, "wrap", Some("--parallel"))] {
