@@ -194,7 +194,7 @@ async fn up_to_date(
         && tagged.label(settings.checksum_label) == Some(checksum)
     {
         let id = tagged.id().unwrap_or_default();
-        match verify::unfinished(engine, &store, id, checksum) {
+        match verify::unfinished(&store, id, checksum) {
             None => return Ok(Some((id.to_string(), tagged.size))),
             // A warning, said even with `-q`: an image changed by hand loses its tag.
             Some(why) => eprintln!(
@@ -207,7 +207,7 @@ async fn up_to_date(
         .images_with_label(settings.checksum_label, checksum)
         .await?;
     for id in found {
-        if verify::unfinished(engine, &store, &id, checksum).is_some() {
+        if verify::unfinished(&store, &id, checksum).is_some() {
             continue;
         }
         engine.tag(&id, &image.loaded.image_reference()).await?;

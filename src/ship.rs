@@ -99,7 +99,7 @@ pub async fn shipment(
         )));
     }
     let image_id = image.id().unwrap_or_default().to_string();
-    if let Some(why) = verify::unfinished(builder, store, &image_id, checksum) {
+    if let Some(why) = verify::unfinished(store, &image_id, checksum) {
         return Err(builder.error(format!(
             "{reference} carries checksum {checksum} but hallmark did not finish it ({why}); run `hallmark build` (it tags the image it made, or makes it again)"
         )));

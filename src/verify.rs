@@ -205,17 +205,11 @@ pub fn known_ids(store: &crate::store::LayerStore, builder_id: &str) -> Vec<Stri
 /// that sets it are written as easily by a plain `docker build` of a rendered context, a
 /// `docker commit` over the tag, a `docker import --change` or a loaded tar, and the step
 /// images of a build `FROM` the image carry its label too.
-pub fn unfinished(
-    engine: &Engine,
-    store: &crate::store::LayerStore,
-    id: &str,
-    checksum: &str,
-) -> Option<String> {
-    let builder = engine.address().to_string();
-    (!crate::store::finished::is_finished(store, &builder, checksum, id)).then(|| {
+pub fn unfinished(store: &crate::store::LayerStore, id: &str, checksum: &str) -> Option<String> {
+    (!crate::store::finished::is_finished(store, checksum, id)).then(|| {
         let short = id.trim_start_matches("sha256:");
         format!(
-            "hallmark has no record of finishing {} on this builder: a `docker build`, `docker commit`, `docker import` or load can write the label, and the step images of a build on it carry it too; or another machine's hallmark built it",
+            "hallmark has no record of finishing {}: a `docker build`, `docker commit`, `docker import` or load can write the label, and the step images of a build on it carry it too; or another machine's hallmark built it",
             &short[..12.min(short.len())]
         )
     })

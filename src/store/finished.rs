@@ -4,14 +4,17 @@
 //! in the history, a tag: any Dockerfile, `docker commit`, `docker import --change` or loaded
 //! tar can write them (an outside test shipped a plain `docker build` of `render --out`'s
 //! context as `verified`, because its newest step set the label). So when `build` finishes an
-//! image (smoke-tested, stamped, checked), it writes
-//! `finished/<builder key>/<checksum>/<image id hex>.json` beside the layer store; adoption
-//! (`build`'s up-to-date), `distribute`, `verify` and `status` ask for that file.
+//! image (smoke-tested, stamped, checked), it writes `finished/<checksum>/<id hex>.json`
+//! beside the layer store, under the builder's id for the image and under its config digest;
+//! adoption (`build`'s up-to-date), `distribute`, `verify` and `status` ask for that file.
+//!
+//! Image ids are content addresses (the config digest on a classic store, the manifest digest
+//! on a containerd one; either fixes the config and so every layer's diff ID), so a record
+//! holds wherever the same id is seen: the builder reached at another address, or through
+//! ssh, is the same builder. The builder's address is kept in the record for a person.
 //!
 //! One file per image, written atomically, never read-modified-written: two builds (of two
-//! projects, or a forced rebuild) cannot lose each other's records. The builder key is a hash
-//! of the builder's address, as configured: an image id is the builder's own name for it (the
-//! config digest on a classic store, the manifest digest on a containerd one).
+//! projects, or a forced rebuild) cannot lose each other's records.
 //!
 //! What it costs: an image finished by another machine's hallmark, or before this cache
 //! existed, is not trusted here until `hallmark build` makes it (a reproducible build gives the
@@ -21,7 +24,6 @@ use super::LayerStore;
 use crate::error::Result;
 use crate::oci::digest::hex_of;
 use serde::{Deserialize, Serialize};
-use sha2::{Digest as _, Sha256};
 use std::path::PathBuf;
 
 /// What the record holds, for a person reading it; its existence is what counts.
@@ -38,17 +40,15 @@ struct Finished {
 
 /// The record's path; `None` for an id or checksum that is not hex (an engine's answer names
 /// no file of ours).
-fn path(store: &LayerStore, builder: &str, checksum: &str, image_id: &str) -> Option<PathBuf> {
+fn path(store: &LayerStore, checksum: &str, image_id: &str) -> Option<PathBuf> {
     let hex = |s: &'_ str| -> Option<String> {
         let s = hex_of(s);
         (!s.is_empty() && s.bytes().all(|b| b.is_ascii_hexdigit())).then(|| s.to_string())
     };
-    let key = hex::encode(Sha256::digest(builder.as_bytes()));
     Some(
         store
             .root
             .join("finished")
-            .join(&key[..16])
             .join(hex(checksum)?)
             .join(format!("{}.json", hex(image_id)?)),
     )
@@ -64,20 +64,26 @@ pub fn record(store: &LayerStore, builder: &str, checksum: &str, image_id: &str)
         hallmark: env!("CARGO_PKG_VERSION").to_string(),
     };
     let text = serde_json::to_vec_pretty(&finished).expect("serializes");
-    match path(store, builder, checksum, image_id) {
-        Some(path) => super::write_atomically(&path, &text),
-        None => Err(crate::error::Error::io(
-            store.root.join("finished"),
-            std::io::Error::other(format!(
-                "the builder {builder} names its new image `{image_id}`, which is not a digest"
-            )),
-        )),
+    let names = std::iter::once(image_id).chain(finished.config.as_deref());
+    for name in names {
+        match path(store, checksum, name) {
+            Some(path) => super::write_atomically(&path, &text)?,
+            None => {
+                return Err(crate::error::Error::io(
+                    store.root.join("finished"),
+                    std::io::Error::other(format!(
+                        "the builder {builder} names its new image `{name}`, which is not a digest"
+                    )),
+                ));
+            }
+        }
     }
+    Ok(())
 }
 
-/// Whether hallmark finished `image_id` for `checksum` on `builder`.
-pub fn is_finished(store: &LayerStore, builder: &str, checksum: &str, image_id: &str) -> bool {
-    path(store, builder, checksum, image_id).is_some_and(|path| path.is_file())
+/// Whether hallmark finished the image an engine calls `image_id` for `checksum`.
+pub fn is_finished(store: &LayerStore, checksum: &str, image_id: &str) -> bool {
+    path(store, checksum, image_id).is_some_and(|path| path.is_file())
 }
 
 #[cfg(test)]
@@ -85,21 +91,19 @@ mod tests {
     use super::*;
 
     #[test]
-    fn only_the_recorded_image_of_a_checksum_on_its_builder_is_finished() {
+    fn only_the_recorded_image_of_a_checksum_is_finished() {
         let cache = tempfile::tempdir().unwrap();
         let store = LayerStore::open_for(cache.path(), None);
-        let (id, other) = (
-            format!("sha256:{}", "a".repeat(64)),
-            "sha256:".to_string() + &"b".repeat(64),
-        );
+        let id = format!("sha256:{}", "a".repeat(64));
+        let other = format!("sha256:{}", "b".repeat(64));
         let checksum = "c".repeat(64);
-        assert!(!is_finished(&store, "unix:///b.sock", &checksum, &id));
+        assert!(!is_finished(&store, &checksum, &id));
         record(&store, "unix:///b.sock", &checksum, &id).unwrap();
-        assert!(is_finished(&store, "unix:///b.sock", &checksum, &id));
-        assert!(!is_finished(&store, "unix:///b.sock", &checksum, &other));
-        assert!(!is_finished(&store, "unix:///other.sock", &checksum, &id));
-        assert!(!is_finished(&store, "unix:///b.sock", &"d".repeat(64), &id));
-        assert!(!is_finished(&store, "unix:///b.sock", &checksum, ""));
-        assert!(!is_finished(&store, "unix:///b.sock", &checksum, "../../x"));
+        assert!(is_finished(&store, &checksum, &id));
+        assert!(!is_finished(&store, &checksum, &other));
+        assert!(!is_finished(&store, &"d".repeat(64), &id));
+        assert!(!is_finished(&store, &checksum, ""));
+        assert!(!is_finished(&store, &checksum, "../../x"));
+        assert!(record(&store, "unix:///b.sock", &checksum, "../x").is_err());
     }
 }
