@@ -81,8 +81,9 @@ pub struct BuildSettings<'a> {
 }
 
 /// Builds `plan.order` in turn; returns one record per image, parents included, and the
-/// error that stopped the run. A failed image has a record too (`outcome` "failed"), so
-/// `--json` still says what was done.
+/// errors of those that failed. One failed image does not stop the others (`build A B C`
+/// built nothing after a failed A): it has a record (`outcome` "failed"), the images on it
+/// one saying they were not built ("not-built"), and the rest are built.
 pub async fn build_all(
     engine: &Engine,
     plan: &Plan,
@@ -90,8 +91,16 @@ pub async fn build_all(
 ) -> (Vec<BuildRecord>, Result<()>) {
     let mut ids: HashMap<String, String> = HashMap::new();
     let mut records = Vec::new();
+    let mut errors = Vec::new();
     for name in &plan.order {
         let image = plan.get(name);
+        if let Some(parent) = image.parent.as_ref().filter(|p| !ids.contains_key(p.as_str())) {
+            let mut record = BuildRecord::new(image, None);
+            record.outcome = "not-built";
+            record.error = Some(format!("not built: it stands on `{parent}`, which failed"));
+            records.push(record);
+            continue;
+        }
         let parent_tag = image
             .parent
             .as_ref()
@@ -108,15 +117,26 @@ pub async fn build_all(
         )
         .await;
         if let Err(error) = outcome {
+            // Ctrl-C ends the run; any other failure is this image's alone.
+            let interrupted = matches!(error, Error::Interrupted { .. });
             record.outcome = "failed";
             record.error = Some(crate::error::plain_text(&error.to_string()));
             records.push(record);
-            return (records, Err(error));
+            errors.push(error);
+            if interrupted {
+                break;
+            }
+            continue;
         }
         ids.insert(name.to_string(), record.image_id.clone());
         records.push(record);
     }
-    (records, Ok(()))
+    let outcome = match errors.len() {
+        0 => Ok(()),
+        1 => Err(errors.remove(0)),
+        _ => Err(Error::Many(errors)),
+    };
+    (records, outcome)
 }
 
 fn pins_of(image: &PlannedImage) -> BTreeMap<String, String> {

@@ -15,7 +15,13 @@ pub(super) fn run(
     check_repro: bool,
 ) -> Result<ExitStatus> {
     let names = settings.names(images)?;
-    let plan = Plan::new(&settings.project, &names)?;
+    // An image that cannot be planned is said on stderr and not built; the others are
+    // (`build A B C` with a bad B built nothing), and the exit says the input was bad.
+    let (plan, unplanned) = super::plan_each(settings, &names);
+    let names: Vec<_> = names
+        .into_iter()
+        .filter(|n| !unplanned.contains_key(n))
+        .collect();
     refuse_lint_problems(&plan)?;
     let build_settings = BuildSettings {
         checksum_label: &settings.checksum_label,
@@ -53,6 +59,9 @@ pub(super) fn run(
             short_id(&record.image_id),
             record.seconds
         ));
+    }
+    if !unplanned.is_empty() {
+        return Ok(ExitStatus::BadInput);
     }
     if !check_repro {
         return Ok(ExitStatus::Success);

@@ -29,7 +29,9 @@ pub(super) fn run(
         [] => settings.project.image_names()?,
         named => settings.names(named)?,
     };
-    let plan = Plan::new(&settings.project, &names)?;
+    // One image that cannot be planned (a bad spec, pins not locked) fails alone on every
+    // node, with why; the others are shipped (one bad spec made `--all` ship nothing).
+    let (plan, unplanned) = super::plan_each(settings, &names);
     let nodes = settings.selected_nodes(to)?;
     let ship_settings = ShipSettings {
         checksum_label: &settings.checksum_label,
@@ -44,11 +46,19 @@ pub(super) fn run(
     let shipped = runtime()?.block_on(async {
         let builder = connect(settings, &settings.config.builder).await?;
         let targets = Targets::connect(settings, &nodes).await;
-        let found = futures_util::stream::iter(
-            names
-                .iter()
-                .map(|name| shipment(settings, &builder, &store, &plan, plan.get(name))),
-        )
+        let found = futures_util::stream::iter(names.iter().map(|name| {
+            let (builder, store, plan) = (&builder, &store, &plan);
+            let why = unplanned.get(name).cloned();
+            async move {
+                match why {
+                    Some(why) => Err(Error::Usage {
+                        message: why,
+                        hint: None,
+                    }),
+                    None => shipment(settings, builder, store, plan, plan.get(name)).await,
+                }
+            }
+        }))
         .buffered(8)
         .collect::<Vec<_>>()
         .await;
@@ -89,7 +99,10 @@ pub(super) fn run(
                 nodes: (nodes.iter())
                     .map(|node| NodeOutcome::failed(node.name.as_str(), error.clone()))
                     .collect(),
-                reference: plan.get(name).loaded.reference(),
+                reference: match unplanned.contains_key(name) {
+                    true => String::new(),
+                    false => plan.get(name).loaded.reference(),
+                },
             },
         });
         Ok::<_, Error>(rows.collect::<Vec<_>>())
@@ -98,8 +111,17 @@ pub(super) fn run(
     if settings.output.json || !settings.output.quiet {
         settings.output.table("images", &shipped);
     }
-    let failed = shipped.iter().flat_map(|s| &s.nodes).any(|o| !o.verified());
-    Ok(ExitStatus::from_success(!failed))
+    let failed = shipped
+        .iter()
+        .filter(|s| !unplanned.keys().any(|n| n.as_str() == s.image))
+        .flat_map(|s| &s.nodes)
+        .any(|o| !o.verified());
+    // A failed piece of work outranks bad input; bad input alone is exit 2.
+    Ok(match (failed, unplanned.is_empty()) {
+        (true, _) => ExitStatus::Failure,
+        (false, false) => ExitStatus::BadInput,
+        (false, true) => ExitStatus::Success,
+    })
 }
 
 /// One image's outcome on every node, in the cluster file's order.

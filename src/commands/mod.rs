@@ -92,6 +92,35 @@ async fn connect_all(settings: &Settings, nodes: &[NodeConfig]) -> Vec<Result<En
 }
 
 /// The tag of `name`'s parent spec, which its Dockerfile builds on.
+/// Plans each of `names` on its own, so that one bad image does not stop the others: the plan
+/// of those that can be planned, and for each other image why not, in a line (its own
+/// problem is also said on stderr, whole, once; an image standing on it names it).
+fn plan_each(
+    settings: &Settings,
+    names: &[Name],
+) -> (Plan, std::collections::BTreeMap<Name, String>) {
+    let (plan, failed) = Plan::each(&settings.project, names);
+    let why = failed
+        .into_iter()
+        .map(|(name, failure)| {
+            let why = match failure {
+                crate::plan::Failure::Own(error) => {
+                    eprint!("{}", error.render());
+                    format!("not planned: {error}")
+                }
+                crate::plan::Failure::Parent(cause) => {
+                    settings.output.note(format!(
+                        "warning: image `{name}` is left out: its parent chain holds `{cause}`, whose problem is said above"
+                    ));
+                    format!("not planned: it stands on `{cause}`, whose problem is said above")
+                }
+            };
+            (name, why)
+        })
+        .collect();
+    (plan, why)
+}
+
 fn parent_tag(plan: &Plan, name: &Name) -> Option<String> {
     plan.get(name)
         .parent
