@@ -94,7 +94,11 @@ pub async fn build_all(
     let mut errors = Vec::new();
     for name in &plan.order {
         let image = plan.get(name);
-        if let Some(parent) = image.parent.as_ref().filter(|p| !ids.contains_key(p.as_str())) {
+        if let Some(parent) = image
+            .parent
+            .as_ref()
+            .filter(|p| !ids.contains_key(p.as_str()))
+        {
             let mut record = BuildRecord::new(image, None);
             record.outcome = "not-built";
             record.error = Some(format!("not built: it stands on `{parent}`, which failed"));

@@ -99,6 +99,9 @@ pub enum Holding {
     /// config it lacks): it cannot be saved or pushed. `distribute` completes it.
     Incomplete,
     Unreachable,
+    /// The image's spec cannot be planned (it does not load, its pins are not locked, or it
+    /// stands on such a spec): what it should be is not known. `detail` says why.
+    Unplanned,
 }
 
 #[derive(Debug, Clone, Serialize)]

@@ -1,10 +1,11 @@
 //! `hallmark status`: every image of the project on every node: current, stale, mismatch,
 //! unverified, missing, incomplete, unreachable.
 
-use super::verify::{holdings_of_nodes, image_rows, unverified_without_reference, wanted_or_why};
+use super::verify::{
+    HoldingRow, holdings_of_nodes, image_rows, unverified_without_reference, wanted_or_why,
+};
 use super::{connect, connect_all, runtime};
 use crate::error::{Error, ExitStatus, Result};
-use crate::plan::{Failure, Plan};
 use crate::settings::Settings;
 use crate::ship;
 use crate::values::Name;
@@ -13,23 +14,13 @@ use futures_util::StreamExt as _;
 pub(super) fn run(settings: &Settings) -> Result<ExitStatus> {
     let all = settings.project.image_names()?;
     // An image that cannot be planned (a spec that does not load, pins not locked) is said on
-    // stderr and left out; the others are shown (one unlocked spec hid the whole table).
-    let (plan, failed) = Plan::each(&settings.project, &all);
-    for failure in failed.values() {
-        if let Failure::Own(error) = failure {
-            eprint!("{}", error.render());
-        }
-    }
-    for (name, failure) in &failed {
-        if let Failure::Parent(cause) = failure {
-            settings.output.note(format!(
-                "warning: image `{name}` is left out: its parent chain holds `{cause}`, whose problem is said above"
-            ));
-        }
-    }
+    // stderr and has its rows, `unplanned` with why; the others are shown as usual (one
+    // unlocked spec hid the whole table, and then an image with an error had no row at all).
+    let (plan, unplanned) = super::plan_each(settings, &all);
     let names: Vec<Name> = all
-        .into_iter()
-        .filter(|n| !failed.contains_key(n))
+        .iter()
+        .filter(|n| !unplanned.contains_key(*n))
+        .cloned()
         .collect();
     let nodes = settings.config.nodes.clone();
     let label = &settings.checksum_label;
@@ -70,6 +61,40 @@ pub(super) fn run(settings: &Settings) -> Result<ExitStatus> {
         unverified_without_reference(&mut columns, &unchecked);
         Ok::<_, Error>(image_rows(&names, columns))
     })?;
+    let rows = with_unplanned(&all, rows, &unplanned, &nodes);
     settings.output.table("holdings", &rows);
     Ok(ExitStatus::Success)
+}
+
+/// `rows` (of the planned images) with each unplanned image's rows, `unplanned` with why, in
+/// the project's order of images.
+fn with_unplanned(
+    all: &[Name],
+    rows: Vec<HoldingRow>,
+    unplanned: &std::collections::BTreeMap<Name, String>,
+    nodes: &[crate::config::NodeConfig],
+) -> Vec<HoldingRow> {
+    let mut planned = rows.into_iter().peekable();
+    let mut out = Vec::new();
+    for name in all {
+        match unplanned.get(name) {
+            Some(why) => out.extend(nodes.iter().map(|node| HoldingRow {
+                image: name.to_string(),
+                holding: crate::verify::NodeHolding {
+                    node: node.name.to_string(),
+                    state: crate::verify::Holding::Unplanned,
+                    checksum: None,
+                    fingerprint: None,
+                    detail: Some(why.clone()),
+                    image_id: None,
+                },
+            })),
+            None => {
+                while let Some(row) = planned.next_if(|r| r.image == name.as_str()) {
+                    out.push(row);
+                }
+            }
+        }
+    }
+    out
 }

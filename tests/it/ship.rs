@@ -1477,5 +1477,61 @@ fn status_shows_the_images_it_can_plan_and_says_which_it_cannot() {
         .iter()
         .map(|r| r["image"].as_str().unwrap())
         .collect();
-    assert_eq!(images, ["base", "wrap"].into(), "{rows}");
+    assert_eq!(images, ["base", "kid", "unlocked", "wrap"].into(), "{rows}");
+    for row in rows.as_array().unwrap() {
+        let planned = ["base", "wrap"].contains(&row["image"].as_str().unwrap());
+        assert_eq!(row["state"] == "unplanned", !planned, "{row}");
+    }
+    let unlocked = rows
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["image"] == "unlocked")
+        .unwrap();
+    assert!(
+        unlocked["detail"]
+            .as_str()
+            .unwrap()
+            .contains("pins/unlocked.toml"),
+        "{unlocked}"
+    );
+    let kid = rows
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["image"] == "kid")
+        .unwrap();
+    assert!(
+        kid["detail"].as_str().unwrap().contains("`unlocked`"),
+        "{kid}"
+    );
+
+    // `distribute` of them all ships the plannable images and fails the others alone, on
+    // every node, with why; `build` of them all builds the plannable ones. Bad input alone
+    // is exit 2. (One bad spec made `--all` ship nothing, and `build A B C` build nothing.)
+    let config = testbed.config();
+    let cfg = config.to_str().unwrap();
+    let built = project.run(&["--config", cfg, "-q", "build", "wrap", "unlocked"]);
+    assert_eq!(built.code(), 2, "{}", built.stderr());
+    assert!(
+        !testbed
+            .image_id("builder", &reference(&project, "wrap"))
+            .is_empty()
+    );
+    let (code, report) =
+        hallmark_json(&project, &config, &["distribute", "--all", "--to", "node1"]);
+    assert_eq!(code, 2, "{report}");
+    for shipped in report.as_array().unwrap() {
+        let row = &shipped["nodes"][0];
+        match shipped["image"].as_str().unwrap() {
+            "base" | "wrap" => assert_eq!(row["verified"], true, "{row}"),
+            _ => {
+                assert_eq!(row["action"], "failed", "{row}");
+                assert!(
+                    row["error"].as_str().unwrap().contains("not planned"),
+                    "{row}"
+                );
+            }
+        }
+    }
 }
