@@ -60,8 +60,12 @@ pub async fn export(
     // and passed its progress deadline) may never drop the channel's other end, and the
     // export, waiting to hand it a chunk, would wait for good (an outside test's hang).
     let (load_ended, mut ended) = tokio::sync::watch::channel(false);
+    // The export's own failure (a builder that stopped, its stall deadline passed): the
+    // builder's fault, said as such, not as the layer store's that read it.
+    let export_failed = std::sync::Mutex::new(None::<String>);
     let forward = {
         let sent = Arc::clone(&sent);
+        let export_failed = &export_failed;
         let mut node_sender = direct.is_some().then_some(node_sender);
         async move {
             while let Some(chunk) = stream.next().await {
@@ -78,6 +82,9 @@ pub async fn export(
                     }
                 }
                 let failed = chunk.is_err();
+                if let Err(e) = &chunk {
+                    *export_failed.lock().expect("not poisoned") = Some(e.to_string());
+                }
                 if ingest_sender.send(chunk).await.is_err() || failed {
                     break;
                 }
@@ -105,6 +112,13 @@ pub async fn export(
         }))
     };
     let ((), stored, loaded) = tokio::join!(forward, ingest, load);
+    let stored = match export_failed.into_inner().expect("not poisoned") {
+        Some(why) if stored.is_err() => Err(builder.error(format!(
+            "the export of {} failed: {why}",
+            image.reference
+        ))),
+        _ => stored,
+    };
     // The export went by tag: if the tag moved since the inspect, the layers say so.
     let stored = stored.and_then(|stored| {
         if stored.diff_ids() != image.diff_ids {

@@ -333,9 +333,19 @@ impl Duplex for std::net::TcpStream {
 /// drops the half-sent load rather than hold it). `accept` gives the next client, `dial`
 /// reaches what is behind.
 fn freezing_proxy<S: Duplex>(
-    mut accept: impl FnMut() -> Option<S> + Send + 'static,
+    accept: impl FnMut() -> Option<S> + Send + 'static,
     dial: impl Fn() -> Option<S> + Send + Sync + 'static,
     after: u64,
+) {
+    freezing_proxy_either_way(accept, dial, (after, u64::MAX));
+}
+
+/// [`freezing_proxy`], frozen once one connection has carried `after.0` bytes from its
+/// client or `after.1` bytes to it (an export).
+fn freezing_proxy_either_way<S: Duplex>(
+    mut accept: impl FnMut() -> Option<S> + Send + 'static,
+    dial: impl Fn() -> Option<S> + Send + Sync + 'static,
+    after: (u64, u64),
 ) {
     use std::sync::Arc;
     use std::sync::atomic::{AtomicBool, Ordering};
@@ -355,7 +365,7 @@ fn freezing_proxy<S: Duplex>(
                     hold(client);
                 }
                 let Some(server) = dial() else { return };
-                let pipe = move |mut from: S, mut to: S, count: bool| {
+                let pipe = move |mut from: S, mut to: S, after: u64, upstream: bool| {
                     let (mut buffer, mut passed) = (vec![0u8; 1 << 14], 0u64);
                     loop {
                         if frozen.load(Ordering::SeqCst) {
@@ -366,9 +376,14 @@ fn freezing_proxy<S: Duplex>(
                             Ok(n) => n,
                         };
                         passed += n as u64;
-                        if count && passed >= after {
+                        if passed >= after {
                             frozen.store(true, Ordering::SeqCst);
-                            to.close();
+                            // The side behind sees its connection closed.
+                            if upstream {
+                                to.close()
+                            } else {
+                                from.close()
+                            }
                             hold((from, to));
                         }
                         if to.write_all(&buffer[..n]).is_err() {
@@ -379,9 +394,9 @@ fn freezing_proxy<S: Duplex>(
                 let up = {
                     let pipe = pipe.clone();
                     let (client, server) = (client.dup(), server.dup());
-                    std::thread::spawn(move || pipe(client, server, true))
+                    std::thread::spawn(move || pipe(client, server, after.0, true))
                 };
-                pipe(server, client, false);
+                pipe(server, client, after.1, false);
                 let _ = up.join();
             });
         }
@@ -520,4 +535,66 @@ fn a_node_that_freezes_during_a_load_fails_alone_serial_and_parallel() {
             frozen.len()
         );
     }
+}
+
+/// A builder whose engine freezes during the export of an image the layer store lacks (built
+/// with `normalize = false`, so only the engine holds it): `distribute` fails in bounded time,
+/// naming the builder and the stall, and the node keeps what it had. It waited for good.
+#[test]
+fn a_builder_that_freezes_during_an_export_fails_distribute_in_bounded_time() {
+    use std::os::unix::net::{UnixListener, UnixStream};
+    let testbed = Testbed::get();
+    let project = ship_project(2, "frozen-builder");
+    let spec = project.read("images/base/image.toml");
+    let unique = format!("/base-{}.bin", support::unique());
+    let spec = spec
+        .replace("/base.bin", &unique)
+        .replace("[image]\n", "[image]\nnormalize = false\n");
+    project.write("images/base/image.toml", &spec);
+    let shared = testbed.config();
+    project
+        .run(&["--config", shared.to_str().unwrap(), "-q", "build", "base"])
+        .success();
+
+    let socket = project.root().join("frozen-builder.sock");
+    let listener = UnixListener::bind(&socket).unwrap();
+    let target = testbed.endpoint("builder");
+    let target = target.strip_prefix("unix://").unwrap().to_string();
+    // Documents from the builder are kilobytes; the export is the image (2 MiB and more).
+    freezing_proxy_either_way(
+        move || listener.accept().ok().map(|(s, _)| s),
+        move || UnixStream::connect(&target).ok(),
+        (u64::MAX, 512 * 1024),
+    );
+    let config = project.root().join("frozen-builder.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "[builder]\nname = \"frozen-builder\"\nengine = \"unix://{}\"\n\n[[node]]\nname = \"node1\"\nengine = \"{}\"\n",
+            socket.display(),
+            testbed.endpoint("node1")
+        ),
+    )
+    .unwrap();
+    let env = [
+        ("HALLMARK_STALL_TIMEOUT", "20"),
+        ("HALLMARK_ANSWER_TIMEOUT", "10"),
+    ];
+    let config = config.to_str().unwrap();
+    let run = support::run_in_with(
+        project.root(),
+        &["--config", config, "distribute", "base"],
+        &env,
+    );
+    let (stdout, stderr) = (run.stdout(), run.stderr());
+    assert_eq!(run.code(), 1, "{stdout}\n{stderr}");
+    let said = format!("{stdout}\n{stderr}");
+    assert!(said.contains("frozen-builder"), "names the builder: {said}");
+    assert!(
+        said.contains("nothing moved for 20 s"),
+        "says it stalled: {said}"
+    );
+    let reference = reference(&project, "base");
+    let held = testbed.docker("node1", &["image", "inspect", &reference]);
+    assert!(!held.status.success(), "node1 holds a cut image");
 }
