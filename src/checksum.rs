@@ -13,7 +13,7 @@ use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime};
 
-pub const VERSION_LINE: &str = "hallmark-checksum v1";
+pub const VERSION_LINE: &str = "hallmark-checksum v2";
 
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
 #[serde(transparent)]
@@ -304,7 +304,7 @@ mod tests {
         });
         assert_eq!(
             doc.text(),
-            "hallmark-checksum v1\nspec {\"apple\":{\"a\":1,\"b\":2},\"zebra\":1}\n"
+            "hallmark-checksum v2\nspec {\"apple\":{\"a\":1,\"b\":2},\"zebra\":1}\n"
         );
     }
 }

@@ -40,7 +40,7 @@ pub const CACHE_IMAGE_LABEL: &str = "hallmark.cache-image";
 pub const STAGE_LABEL: &str = "hallmark.compile";
 pub const STAGE_IMAGE_LABEL: &str = "hallmark.compile.image";
 
-const STAGE_VERSION_LINE: &str = "hallmark-compile v1";
+const STAGE_VERSION_LINE: &str = "hallmark-compile v2";
 const TOOLCHAIN_VERSION_LINE: &str = "hallmark-toolchain v1";
 /// The label of a toolchain image hallmark made by adding a stage's `apt` packages: its key.
 pub const TOOLCHAIN_LABEL: &str = "hallmark.toolchain";
@@ -430,11 +430,12 @@ fn source_lines(
     index: usize,
 ) {
     let pin = &pins.sources[index];
+    let dest = loaded.spec.sources[index].dest.get_ref().as_str();
     doc.line(format!(
         "source {} {} {}",
         pin.name,
         pin.commit,
-        loaded.spec.sources[index].dest.get_ref()
+        crate::values::without_trailing_slash(dest)
     ));
     for set in &patches.sets {
         for patch in &set.patches {

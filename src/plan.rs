@@ -371,7 +371,7 @@ fn plan_one(
             .clone()
             .unwrap_or_else(|| loaded.name.clone()),
     );
-    doc.spec(&canonical);
+    doc.spec(&by_meaning(&canonical));
     doc.line(format!("template {}", sha256_hex(template.text.as_bytes())));
     let parent_line = match (&parent, &pins.base) {
         (Some((name, checksum)), _) => format!("parent {name} {checksum}"),
@@ -469,6 +469,32 @@ fn collect_files(loaded: &LoadedSpec, hashes: &mut FileHashes) -> Result<Vec<Con
     files.sort_by(|a, b| a.dest.cmp(&b.dest));
     check_dests(loaded, &files)?;
     Ok(files)
+}
+
+/// The spec as the checksum counts it (v2): by meaning, not spelling. A source's `rev` is
+/// left out (its locked commit, on the `source` line, is what is built: a tag and the same
+/// commit in hex are one input); a destination's trailing `/` is dropped (`/opt/app/` and
+/// `/opt/app` are one place); `[[file]]` tables are left out (each copied file is counted by
+/// its destination, mode and content on a `file` line: a source renamed with the same bytes
+/// and destination is the same input).
+fn by_meaning(spec: &crate::spec::ImageSpec) -> serde_json::Value {
+    let mut value = serde_json::to_value(spec).expect("spec serializes");
+    if let Some(object) = value.as_object_mut() {
+        object.remove("file");
+        for source in object
+            .get_mut("source")
+            .and_then(serde_json::Value::as_array_mut)
+            .into_iter()
+            .flatten()
+            .filter_map(serde_json::Value::as_object_mut)
+        {
+            source.remove("rev");
+            if let Some(serde_json::Value::String(dest)) = source.get_mut("dest") {
+                *dest = crate::values::without_trailing_slash(dest).to_string();
+            }
+        }
+    }
+    value
 }
 
 /// A `[[file]]`'s `src` in the spec folder, and whether it is a folder. `src` has no `..`

@@ -113,10 +113,9 @@ pub async fn export(
     };
     let ((), stored, loaded) = tokio::join!(forward, ingest, load);
     let stored = match export_failed.into_inner().expect("not poisoned") {
-        Some(why) if stored.is_err() => Err(builder.error(format!(
-            "the export of {} failed: {why}",
-            image.reference
-        ))),
+        Some(why) if stored.is_err() => {
+            Err(builder.error(format!("the export of {} failed: {why}", image.reference)))
+        }
         _ => stored,
     };
     // The export went by tag: if the tag moved since the inspect, the layers say so.

@@ -129,6 +129,14 @@ fn check_components(rest: &str, whole: &str) -> Result<(), String> {
     Ok(())
 }
 
+/// `path` without a trailing `/`, but `/` itself: the same place in the image.
+pub fn without_trailing_slash(path: &str) -> &str {
+    match path.trim_end_matches('/') {
+        "" => "/",
+        trimmed => trimmed,
+    }
+}
+
 impl ImagePath {
     /// True if `self` is `other` or lies below it.
     pub fn is_within(&self, other: &ImagePath) -> bool {

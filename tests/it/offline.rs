@@ -149,7 +149,7 @@ fn checksum_is_the_sha256_of_the_explained_document() {
     let expected = summed.split_whitespace().next().unwrap().to_string();
     let line = project.run(&["checksum", "app"]).success().stdout();
     assert_eq!(line, format!("{expected}  app\n"));
-    assert!(document.starts_with("hallmark-checksum v1\n"));
+    assert!(document.starts_with("hallmark-checksum v2\n"));
 }
 
 #[test]
@@ -895,4 +895,75 @@ fn check_plans_each_image_of_a_3000_deep_chain_once() {
     assert_eq!(err.matches("error:").count(), 2, "{err}");
     assert!(err.contains("unknown field `broken`"), "{err}");
     assert!(err.contains("image `i2999`: not checked"), "{err}");
+}
+
+/// The checksum counts meaning, not spelling (checksum document v2): a destination with a
+/// trailing `/`, a source's `rev` written as the tag or as the same commit in hex, a
+/// `[[file]]` whose source file was renamed with the same bytes and destination: the same
+/// checksum. A change of meaning (another destination, other bytes) still changes it. An
+/// outside test saw each of the first three give a new checksum, and so a rebuild.
+#[test]
+fn the_checksum_counts_meaning_not_spelling() {
+    let (project, _, commit) = fixture();
+    let checksum = |project: &TestProject| {
+        project.run(&["checksum", "app"]).success().stdout()[..64].to_string()
+    };
+    let original = checksum(&project);
+    let edit = |file: &str, from: &str, to: &str| {
+        let text = project.read(file);
+        assert!(text.contains(from), "{file}: {from}");
+        project.write(file, &text.replace(from, to));
+    };
+
+    edit(
+        "images/app/image.toml",
+        "dest = \"/src/upstream\"",
+        "dest = \"/src/upstream/\"",
+    );
+    assert_eq!(checksum(&project), original, "a trailing slash");
+    edit(
+        "images/app/image.toml",
+        "rev = \"v1\"",
+        &format!("rev = \"{commit}\""),
+    );
+    edit(
+        "pins/app.toml",
+        "rev = \"v1\"",
+        &format!("rev = \"{commit}\""),
+    );
+    assert_eq!(checksum(&project), original, "the same commit in hex");
+    std::fs::rename(
+        project.root().join("images/app/run.sh"),
+        project.root().join("images/app/start.sh"),
+    )
+    .unwrap();
+    edit(
+        "images/app/image.toml",
+        "src = \"run.sh\"",
+        "src = \"start.sh\"",
+    );
+    assert_eq!(checksum(&project), original, "a renamed file");
+    let explained = project
+        .run(&["checksum", "--explain", "app"])
+        .success()
+        .stdout();
+    assert!(
+        explained.starts_with("hallmark-checksum v2\n"),
+        "{explained}"
+    );
+
+    edit(
+        "images/app/image.toml",
+        "dest = \"/usr/local/bin/run.sh\"",
+        "dest = \"/usr/local/bin/go.sh\"",
+    );
+    assert_ne!(checksum(&project), original, "another destination");
+    edit(
+        "images/app/image.toml",
+        "dest = \"/usr/local/bin/go.sh\"",
+        "dest = \"/usr/local/bin/run.sh\"",
+    );
+    assert_eq!(checksum(&project), original);
+    project.write("images/app/start.sh", "#!/bin/sh\necho other\n");
+    assert_ne!(checksum(&project), original, "other bytes");
 }
