@@ -155,8 +155,11 @@ pub fn check_touched_paths(bytes: &[u8], strip: u32) -> Result<(), String> {
         // `diff --git a/X b/Y` line: check every word of it (a quoted name with spaces only
         // makes this stricter).
         if let Some(names) = line.strip_prefix("diff --git ") {
+            // A binary or mode-only change, a pure rename or copy: git names its files here
+            // and nowhere else that needs a hunk (they were refused as naming no file).
+            touched += 1;
             for name in names.split_whitespace() {
-                let name = name.trim_matches('"');
+                let name = &c_unquoted(name.trim_matches('"'));
                 let stripped = name
                     .splitn(strip as usize + 1, '/')
                     .last()
@@ -189,6 +192,13 @@ pub fn check_touched_paths(bytes: &[u8], strip: u32) -> Result<(), String> {
         if path == "/dev/null" {
             continue;
         }
+        // git writes a name with unusual bytes C-quoted (`"b/\056\056/evil"` is `b/../evil`):
+        // the check reads it as git will.
+        let path = &c_unquoted(
+            path.strip_prefix('"')
+                .and_then(|p| p.strip_suffix('"'))
+                .unwrap_or(path),
+        );
         touched += 1;
         let stripped = if line.starts_with("---") || line.starts_with("+++") {
             if path.starts_with('/') {
@@ -208,6 +218,48 @@ pub fn check_touched_paths(bytes: &[u8], strip: u32) -> Result<(), String> {
         return Err("is not a patch: it names no file".into());
     }
     Ok(())
+}
+
+/// A name as git reads it from its C-quoted form (without the quotes): `\\`, `\"`, `\a`
+/// `\b` `\f` `\n` `\r` `\t` `\v` and three-digit octal bytes; anything else as written.
+/// Written here: no crate of the registry unquotes git's quoting (quote_c_style in git's
+/// quote.c).
+fn c_unquoted(name: &str) -> String {
+    if !name.contains('\\') {
+        return name.to_string();
+    }
+    let bytes = name.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        if bytes[i] != b'\\' || i + 1 == bytes.len() {
+            out.push(bytes[i]);
+            i += 1;
+            continue;
+        }
+        let next = bytes[i + 1];
+        let octal = bytes
+            .get(i + 1..i + 4)
+            .filter(|d| d.iter().all(|b| (b'0'..=b'7').contains(b)));
+        if let Some(digits) = octal {
+            let value = digits.iter().fold(0u32, |v, d| v * 8 + u32::from(d - b'0'));
+            out.push(u8::try_from(value).unwrap_or(b'?'));
+            i += 4;
+            continue;
+        }
+        out.push(match next {
+            b'a' => 0x07,
+            b'b' => 0x08,
+            b'f' => 0x0c,
+            b'n' => b'\n',
+            b'r' => b'\r',
+            b't' => b'\t',
+            b'v' => 0x0b,
+            other => other,
+        });
+        i += 2;
+    }
+    String::from_utf8_lossy(&out).into_owned()
 }
 
 #[cfg(test)]
@@ -230,5 +282,20 @@ mod tests {
         let created = b"--- a/ok\n+++ b/ok\n@@ -1 +1 @@\n-a\n+b\n\
             diff --git a/../../etc/x b/../../etc/x\nnew file mode 100644\n";
         assert!(check_touched_paths(created, 1).is_err());
+        // git's C-quoted names are read as git reads them.
+        let quoted = b"--- \"a/\\056\\056/evil\"\n+++ \"b/\\056\\056/evil\"\n@@ -1 +1 @@\n-a\n+b\n";
+        assert!(check_touched_paths(quoted, 1).is_err());
+        let quoted_git =
+            b"diff --git \"a/\\056\\056/x\" \"b/\\056\\056/x\"\nnew file mode 100644\n";
+        assert!(check_touched_paths(quoted_git, 1).is_err());
+        let fine = b"--- \"a/caf\\303\\251\"\n+++ \"b/caf\\303\\251\"\n@@ -1 +1 @@\n-a\n+b\n";
+        assert!(check_touched_paths(fine, 1).is_ok());
+        // Binary, mode-only, pure renames: named on their `diff --git` line only.
+        let mode = b"diff --git a/run.sh b/run.sh\nold mode 100644\nnew mode 100755\n";
+        assert!(check_touched_paths(mode, 1).is_ok());
+        let binary = b"diff --git a/logo.png b/logo.png\nindex 1111111..2222222 100644\nGIT binary patch\nliteral 3\nKcmZ?wVgLXD3jhEB\n\nliteral 0\nHcmV?d00001\n";
+        assert!(check_touched_paths(binary, 1).is_ok());
+        let rename = b"diff --git a/old.txt b/new.txt\nsimilarity index 100%\nrename from old.txt\nrename to new.txt\n";
+        assert!(check_touched_paths(rename, 1).is_ok());
     }
 }

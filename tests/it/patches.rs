@@ -685,3 +685,79 @@ fn a_dcp2_variant_builds_with_its_own_checksum_and_ships_only_the_layers_it_chan
         }
     }
 }
+
+/// Patches as git writes them (`git diff --binary`): a binary file changed, a mode-only
+/// change, a pure rename. `check` applies them (real git) and the build context has them
+/// applied; an outside test saw the first two refused as "names no file", which `git apply`
+/// takes.
+#[test]
+fn binary_mode_only_and_rename_patches_apply() {
+    let parent = tempfile::tempdir().unwrap();
+    let repo = GitRepo::new(parent.path(), "upstream");
+    std::fs::write(repo.path.join("logo.bin"), [0u8, 1, 2, 3, 255, 0, 7]).unwrap();
+    std::fs::write(repo.path.join("run.sh"), "#!/bin/sh\necho run\n").unwrap();
+    std::fs::write(repo.path.join("old.txt"), "kept bytes\n").unwrap();
+    let commit = repo.commit(&[], "first");
+    let project = TestProject::new();
+    let url = repo.url();
+    project
+        .write(
+            "images/app/image.toml",
+            &format!(
+                "[from]\nref = \"example/base:1\"\n\n[[source]]\nname = \"upstream\"\n\
+                 git = \"{url}\"\nrev = \"main\"\ndest = \"/src/upstream\"\npatches = [\"git\"]\n"
+            ),
+        )
+        .write(
+            "pins/app.toml",
+            &format!(
+                "[base]\nref = \"example/base:1\"\ndigest = \"{BASE_DIGEST}\"\n\n[[source]]\n\
+                 name = \"upstream\"\ngit = \"{url}\"\nrev = \"main\"\ncommit = \"{commit}\"\n"
+            ),
+        );
+    // Each change made in the work tree, written by git, and undone.
+    let mut series = String::new();
+    let changes: [(&str, &dyn Fn()); 3] = [
+        ("binary", &|| {
+            std::fs::write(repo.path.join("logo.bin"), [9u8, 0, 8, 0, 255]).unwrap()
+        }),
+        ("mode", &|| {
+            use std::os::unix::fs::PermissionsExt;
+            let path = repo.path.join("run.sh");
+            std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).unwrap();
+        }),
+        ("rename", &|| {
+            repo.git(&["mv", "old.txt", "new.txt"]);
+        }),
+    ];
+    for (name, change) in changes {
+        change();
+        repo.git(&["add", "-A"]);
+        let file = project.root().join(format!("patches/git/{name}.patch"));
+        std::fs::create_dir_all(file.parent().unwrap()).unwrap();
+        let output = format!("--output={}", file.display());
+        repo.git(&["diff", "--cached", "--binary", &output, "HEAD"]);
+        repo.git(&["reset", "-q", "--hard", "HEAD"]);
+        series.push_str(&format!("{name}.patch\n"));
+    }
+    project.write("patches/git/series", &series);
+    let checked = project.run(&["check", "app"]);
+    assert_eq!(checked.code(), 0, "{}", checked.stderr());
+
+    let out = project.root().join("ctx");
+    project
+        .run(&["render", "app", "--out", out.to_str().unwrap()])
+        .success();
+    let tree = out.join("sources/upstream");
+    assert_eq!(
+        std::fs::read(tree.join("logo.bin")).unwrap(),
+        [9u8, 0, 8, 0, 255]
+    );
+    assert!(tree.join("new.txt").is_file() && !tree.join("old.txt").exists());
+    use std::os::unix::fs::PermissionsExt;
+    let mode = std::fs::metadata(tree.join("run.sh"))
+        .unwrap()
+        .permissions()
+        .mode();
+    assert_eq!(mode & 0o111, 0o111, "{mode:o}");
+}
