@@ -306,8 +306,31 @@ pub fn load(name: &Name, dir: &Path) -> Result<LoadedSpec> {
 }
 
 /// Reads a text file hallmark parses (spec, pins, series, cluster file, template).
+/// The most a spec or a series file may hold: hand-written, they are kilobytes; a 42 MB spec
+/// took 8 s and 1 GB to refuse (an outside test).
+pub const MAX_TEXT_BYTES: u64 = 1 << 20;
+
 pub fn read_text(path: &Path) -> Result<String> {
-    let bytes = fs_err::read(path).map_err(|e| Error::io(path, e))?;
+    let file = fs_err::File::open(path).map_err(|e| Error::io(path, e))?;
+    let mut bytes = Vec::new();
+    // One byte past the cap says it is too big without reading the rest.
+    std::io::Read::read_to_end(
+        &mut std::io::Read::take(file, MAX_TEXT_BYTES + 1),
+        &mut bytes,
+    )
+    .map_err(|e| Error::io(path, e))?;
+    if bytes.len() as u64 > MAX_TEXT_BYTES {
+        return Err(Error::Invalid {
+            path: path.to_path_buf(),
+            location: None,
+            key: None,
+            message: format!(
+                "is over {} MiB; a spec or a series is a hand-written file of kilobytes",
+                MAX_TEXT_BYTES >> 20
+            ),
+            hint: None,
+        });
+    }
     text_of(path, bytes)
 }
 

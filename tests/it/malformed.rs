@@ -859,6 +859,38 @@ fn a_file_that_is_not_utf8_names_its_line() {
     }
 }
 
+/// A spec or a series over 1 MiB is refused at once, exit 2, naming the file (a 42 MB spec
+/// took 8 s and 1 GB to refuse; it could be a mistake or an attack).
+#[test]
+fn a_spec_or_series_over_a_mib_is_refused_naming_it() {
+    let good_spec = format!("{FROM}{}patches = [\"set\"]\n", source("a", "/a"));
+    let good_pins = format!("{}{}", base_pin(), source_pin("a", "v1", COMMIT));
+    // Comments: valid text all the way, only its size is wrong.
+    let padded = |text: &str| {
+        format!(
+            "{text}{}",
+            "# padding padding padding padding\n".repeat(40_000)
+        )
+    };
+    for path in ["images/bad/image.toml", "patches/set/series"] {
+        let project = TestProject::new();
+        project
+            .write("images/bad/image.toml", &good_spec)
+            .write("pins/bad.toml", &good_pins)
+            .write("patches/set/series", "0001-a.patch\n")
+            .write("patches/set/0001-a.patch", &one_line_patch("x", "a", "b"));
+        let text = padded(&project.read(path));
+        project.write(path, &text);
+        let run = project.run(&["checksum", "bad"]);
+        let stderr = run.stderr();
+        assert_eq!(run.code(), 2, "{path}: {stderr}");
+        assert!(
+            stderr.contains(path) && stderr.contains("over 1 MiB"),
+            "{path}: {stderr}"
+        );
+    }
+}
+
 /// A `[[file]]` src that is a symlink loop, leads through one, or dangles: exit 2 at its line.
 #[test]
 fn a_file_source_that_is_a_symlink_loop_names_its_line() {
