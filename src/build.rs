@@ -614,11 +614,9 @@ pub fn same_platform(have: &str, want: &str) -> bool {
         && (want.len() < 3 || have.get(2) == want.get(2))
 }
 
-/// Serialises builds of one image on one builder: an exclusive lock on a file in the cache,
-/// named after the builder's address and the image's reference, held for the whole build.
+/// Serialises builds of one image on one builder ([`crate::turn`]), for the whole build.
 struct BuildTurn {
-    /// Held, never read: the lock lasts as long as the file is open.
-    _lock: std::fs::File,
+    _turn: crate::turn::Turn,
 }
 
 impl BuildTurn {
@@ -627,34 +625,19 @@ impl BuildTurn {
         engine: &Engine,
         reference: &str,
     ) -> Result<BuildTurn> {
-        use sha2::Digest as _;
-        let dir = settings.cache.join("locks");
-        fs_err::create_dir_all(&dir).map_err(|e| Error::io(&dir, e))?;
-        let key = sha2::Sha256::digest(format!("{}\n{reference}", engine.endpoint));
-        let path = dir.join(format!("build-{}.lock", &hex::encode(key)[..24]));
-        let file = std::fs::OpenOptions::new()
-            .create(true)
-            .truncate(false)
-            .write(true)
-            .open(&path)
-            .map_err(|e| Error::io(&path, e))?;
-        match file.try_lock() {
-            Ok(()) => return Ok(BuildTurn { _lock: file }),
-            Err(std::fs::TryLockError::Error(e)) => return Err(Error::io(&path, e)),
-            Err(std::fs::TryLockError::WouldBlock) => {}
-        }
-        if settings.echo {
-            eprintln!(
-                "waiting for another hallmark building {reference} on {} (lock {})",
-                engine.node,
-                path.display()
-            );
-        }
-        tokio::task::spawn_blocking(move || file.lock().map(|()| file))
-            .await
-            .expect("the lock task does not panic")
-            .map(|file| BuildTurn { _lock: file })
-            .map_err(|e| Error::io(&path, e))
+        let key = format!("{}\n{reference}", engine.endpoint);
+        let echo = settings.echo;
+        let turn = crate::turn::Turn::take(settings.cache, "build", &key, |path| {
+            if echo {
+                eprintln!(
+                    "waiting for another hallmark building {reference} on {} (lock {})",
+                    engine.node,
+                    path.display()
+                );
+            }
+        })
+        .await?;
+        Ok(BuildTurn { _turn: turn })
     }
 }
 

@@ -39,6 +39,7 @@ pub mod ship;
 pub mod spec;
 pub mod store;
 pub mod transfer;
+pub mod turn;
 pub mod values;
 pub mod verify;
 pub mod wheel;

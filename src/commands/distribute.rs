@@ -44,6 +44,22 @@ pub(super) fn run(
     };
     let store = Arc::new(LayerStore::open(&settings.cache));
     let shipped = runtime()?.block_on(async {
+        // Two distributes to one node take turns (both sent everything, the second's loads
+        // wasted): each node's turn, held for the run, taken in one order so that no two runs
+        // wait on each other; the second then finds what the first sent.
+        let mut endpoints: Vec<String> = nodes.iter().map(|n| n.engine.to_string()).collect();
+        endpoints.sort();
+        endpoints.dedup();
+        let mut turns = Vec::new();
+        for endpoint in &endpoints {
+            let turn = crate::turn::Turn::take(&settings.cache, "distribute", endpoint, |path| {
+                settings.output.note(format!(
+                    "waiting for another hallmark distributing to {endpoint} (lock {})",
+                    path.display()
+                ));
+            });
+            turns.push(turn.await?);
+        }
         let builder = connect(settings, &settings.config.builder).await?;
         let targets = Targets::connect(settings, &nodes).await;
         let found = futures_util::stream::iter(names.iter().map(|name| {

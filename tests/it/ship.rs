@@ -1535,3 +1535,41 @@ fn status_shows_the_images_it_can_plan_and_says_which_it_cannot() {
         }
     }
 }
+
+/// Two distributes of one image to one node at once take turns: one sends, the other, once
+/// its turn comes, finds the node current and skips it. An outside test saw both send
+/// everything.
+#[test]
+fn two_distributes_to_one_node_take_turns() {
+    let testbed = Testbed::get();
+    let project = project(8, "turns");
+    let config = testbed.config();
+    project
+        .run(&["--config", config.to_str().unwrap(), "-q", "build", "base"])
+        .success();
+    let args = ["--json", "distribute", "base", "--to", "node1"];
+    let children: Vec<_> = (0..2)
+        .map(|_| support::spawn(&project, &config, &args))
+        .collect();
+    let mut actions = Vec::new();
+    for child in children {
+        let output = child.wait_with_output().unwrap();
+        let stdout = String::from_utf8_lossy(&output.stdout);
+        assert_eq!(
+            output.status.code(),
+            Some(0),
+            "{stdout}{}",
+            String::from_utf8_lossy(&output.stderr)
+        );
+        let report = support::document(&stdout);
+        let row = &nodes_of(&report)[0];
+        assert_eq!(row["verified"], true, "{row}");
+        actions.push(row["action"].as_str().unwrap().to_string());
+    }
+    actions.sort();
+    assert_eq!(
+        actions.iter().filter(|a| *a == "skipped").count(),
+        1,
+        "{actions:?}"
+    );
+}
