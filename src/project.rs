@@ -132,7 +132,13 @@ impl Project {
             {
                 Ok(name)
             }
-            _ => unknown(),
+            Ok(_) => unknown(),
+            // Not a name an image can have: said as such, not "no image" (which sent a
+            // reader looking for a folder that cannot exist).
+            Err(why) => Err(Error::Usage {
+                message: format!("invalid image name: {why}"),
+                hint: Some("an image's name is its folder's under images/".into()),
+            }),
         }
     }
 

@@ -281,16 +281,30 @@ pub fn parse_toml<T: serde::de::DeserializeOwned>(path: &Path, text: &str) -> Re
     toml::from_str(text).map_err(|e| {
         let location = e.span().map(|span| Location::of_offset(text, span.start));
         let key = location.as_ref().and_then(|l| key_on_line(&l.text));
+        let mut message = e.message().trim().to_string();
+        // The parser says "duplicate key" and no more: the key (or the table written twice)
+        // is named, as the caret alone left a reader to guess.
+        if message == "duplicate key"
+            && let Some(key) = &key
+        {
+            message = format!("duplicate key `{key}`");
+        }
         Error::Parse {
             path: path.to_path_buf(),
             location,
             key,
-            message: e.message().trim().to_string(),
+            message,
         }
     })
 }
 
+/// The key a line of TOML sets (`key = ...`), or the table it opens (`[table]`).
 fn key_on_line(line: &str) -> Option<String> {
+    let line = line.trim();
+    if let Some(table) = line.strip_prefix('[').filter(|t| !t.starts_with('[')) {
+        let table = table.split(']').next()?.trim();
+        return (!table.is_empty()).then(|| table.to_string());
+    }
     let (key, _) = line.split_once('=')?;
     let key = key.trim();
     (!key.is_empty() && !key.starts_with('[')).then(|| key.to_string())
@@ -305,11 +319,11 @@ pub fn load(name: &Name, dir: &Path) -> Result<LoadedSpec> {
     parse(name, dir, path, text)
 }
 
-/// Reads a text file hallmark parses (spec, pins, series, cluster file, template).
 /// The most a spec or a series file may hold: hand-written, they are kilobytes; a 42 MB spec
 /// took 8 s and 1 GB to refuse (an outside test).
 pub const MAX_TEXT_BYTES: u64 = 1 << 20;
 
+/// Reads a spec or a series: at most [`MAX_TEXT_BYTES`], UTF-8.
 pub fn read_text(path: &Path) -> Result<String> {
     let file = fs_err::File::open(path).map_err(|e| Error::io(path, e))?;
     let mut bytes = Vec::new();
@@ -390,8 +404,9 @@ fn validate_image(loaded: &LoadedSpec) -> Result<()> {
             );
         }
         (Some(parent), None) if *parent == loaded.name => {
-            return loaded.invalid(
-                spec.from.span(),
+            // The caret on the value, not on `[from]`.
+            return loaded.invalid_at(
+                &["from", "image"],
                 "from.image",
                 "an image cannot be its own parent".into(),
             );

@@ -976,3 +976,39 @@ fn the_builder_under_a_node_name_with_another_engine_is_refused() {
     let run = project.run(&["nodes"]);
     assert_eq!(run.code(), 1, "{}", run.stderr());
 }
+
+/// Plain words for three errors an outside test found vague: a table written twice names the
+/// table (the parser's "duplicate key" alone), a key twice names the key, an image that names
+/// itself as parent points at the value (the caret was on `[from]`), and a name no image can
+/// have is called invalid (not "no image").
+#[test]
+fn duplicate_keys_self_parents_and_invalid_names_are_said_plainly() {
+    let project = TestProject::new();
+    project
+        .write(
+            "images/tables/image.toml",
+            "[from]\nref = \"x/y:1\"\n\n[env]\nA = \"1\"\n\n[env]\nB = \"2\"\n",
+        )
+        .write(
+            "images/keys/image.toml",
+            "[from]\nref = \"x/y:1\"\n\n[env]\nA = \"1\"\nA = \"2\"\n",
+        )
+        .write("images/selfish/image.toml", "[from]\nimage = \"selfish\"\n");
+    let cases: [(&str, &[&str]); 4] = [
+        ("tables", &["image.toml:7:", "duplicate key `env`"]),
+        ("keys", &["image.toml:6:", "duplicate key `A`"]),
+        (
+            "selfish",
+            &["image.toml:2:9", "own parent", "image = \"selfish\""],
+        ),
+        ("with space", &["invalid image name"]),
+    ];
+    for (image, words) in cases {
+        let run = project.run(&["check", image]);
+        let stderr = run.stderr();
+        assert_eq!(run.code(), 2, "{image}: {stderr}");
+        for word in words {
+            assert!(stderr.contains(word), "{image} says {word}: {stderr}");
+        }
+    }
+}
