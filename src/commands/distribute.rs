@@ -259,7 +259,7 @@ impl<'a> Targets<'a> {
         settings: &Settings,
         references: &[&str],
         shipping: &std::collections::HashSet<String>,
-    ) -> Vec<HashMap<String, String>> {
+    ) -> Vec<(HashMap<String, String>, usize)> {
         let mut journal = Superseded::read(&settings.state_dir);
         let engines: Vec<&Engine> = self.by_stream.iter().chain(&self.by_registry).collect();
         let named = engines.iter().map(|engine| {
@@ -271,7 +271,7 @@ impl<'a> Targets<'a> {
                 names.dedup();
                 // Unlisted: nothing is removed, and what was noted stays noted.
                 let Ok(listed) = engine.listed_images_named(&names).await else {
-                    return (HashMap::new(), earlier);
+                    return (HashMap::new(), earlier, 0);
                 };
                 let now: HashMap<String, String> = verify::by_familiar_tag(&listed)
                     .into_iter()
@@ -285,13 +285,12 @@ impl<'a> Targets<'a> {
                         removed += 1;
                     }
                 }
-                say_removed(settings, &engine.node, removed);
-                (now, BTreeMap::new())
+                (now, BTreeMap::new(), removed)
             }
         });
         let answers = futures_util::future::join_all(named).await;
         let mut before = Vec::new();
-        for (engine, (now, kept)) in engines.iter().zip(answers) {
+        for (engine, (now, kept, removed)) in engines.iter().zip(answers) {
             let mut noted = kept;
             for reference in references {
                 let familiar = verify::familiar(reference);
@@ -300,7 +299,7 @@ impl<'a> Targets<'a> {
                 }
             }
             journal.0.insert(engine.node.to_string(), noted);
-            before.push(now);
+            before.push((now, removed));
         }
         journal.write(&settings.state_dir);
         before
@@ -316,13 +315,15 @@ impl<'a> Targets<'a> {
         &self,
         settings: &Settings,
         references: &[&str],
-        before: Vec<HashMap<String, String>>,
+        before: Vec<(HashMap<String, String>, usize)>,
         outcomes: &[Vec<NodeOutcome>],
     ) {
         let engines = self.by_stream.iter().chain(&self.by_registry);
         let mut journal = Superseded::read(&settings.state_dir);
-        for (engine, before) in engines.zip(before) {
-            let mut removed = 0;
+        // One line a node, with what the start removed (an earlier run's notes) counted in:
+        // two lines of "removed 1 image" read as one said twice.
+        for (engine, (before, removed_earlier)) in engines.zip(before) {
+            let mut removed = removed_earlier;
             for (reference, outcomes) in references.iter().zip(outcomes) {
                 let sent = outcomes.iter().any(|o| {
                     o.node == engine.node && o.verified() && !matches!(o.action, Action::Skipped)

@@ -203,16 +203,25 @@ fn import(
         written.len(),
         settings.project.patches_dir().join(set.as_str()).display()
     ));
+    // The set is written: from here on, nothing fails the import but a patch that does not
+    // apply (exit 1). An image that cannot be examined yet (its pins not locked, its spec
+    // wrong) is said on stderr and left out; `--json` always prints the report document, empty
+    // when no image applies the set yet (it printed nothing, and a missing pin exited 2 after
+    // the set was written).
     let users = images_using(settings, &set)?;
     if users.is_empty() {
         settings.output.note(format!(
             "no image applies `{set}` yet: add it to a `[[source]]`'s `patches`, then run `hallmark patches report`"
         ));
-        return Ok(ExitStatus::Success);
     }
     let mut rows = Vec::new();
     for image in &users {
-        rows.extend(examine(settings, Some(image.as_str()), None, None, false)?);
+        match examine(settings, Some(image.as_str()), None, None, false) {
+            Ok(found) => rows.extend(found),
+            Err(e) => settings.output.note(format!(
+                "warning: `{image}` applies `{set}` but was not examined: {e}; run `hallmark patches report {image}` once it plans (`hallmark lock {image}` for its pins)"
+            )),
+        }
     }
     Ok(print_report(settings, &rows))
 }

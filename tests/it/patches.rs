@@ -761,3 +761,42 @@ fn binary_mode_only_and_rename_patches_apply() {
         .mode();
     assert_eq!(mode & 0o111, 0o111, "{mode:o}");
 }
+
+/// `patches import` that wrote the set exits by one rule: only a patch that does not apply
+/// fails it. An image that applies the set but has no pins yet is named on stderr (it exited
+/// 2 after writing the set), and `--json` always prints a document (it printed nothing when
+/// no image applied the set).
+#[test]
+fn an_import_that_wrote_the_set_exits_by_its_patches_and_always_prints_json() {
+    let project = TestProject::new();
+    let folder = project.root().join("incoming");
+    std::fs::create_dir_all(&folder).unwrap();
+    std::fs::write(
+        folder.join("0001-a.patch"),
+        support::one_line_patch("a.txt", "a", "b"),
+    )
+    .unwrap();
+    let from = folder.to_str().unwrap();
+
+    // No image applies it: a document with no rows.
+    let run = project.run(&["--json", "patches", "import", "fresh", from]);
+    assert_eq!(run.code(), 0, "{}", run.stderr());
+    let rows = document(&run.stdout());
+    assert_eq!(rows.as_array().unwrap().len(), 0, "{rows}");
+
+    // An image applies it but has no pins yet: said, not a failure.
+    project.write(
+        "images/app/image.toml",
+        "[from]\nref = \"example/base:1\"\n\n[[source]]\nname = \"up\"\ngit = \"https://example.invalid/up.git\"\nrev = \"main\"\ndest = \"/src/up\"\npatches = [\"later\"]\n",
+    );
+    let run = project.run(&["--json", "patches", "import", "later", from]);
+    let stderr = run.stderr();
+    assert_eq!(run.code(), 0, "{stderr}");
+    assert!(
+        stderr.contains("`app` applies `later` but was not examined"),
+        "{stderr}"
+    );
+    assert!(stderr.contains("hallmark lock app"), "{stderr}");
+    assert_eq!(document(&run.stdout()).as_array().unwrap().len(), 0);
+    assert!(project.root().join("patches/later/series").is_file());
+}
