@@ -33,6 +33,38 @@ pub fn check(
         };
         inherited.insert(name, entrypoint);
     }
+    // The planned images asked for, checked parents first: an image whose parent (or an
+    // image further up) failed its check is not checked, and says so (a child was called
+    // `ok` when its parent's patch series did not apply). Each maps to the image whose
+    // problem stopped it, itself included.
+    let wanted: std::collections::BTreeSet<&Name> = names.iter().collect();
+    let mut checked: BTreeMap<&Name, std::result::Result<String, Error>> = BTreeMap::new();
+    let mut stopped_by: BTreeMap<&Name, Name> = BTreeMap::new();
+    for name in plan.order.iter().filter(|n| wanted.contains(n)) {
+        let blocked = plan
+            .get(name)
+            .parent
+            .as_ref()
+            .and_then(|p| stopped_by.get(p))
+            .cloned();
+        if let Some(cause) = blocked {
+            checked.insert(
+                name,
+                Err(Error::ParentFailed {
+                    image: name.to_string(),
+                    parent: cause.to_string(),
+                    path: project.images_dir().join(name.as_str()).join("image.toml"),
+                }),
+            );
+            stopped_by.insert(name, cause);
+            continue;
+        }
+        let result = check_planned(project, &plan, name, inherited[name].clone(), cache);
+        if result.is_err() {
+            stopped_by.insert(name, name.clone());
+        }
+        checked.insert(name, result);
+    }
     let mut passed = Vec::new();
     let mut problems = Vec::new();
     let mut reported = std::collections::BTreeSet::new();
@@ -41,8 +73,17 @@ pub fn check(
             // Its own problem was reported already, as the cause of an image before it.
             None if reported.contains(name) => continue,
             None => {
-                let entrypoint = inherited[name].clone();
-                match check_planned(project, &plan, name, entrypoint, cache) {
+                // The problem that stopped it first, so that "reported above" holds.
+                if let Some(cause) = stopped_by.get(name).filter(|c| *c != name)
+                    && reported.insert(cause.clone())
+                    && let Some(Err(error)) = checked.remove(cause)
+                {
+                    match error {
+                        Error::Many(errors) => problems.extend(errors),
+                        error => problems.push(error),
+                    }
+                }
+                match checked.remove(name).expect("checked in plan order") {
                     Ok(checksum) => passed.push((name.clone(), checksum)),
                     Err(Error::Many(errors)) => problems.extend(errors),
                     Err(error) => problems.push(error),

@@ -967,3 +967,25 @@ fn the_checksum_counts_meaning_not_spelling() {
     project.write("images/app/start.sh", "#!/bin/sh\necho other\n");
     assert_ne!(checksum(&project), original, "other bytes");
 }
+
+/// `check --all` when a parent's patch series does not apply: the parent's problem is said
+/// once and the image on it is "not checked", never `ok` (an outside test saw `ok  addon`).
+#[test]
+fn check_all_says_a_child_is_not_checked_when_its_parents_series_fails() {
+    let (project, _, _) = fixture();
+    project.write(
+        "patches/fix/0002-comma.patch",
+        &one_line_patch("greeting.txt", "no such line", "x"),
+    );
+    let run = project.run(&["check", "--all"]);
+    let (stdout, stderr) = (run.stdout(), run.stderr());
+    assert_eq!(run.code(), 1, "{stdout}{stderr}");
+    let said = format!("{stdout}{stderr}");
+    assert!(!said.contains("ok  addon"), "{said}");
+    // The cause is said first, and once.
+    let cause = said.find("0002-comma.patch").unwrap();
+    assert!(cause < said.find("image `addon`: not checked").unwrap(), "{said}");
+    assert_eq!(said.matches("does not apply to source").count(), 1, "{said}");
+    assert!(said.contains("image `addon`: not checked"), "{said}");
+    assert!(said.contains("0002-comma.patch"), "{said}");
+}
