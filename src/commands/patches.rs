@@ -70,6 +70,9 @@ fn detail(row: &PatchStatus) -> String {
             None => conflict.file.clone(),
         });
     }
+    if let Some(why) = &row.whitespace {
+        parts.push(why.clone());
+    }
     if !row.after.is_empty() {
         parts.push(format!("applies only after {}", row.after.join(", ")));
     }

@@ -73,6 +73,9 @@ pub struct PatchStatus {
     /// With `fuzz`: the context lines git still matched.
     pub fuzz: Option<u32>,
     pub conflicts: Vec<Conflict>,
+    /// With `conflicts`, what the conflict is when it is only whitespace (line endings: a
+    /// CRLF patch on LF files shows as a conflict on every hunk, which named nothing).
+    pub whitespace: Option<String>,
     /// The earlier patches this one applies only after (it does not apply to the commit
     /// alone): the cumulative effect of the series.
     pub after: Vec<String>,
@@ -154,6 +157,7 @@ impl Run<'_> {
             offset: None,
             fuzz: None,
             conflicts: Vec::new(),
+            whitespace: None,
             after: Vec::new(),
             file: patch.clone(),
             set_dir: set.dir.clone(),
@@ -217,7 +221,27 @@ impl Run<'_> {
             }
         }
         status.conflicts = self.conflicts(patch, &trial.unmerged()?)?;
+        status.whitespace = self.whitespace_only(patch)?;
         Ok(())
+    }
+
+    /// Why a patch that conflicts would apply if whitespace did not count, if it would: line
+    /// endings (a patch with CRLF lines, or files with them) named as such.
+    fn whitespace_only(&self, patch: &Patch) -> Result<Option<String>> {
+        let ignoring = self.index.apply(
+            &patch.path,
+            patch.strip,
+            &["--check", "--ignore-whitespace"],
+        )?;
+        if !ignoring.status.success() {
+            return Ok(None);
+        }
+        let bytes = fs_err::read(&patch.path).map_err(|e| Error::io(&patch.path, e))?;
+        Ok(Some(if bytes.windows(2).any(|w| w == b"\r\n") {
+            "line endings: the patch has CRLF (\\r\\n) lines and applies with them made LF (dos2unix), or with `git apply --ignore-whitespace`".into()
+        } else {
+            "whitespace only: it applies with `git apply --ignore-whitespace` (line endings or spaces differ from the source's)".into()
+        }))
     }
 
     /// Applies the series at the pin once, into a scratch index of its own: `git apply`

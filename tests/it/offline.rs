@@ -984,8 +984,15 @@ fn check_all_says_a_child_is_not_checked_when_its_parents_series_fails() {
     assert!(!said.contains("ok  addon"), "{said}");
     // The cause is said first, and once.
     let cause = said.find("0002-comma.patch").unwrap();
-    assert!(cause < said.find("image `addon`: not checked").unwrap(), "{said}");
-    assert_eq!(said.matches("does not apply to source").count(), 1, "{said}");
+    assert!(
+        cause < said.find("image `addon`: not checked").unwrap(),
+        "{said}"
+    );
+    assert_eq!(
+        said.matches("does not apply to source").count(),
+        1,
+        "{said}"
+    );
     assert!(said.contains("image `addon`: not checked"), "{said}");
     assert!(said.contains("0002-comma.patch"), "{said}");
 }

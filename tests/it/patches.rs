@@ -800,3 +800,49 @@ fn an_import_that_wrote_the_set_exits_by_its_patches_and_always_prints_json() {
     assert_eq!(document(&run.stdout()).as_array().unwrap().len(), 0);
     assert!(project.root().join("patches/later/series").is_file());
 }
+
+/// A patch whose lines end in CRLF, on a source whose files end in LF, is reported as a
+/// conflict that names line endings (it named nothing); one that really conflicts does not
+/// get that note.
+#[test]
+fn a_crlf_patch_is_reported_as_line_endings() {
+    let parent = tempfile::tempdir().unwrap();
+    let repo = GitRepo::new(parent.path(), "upstream");
+    let commit = repo.commit(&[("a.txt", "two\n")], "first");
+    let project = TestProject::new();
+    let url = repo.url();
+    project
+        .write(
+            "images/app/image.toml",
+            &format!(
+                "[from]\nref = \"example/base:1\"\n\n[[source]]\nname = \"upstream\"\n\
+                 git = \"{url}\"\nrev = \"main\"\ndest = \"/src/upstream\"\npatches = [\"dos\"]\n"
+            ),
+        )
+        .write(
+            "pins/app.toml",
+            &format!(
+                "[base]\nref = \"example/base:1\"\ndigest = \"{BASE_DIGEST}\"\n\n[[source]]\n\
+                 name = \"upstream\"\ngit = \"{url}\"\nrev = \"main\"\ncommit = \"{commit}\"\n"
+            ),
+        );
+    let patch = support::one_line_patch("a.txt", "two", "TWO");
+    project
+        .write("patches/dos/series", "crlf.patch\nreal.patch\n")
+        .write("patches/dos/crlf.patch", &patch.replace('\n', "\r\n"))
+        .write(
+            "patches/dos/real.patch",
+            &support::one_line_patch("a.txt", "absent", "x"),
+        );
+    let run = project.run(&["--json", "patches", "report", "app"]);
+    assert_eq!(run.code(), 1, "{}", run.stderr());
+    let rows = document(&run.stdout());
+    let rows = rows.as_array().unwrap();
+    assert_eq!(rows[0]["status"], "conflicts", "{rows:?}");
+    let why = rows[0]["whitespace"].as_str().unwrap_or_default();
+    assert!(why.contains("CRLF"), "{rows:?}");
+    assert_eq!(rows[1]["status"], "conflicts", "{rows:?}");
+    assert!(rows[1]["whitespace"].is_null(), "{rows:?}");
+    let text = project.run(&["patches", "report", "app"]).stdout();
+    assert!(text.contains("line endings"), "{text}");
+}
