@@ -56,12 +56,7 @@ pub const SMOKE_TIMEOUT_ENV: &str = "HALLMARK_SMOKE_TIMEOUT";
 
 /// How long a smoke test's container may run: 1800 s, or `HALLMARK_SMOKE_TIMEOUT`.
 fn smoke_timeout() -> std::time::Duration {
-    let secs = std::env::var(SMOKE_TIMEOUT_ENV)
-        .ok()
-        .and_then(|v| v.trim().parse::<u64>().ok())
-        .filter(|s| *s > 0)
-        .unwrap_or(1800);
-    std::time::Duration::from_secs(secs)
+    transport::seconds_from_env(SMOKE_TIMEOUT_ENV, 1800)
 }
 
 /// Per-request timeout: long enough for a multi-hour build step.

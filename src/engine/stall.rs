@@ -26,12 +26,7 @@ pub const STALL_TIMEOUT_ENV: &str = "HALLMARK_STALL_TIMEOUT";
 /// loaded engine: after the last byte of a 20 GB load a containerd store unpacks the layers
 /// before it answers, without a message, for minutes.
 pub fn stall_timeout() -> Duration {
-    let secs = std::env::var(STALL_TIMEOUT_ENV)
-        .ok()
-        .and_then(|v| v.trim().parse::<u64>().ok())
-        .filter(|s| *s > 0)
-        .unwrap_or(600);
-    Duration::from_secs(secs)
+    super::transport::seconds_from_env(STALL_TIMEOUT_ENV, 600)
 }
 
 /// When one request last moved, either way.

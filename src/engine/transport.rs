@@ -280,11 +280,17 @@ pub const ANSWER_TIMEOUT_ENV: &str = "HALLMARK_ANSWER_TIMEOUT";
 /// How long an engine may take to answer with a document: 60 s, or `HALLMARK_ANSWER_TIMEOUT`.
 /// A stream (build, load, export) has no such bound: a build step may take hours.
 fn answer_timeout() -> std::time::Duration {
-    let secs = std::env::var(ANSWER_TIMEOUT_ENV)
+    seconds_from_env(ANSWER_TIMEOUT_ENV, 60)
+}
+
+/// A deadline in whole seconds from the environment variable `name`, else `default`; a
+/// value that is not a positive number counts as unset.
+pub(crate) fn seconds_from_env(name: &str, default: u64) -> std::time::Duration {
+    let secs = std::env::var(name)
         .ok()
         .and_then(|v| v.trim().parse::<u64>().ok())
         .filter(|s| *s > 0)
-        .unwrap_or(60);
+        .unwrap_or(default);
     std::time::Duration::from_secs(secs)
 }
 

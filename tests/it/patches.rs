@@ -698,23 +698,7 @@ fn binary_mode_only_and_rename_patches_apply() {
     std::fs::write(repo.path.join("run.sh"), "#!/bin/sh\necho run\n").unwrap();
     std::fs::write(repo.path.join("old.txt"), "kept bytes\n").unwrap();
     let commit = repo.commit(&[], "first");
-    let project = TestProject::new();
-    let url = repo.url();
-    project
-        .write(
-            "images/app/image.toml",
-            &format!(
-                "[from]\nref = \"example/base:1\"\n\n[[source]]\nname = \"upstream\"\n\
-                 git = \"{url}\"\nrev = \"main\"\ndest = \"/src/upstream\"\npatches = [\"git\"]\n"
-            ),
-        )
-        .write(
-            "pins/app.toml",
-            &format!(
-                "[base]\nref = \"example/base:1\"\ndigest = \"{BASE_DIGEST}\"\n\n[[source]]\n\
-                 name = \"upstream\"\ngit = \"{url}\"\nrev = \"main\"\ncommit = \"{commit}\"\n"
-            ),
-        );
+    let project = project_on(&repo, &commit, "git");
     // Each change made in the work tree, written by git, and undone.
     let mut series = String::new();
     let changes: [(&str, &dyn Fn()); 3] = [
@@ -809,23 +793,7 @@ fn a_crlf_patch_is_reported_as_line_endings() {
     let parent = tempfile::tempdir().unwrap();
     let repo = GitRepo::new(parent.path(), "upstream");
     let commit = repo.commit(&[("a.txt", "two\n")], "first");
-    let project = TestProject::new();
-    let url = repo.url();
-    project
-        .write(
-            "images/app/image.toml",
-            &format!(
-                "[from]\nref = \"example/base:1\"\n\n[[source]]\nname = \"upstream\"\n\
-                 git = \"{url}\"\nrev = \"main\"\ndest = \"/src/upstream\"\npatches = [\"dos\"]\n"
-            ),
-        )
-        .write(
-            "pins/app.toml",
-            &format!(
-                "[base]\nref = \"example/base:1\"\ndigest = \"{BASE_DIGEST}\"\n\n[[source]]\n\
-                 name = \"upstream\"\ngit = \"{url}\"\nrev = \"main\"\ncommit = \"{commit}\"\n"
-            ),
-        );
+    let project = project_on(&repo, &commit, "dos");
     let patch = support::one_line_patch("a.txt", "two", "TWO");
     project
         .write("patches/dos/series", "crlf.patch\nreal.patch\n")
@@ -845,4 +813,27 @@ fn a_crlf_patch_is_reported_as_line_endings() {
     assert!(rows[1]["whitespace"].is_null(), "{rows:?}");
     let text = project.run(&["patches", "report", "app"]).stdout();
     assert!(text.contains("line endings"), "{text}");
+}
+
+/// An image `app` whose source `upstream` is `repo` at `commit` (branch `main`) and applies
+/// the patch set `set`.
+fn project_on(repo: &GitRepo, commit: &str, set: &str) -> TestProject {
+    let project = TestProject::new();
+    let url = repo.url();
+    project
+        .write(
+            "images/app/image.toml",
+            &format!(
+                "[from]\nref = \"example/base:1\"\n\n[[source]]\nname = \"upstream\"\n\
+                 git = \"{url}\"\nrev = \"main\"\ndest = \"/src/upstream\"\npatches = [\"{set}\"]\n"
+            ),
+        )
+        .write(
+            "pins/app.toml",
+            &format!(
+                "[base]\nref = \"example/base:1\"\ndigest = \"{BASE_DIGEST}\"\n\n[[source]]\n\
+                 name = \"upstream\"\ngit = \"{url}\"\nrev = \"main\"\ncommit = \"{commit}\"\n"
+            ),
+        );
+    project
 }
