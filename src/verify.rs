@@ -10,9 +10,13 @@ use crate::oci::Reference;
 use serde::Serialize;
 use sha2::{Digest as _, Sha256};
 
-/// The config fields that define how a container runs; engines differ in the rest
-/// (`Hostname`, `Image`, defaults they fill in), so only these count, empty ones omitted.
-const CONFIG_FIELDS: [&str; 9] = [
+/// The config fields that define how a container runs: every field of the image config's
+/// runtime part (the OCI image spec's `config`, and Docker's additions to it). Engines differ
+/// in the container-only fields they report beside them (`Hostname`, `Image`, `AttachStdin`
+/// and the like, filled with defaults), so only these count, empty ones omitted. An outside
+/// test saw `HEALTHCHECK`, `SHELL` or `ONBUILD` added on a node (no layer) called `current`
+/// when v1 counted the first nine alone.
+const CONFIG_FIELDS: [&str; 13] = [
     "User",
     "ExposedPorts",
     "Env",
@@ -22,10 +26,16 @@ const CONFIG_FIELDS: [&str; 9] = [
     "WorkingDir",
     "Labels",
     "StopSignal",
+    "Healthcheck",
+    "Shell",
+    "OnBuild",
+    "StopTimeout",
 ];
 
 pub fn fingerprint(image: &ImageAnswer) -> String {
-    let mut document = String::from("hallmark-fingerprint v1\n");
+    let mut document = String::from("hallmark-fingerprint v2\n");
+    // What it runs on: os and architecture (a variant some engines leave out is not).
+    document.push_str(&format!("platform {}\n", image.os_architecture()));
     for layer in image.layers() {
         document.push_str(&format!("layer {layer}\n"));
     }

@@ -75,6 +75,11 @@ impl ImageAnswer {
     }
 
     /// `os/arch[/variant]`, as the OCI names platforms.
+    /// `os/architecture`, without the variant (which some engines leave out).
+    pub fn os_architecture(&self) -> String {
+        format!("{}/{}", self.os, self.architecture)
+    }
+
     pub fn platform(&self) -> String {
         let mut platform = format!("{}/{}", self.os, self.architecture);
         if !self.variant.is_empty() {

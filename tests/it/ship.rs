@@ -244,6 +244,74 @@ fn verify_fails_on_a_node_whose_content_differs_under_the_same_label() {
     );
 }
 
+/// A node's image changed in its runtime config only (no layer, the label inherited): a
+/// `HEALTHCHECK`, a `SHELL`, an `ONBUILD`. It is `mismatch`, and `distribute` replaces it; an
+/// outside test saw each called `current` and skipped (the fingerprint counted nine fields).
+/// On Docker 26 and 28 containerd and 20.10 classic nodes.
+#[test]
+fn a_node_image_changed_in_its_config_only_is_a_mismatch_and_is_replaced() {
+    let _serial = NODES.lock().unwrap_or_else(|e| e.into_inner());
+    let testbed = Testbed::get();
+    let config = testbed.config();
+    let project = project(1, "reconfigured");
+    let wrap = reference(&project, "wrap");
+    project
+        .run(&["--config", config.to_str().unwrap(), "-q", "build", "wrap"])
+        .success();
+    let forged: [(String, &str); 3] = [
+        (testbed.node_of("26", "containerd"), "ONBUILD RUN true"),
+        (
+            testbed.node_of("28", "containerd"),
+            "HEALTHCHECK --interval=1s CMD false",
+        ),
+        (
+            testbed.node_of("20", "classic"),
+            "SHELL [\"/bin/sh\", \"-x\", \"-c\"]",
+        ),
+    ];
+    let nodes: Vec<&str> = forged.iter().map(|(n, _)| n.as_str()).collect();
+    let to = nodes.join(",");
+    let (code, report) = hallmark_json(&project, &config, &["distribute", "wrap", "--to", &to]);
+    assert_eq!(code, 0, "{report}");
+    for (node, instruction) in &forged {
+        let dir = project.root().join(format!("forged-{node}"));
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(
+            dir.join("Dockerfile"),
+            format!("FROM {wrap}\n{instruction}\n"),
+        )
+        .unwrap();
+        let built = std::process::Command::new("docker")
+            .args(["-H", &testbed.endpoint(node), "build", "-q", "-t", &wrap])
+            .arg(&dir)
+            .env("DOCKER_BUILDKIT", "0")
+            .output()
+            .unwrap();
+        assert!(
+            built.status.success(),
+            "{}",
+            String::from_utf8_lossy(&built.stderr)
+        );
+    }
+    let (code, report) = hallmark_json(&project, &config, &["verify", "wrap", "--nodes", &to]);
+    assert_eq!(code, 1, "{report}");
+    for node in &nodes {
+        assert_eq!(
+            support::row(&report, node)["state"],
+            "mismatch",
+            "{node}: {report}"
+        );
+    }
+    let (code, report) = hallmark_json(&project, &config, &["distribute", "wrap", "--to", &to]);
+    assert_eq!(code, 0, "{report}");
+    for row in nodes_of(&report) {
+        assert_ne!(row["action"], "skipped", "{row}");
+        assert_eq!(row["verified"], true, "{row}");
+    }
+    let (code, report) = hallmark_json(&project, &config, &["verify", "wrap", "--nodes", &to]);
+    assert_eq!(code, 0, "{report}");
+}
+
 #[test]
 fn an_unreachable_node_fails_alone() {
     let _serial = NODES.lock().unwrap_or_else(|e| e.into_inner());
