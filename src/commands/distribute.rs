@@ -356,14 +356,24 @@ impl<'a> Targets<'a> {
         shipments: &[ship::Shipment],
         ship_settings: &ShipSettings<'_>,
     ) -> Result<Vec<Vec<NodeOutcome>>> {
+        // A failure of the whole transfer (the builder's export stalled) is every stream
+        // node's row, so the table and the JSON still print (they printed nothing).
+        let failed_all = |nodes: &[Engine], error: &Error| -> Vec<NodeOutcome> {
+            (nodes.iter())
+                .map(|node| NodeOutcome::failed(&node.node, error.to_string()))
+                .collect()
+        };
         let mut outcomes: Vec<Vec<NodeOutcome>> = match (&self.by_stream[..], shipments) {
             ([], _) => shipments.iter().map(|_| Vec::new()).collect(),
-            (nodes, [one]) => {
-                vec![ship::distribute(builder, nodes, store, one, ship_settings).await?]
-            }
+            (nodes, [one]) => vec![
+                ship::distribute(builder, nodes, store, one, ship_settings)
+                    .await
+                    .unwrap_or_else(|e| failed_all(nodes, &e)),
+            ],
             (nodes, _) => {
                 ship::batch::distribute_many(builder, nodes, store, shipments, ship_settings)
-                    .await?
+                    .await
+                    .unwrap_or_else(|e| shipments.iter().map(|_| failed_all(nodes, &e)).collect())
             }
         };
         for (shipment, outcomes) in shipments.iter().zip(&mut outcomes) {

@@ -580,19 +580,21 @@ fn a_builder_that_freezes_during_an_export_fails_distribute_in_bounded_time() {
         ("HALLMARK_STALL_TIMEOUT", "20"),
         ("HALLMARK_ANSWER_TIMEOUT", "10"),
     ];
-    let config = config.to_str().unwrap();
-    let run = support::run_in_with(
-        project.root(),
-        &["--config", config, "distribute", "base"],
-        &env,
-    );
-    let (stdout, stderr) = (run.stdout(), run.stderr());
-    assert_eq!(run.code(), 1, "{stdout}\n{stderr}");
-    let said = format!("{stdout}\n{stderr}");
-    assert!(said.contains("frozen-builder"), "names the builder: {said}");
+    // The table and the JSON still print (they printed nothing): the node's row is failed,
+    // naming the builder and the stall.
+    let (code, report) =
+        support::hallmark_json_with(&project, &config, &["distribute", "base"], &env);
+    assert_eq!(code, 1, "{report}");
+    let row = &nodes_of(&report)[0];
+    assert_eq!(row["action"], "failed", "{row}");
+    let error = row["error"].as_str().unwrap();
     assert!(
-        said.contains("nothing moved for 20 s"),
-        "says it stalled: {said}"
+        error.contains("frozen-builder"),
+        "names the builder: {error}"
+    );
+    assert!(
+        error.contains("nothing moved for 20 s"),
+        "says it stalled: {error}"
     );
     let reference = reference(&project, "base");
     let held = testbed.docker("node1", &["image", "inspect", &reference]);
