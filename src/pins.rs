@@ -83,6 +83,7 @@ pub fn path_for(root: &Path, image: &Name) -> PathBuf {
 /// Reads the pins of an image; an absent file is an empty set of pins.
 pub fn read(root: &Path, image: &Name) -> Result<Pins> {
     let path = path_for(root, image);
+    crate::project::stays_inside(root, &path)?;
     match fs_err::read(&path) {
         Ok(bytes) => {
             let text = crate::spec::text_of(&path, bytes)?;
@@ -221,6 +222,19 @@ impl Checking<'_> {
                 return Err(self.error(format!(
                     "stale: source `{name}` is pinned for {} at `{}`, the spec asks for {} at `{}`",
                     pin.git, pin.rev, source.git, source.rev
+                )));
+            }
+            // A rev that is a full commit is that commit: a pin naming another (a hand edit)
+            // would build what the spec does not say.
+            let rev = source.rev.to_ascii_lowercase();
+            if rev.len() == 40
+                && rev.bytes().all(|b| b.is_ascii_hexdigit())
+                && rev != pin.commit.to_string()
+            {
+                return Err(self.error(format!(
+                    "source `{name}`: the spec's rev is the commit {rev}, the pin says {}; run `hallmark lock --update {}`",
+                    pin.commit,
+                    self.loaded.name
                 )));
             }
             sources.push(pin.clone());

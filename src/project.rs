@@ -145,6 +145,7 @@ impl Project {
     pub fn load_spec(&self, name: &Name) -> Result<LoadedSpec> {
         let dir = self.images_dir().join(name.as_str());
         stays_inside(&self.root, &dir)?;
+        stays_inside(&self.root, &dir.join("image.toml"))?;
         spec::load(name, &dir)
     }
 }

@@ -166,6 +166,26 @@ fn spec_folders_patch_sets_and_patches_linked_from_outside_the_project_are_refus
     link(&outside.join("spec"), &project.root().join("images/linked"));
     refused(&project, "linked", "images/linked");
 
+    // A spec file, and a pin file (an outside test found both accepted).
+    let project = TestProject::new();
+    std::fs::create_dir_all(project.root().join("images/file")).unwrap();
+    link(
+        &outside.join("spec/image.toml"),
+        &project.root().join("images/file/image.toml"),
+    );
+    refused(&project, "file", "images/file/image.toml");
+    let project = TestProject::new();
+    project.write(
+        "images/pinned/image.toml",
+        "[from]\nref = \"example/base:1\"\n",
+    );
+    std::fs::write(outside.join("pin.toml"), "").unwrap();
+    link(
+        &outside.join("pin.toml"),
+        &project.root().join("pins/pinned.toml"),
+    );
+    refused(&project, "pinned", "pins/pinned.toml");
+
     // A patch set, and a patch file.
     let patch = one_line_patch("a.txt", "a", "b");
     for linked in ["patches/evil", "patches/evil/0001-evil.patch"] {

@@ -1012,3 +1012,30 @@ fn duplicate_keys_self_parents_and_invalid_names_are_said_plainly() {
         }
     }
 }
+
+/// A source whose `rev` is a full commit, pinned to another commit (a hand edit): refused,
+/// naming both (`check` passed it, and the build would have used the pin's).
+#[test]
+fn a_commit_rev_pinned_to_another_commit_is_refused() {
+    let project = TestProject::new();
+    let other = "fedcba9876543210fedcba9876543210fedcba98";
+    project
+        .write(
+            "images/app/image.toml",
+            &format!(
+                "{FROM}{}",
+                source("a", "/a").replace("rev = \"v1\"", &format!("rev = \"{COMMIT}\""))
+            ),
+        )
+        .write(
+            "pins/app.toml",
+            &format!("{}{}", base_pin(), source_pin("a", COMMIT, other)),
+        );
+    let run = project.run(&["checksum", "app"]);
+    let stderr = run.stderr();
+    assert_eq!(run.code(), 2, "{stderr}");
+    assert!(
+        stderr.contains(COMMIT) && stderr.contains(other),
+        "{stderr}"
+    );
+}
