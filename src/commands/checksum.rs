@@ -5,7 +5,6 @@ use super::hashing_note;
 use crate::cli::Selection;
 use crate::error::{ExitStatus, Result};
 use crate::output::Row;
-use crate::plan::Plan;
 use crate::settings::Settings;
 use serde::Serialize;
 
@@ -23,14 +22,24 @@ impl Row for Checksum {
 
 pub(super) fn run(settings: &Settings, selection: &Selection, explain: bool) -> Result<ExitStatus> {
     let names = settings.selection(selection)?;
-    let plan = Plan::new(&settings.project, &names)?;
+    // An image that cannot be planned is said on stderr and has no line; the others are
+    // printed (the first broken spec hid every checksum), and the exit is 2.
+    let (plan, unplanned) = super::plan_each(settings, &names);
+    let status = match unplanned.is_empty() {
+        true => ExitStatus::Success,
+        false => ExitStatus::BadInput,
+    };
+    let names: Vec<_> = names
+        .into_iter()
+        .filter(|n| !unplanned.contains_key(n))
+        .collect();
     hashing_note(settings, plan.hashing);
     // `--json` takes precedence over `--explain` (docs/checksum.md).
     if explain && !settings.output.json {
         for name in &names {
             crate::output::stdout_exactly(&plan.get(name).document);
         }
-        return Ok(ExitStatus::Success);
+        return Ok(status);
     }
     let rows: Vec<_> = names
         .iter()
@@ -40,5 +49,5 @@ pub(super) fn run(settings: &Settings, selection: &Selection, explain: bool) -> 
         })
         .collect();
     settings.output.table("images", &rows);
-    Ok(ExitStatus::Success)
+    Ok(status)
 }

@@ -996,3 +996,21 @@ fn check_all_says_a_child_is_not_checked_when_its_parents_series_fails() {
     assert!(said.contains("image `addon`: not checked"), "{said}");
     assert!(said.contains("0002-comma.patch"), "{said}");
 }
+
+/// `checksum --all` with one broken spec prints the others' checksums, says the broken one
+/// on stderr, and exits 2 (the first broken spec hid every checksum).
+#[test]
+fn checksum_all_prints_the_others_when_one_spec_is_broken() {
+    let (project, _, _) = fixture();
+    project.write("images/broken/image.toml", "[from\n");
+    let run = project.run(&["checksum", "--all"]);
+    let (stdout, stderr) = (run.stdout(), run.stderr());
+    assert_eq!(run.code(), 2, "{stdout}{stderr}");
+    assert!(stderr.contains("images/broken/image.toml"), "{stderr}");
+    let images: Vec<&str> = stdout
+        .lines()
+        .filter_map(|l| l.split_once("  "))
+        .map(|(_, i)| i)
+        .collect();
+    assert_eq!(images, ["addon", "app"], "{stdout}");
+}
