@@ -222,7 +222,7 @@ async fn up_to_date(
             None => return Ok(Some((id.to_string(), tagged.size))),
             // A warning, said even with `-q`: an image changed by hand loses its tag.
             Some(why) => eprintln!(
-                "warning: {reference} on the builder carries checksum {} but hallmark did not finish it ({why}); it is not used, and the tag moves off it",
+                "warning: {reference} on the builder carries checksum {} but hallmark did not finish it ({why}); it is not used: the tag moves to the image hallmark finished for it, or to the one this build makes once it passes",
                 &checksum[..12.min(checksum.len())]
             ),
         }
