@@ -222,7 +222,7 @@ pub fn unfinished(store: &crate::store::LayerStore, id: &str, checksum: &str) ->
     (!crate::store::finished::is_finished(store, checksum, id)).then(|| {
         let short = id.trim_start_matches("sha256:");
         format!(
-            "hallmark has no record of finishing {}: a `docker build`, `docker commit`, `docker import` or load can write the label, and the step images of a build on it carry it too; or another machine's hallmark built it",
+            "hallmark has no record of finishing {}: a `docker build`, `docker commit`, `docker import` or load can write the label, and the step images of a build on it carry it too; or hallmark built it with another cache (another machine, user or HALLMARK_CACHE), whose record is not here",
             &short[..12.min(short.len())]
         )
     })
