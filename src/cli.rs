@@ -161,5 +161,9 @@ pub enum PatchesCommand {
         /// Refresh the others even when some conflict (those stay as they are).
         #[arg(long)]
         force: bool,
+        /// Also rewrite patches that matched only with fuzz or through a three-way merge
+        /// (without it they stay as they are, and refresh says where they would land).
+        #[arg(long)]
+        accept_fuzz: bool,
     },
 }

@@ -33,7 +33,14 @@ pub(super) fn run(settings: &Settings, command: &PatchesCommand) -> Result<ExitS
             rev,
             source,
             force,
-        } => refresh(settings, image.as_deref(), rev, source.as_deref(), *force),
+            accept_fuzz,
+        } => refresh(
+            settings,
+            image.as_deref(),
+            rev,
+            source.as_deref(),
+            (*force, *accept_fuzz),
+        ),
     }
 }
 
@@ -251,15 +258,19 @@ fn refresh(
     image: Option<&str>,
     rev: &str,
     source: Option<&str>,
-    force: bool,
+    (force, accept_fuzz): (bool, bool),
 ) -> Result<ExitStatus> {
     let rows = examine(settings, image, Some(rev), source, true)?;
-    let outcome = crate::patches::refresh::refresh(&rows, force)?;
+    let outcome = crate::patches::refresh::refresh(&rows, force, accept_fuzz)?;
     let status = print_report(settings, &rows);
     for line in outcome.lines() {
         settings.output.note(line);
     }
     // The rows describe the series before the refresh: the refresh's own outcome decides.
     let _ = status;
-    Ok(ExitStatus::from_success(outcome.conflicting.is_empty()))
+    // A doubtful match left as it is fails the refresh as a conflict does: the series does
+    // not yet apply as it is at `rev`.
+    Ok(ExitStatus::from_success(
+        outcome.conflicting.is_empty() && outcome.doubtful.is_empty(),
+    ))
 }

@@ -1,7 +1,13 @@
 //! Rewrites a series for a new commit from a report made there: a patch that needed an
-//! offset, fuzz or a three-way merge becomes the diff it made (its mail header kept); one
-//! already upstream leaves the series; one that conflicts stays as it is, and by default
-//! stops every rewrite, so a half-refreshed series never meets a reviewer unannounced.
+//! offset becomes the diff it made (its mail header kept); one already upstream leaves the
+//! series; one that conflicts stays as it is, and by default stops every rewrite, so a
+//! half-refreshed series never meets a reviewer unannounced.
+//!
+//! A doubtful match is never silent: a patch that applied only with fuzz (context lines
+//! dropped) or through a three-way merge may have landed somewhere else (an outside test saw
+//! a fuzzed hunk of a real series rewritten into another function of the same file, refresh
+//! exit 0, and `check` pass it). It stays as it is unless `--accept-fuzz`, and the outcome says
+//! where it would land and where it was, so a person can judge.
 
 use super::diff;
 use super::report::{PatchStatus, Status};
@@ -15,6 +21,9 @@ pub struct Refreshed {
     pub rewritten: Vec<String>,
     pub dropped: Vec<String>,
     pub conflicting: Vec<String>,
+    /// Fuzz or three-way matches left as they are (no `--accept-fuzz`): the patch, and where
+    /// its hunks would land against where they were.
+    pub doubtful: Vec<(String, String)>,
     /// Whether conflicts stopped every rewrite.
     pub refused: bool,
 }
@@ -41,11 +50,16 @@ impl Refreshed {
                 .iter()
                 .map(|p| format!("left {p} untouched: it conflicts")),
         );
+        lines.extend(self.doubtful.iter().map(|(p, place)| {
+            format!(
+                "left {p} untouched: a doubtful match; {place}; if that is right, pass --accept-fuzz to rewrite it"
+            )
+        }));
         lines
     }
 }
 
-pub fn refresh(rows: &[PatchStatus], force: bool) -> Result<Refreshed> {
+pub fn refresh(rows: &[PatchStatus], force: bool, accept_fuzz: bool) -> Result<Refreshed> {
     let mut seen = BTreeSet::new();
     let rows: Vec<&PatchStatus> = rows.iter().filter(|r| seen.insert(&r.file.path)).collect();
     let name = |r: &PatchStatus| format!("{}/{}", r.set, r.patch);
@@ -66,6 +80,9 @@ pub fn refresh(rows: &[PatchStatus], force: bool) -> Result<Refreshed> {
     for row in rows {
         let edits = series.entry(row.set_dir.clone()).or_default();
         match row.status {
+            Status::Fuzz | Status::ThreeWay if !accept_fuzz => {
+                outcome.doubtful.push((name(row), landing(row)?));
+            }
             Status::Offset | Status::Fuzz | Status::ThreeWay => {
                 rewrite(row)?;
                 if row.file.strip > 1 {
@@ -104,6 +121,58 @@ fn rewrite(row: &PatchStatus) -> Result<()> {
     })?;
     let text = format!("{}{diff}", diff::parse(&old).preamble);
     write_atomically(path, &text)
+}
+
+/// Where a patch's hunks land at the new commit (the difference of the trees around it,
+/// without context) against where the patch had them: `file:line` and the function git
+/// names in each hunk header.
+fn landing(row: &PatchStatus) -> Result<String> {
+    let (before, after) = row.trees.as_ref().expect("refresh asks for trees");
+    let mut command = fetch::git(&row.repo);
+    command.args(["diff-tree", "-p", "-U0", "--no-renames", before, after]);
+    let now = fetch::run(&mut command, || {
+        format!("diffing where {} lands", row.file.path.display())
+    })?;
+    let old = fs_err::read_to_string(&row.file.path).map_err(|e| Error::io(&row.file.path, e))?;
+    Ok(format!(
+        "it would land at {}; the patch had {}",
+        hunk_places(&now, 1),
+        hunk_places(&old, row.file.strip)
+    ))
+}
+
+/// `file:line (function)` of each hunk of a diff, the new side's line.
+fn hunk_places(diff: &str, strip: u32) -> String {
+    let mut file = String::new();
+    let mut places = Vec::new();
+    for line in diff.lines() {
+        if let Some(path) = line.strip_prefix("+++ ") {
+            let path = path.split('\t').next().unwrap_or_default();
+            file = path
+                .splitn(strip as usize + 1, '/')
+                .last()
+                .unwrap_or(path)
+                .to_string();
+        } else if let Some(rest) = line.strip_prefix("@@ ") {
+            let Some((ranges, context)) = rest.split_once(" @@") else {
+                continue;
+            };
+            let start = ranges
+                .split_whitespace()
+                .find_map(|r| r.strip_prefix('+'))
+                .and_then(|r| r.split(',').next())
+                .unwrap_or("?");
+            let function = context.trim();
+            places.push(match function {
+                "" => format!("{file}:{start}"),
+                function => format!("{file}:{start} (in `{function}`)"),
+            });
+        }
+    }
+    match places.is_empty() {
+        true => "no hunk".into(),
+        false => places.join(", "),
+    }
 }
 
 /// The series without the dropped patches' lines; a patch rewritten from strip level 2 or

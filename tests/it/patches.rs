@@ -214,6 +214,39 @@ fn the_report_at_a_bumped_pin_names_each_status_and_refresh_makes_a_series_check
         project.read("patches/dcp/0004-Change-d10.patch"),
         untouched.1
     );
+    // A three-way (or fuzz) match is doubtful: left as it is, saying where it would land
+    // and where it was, until asked for (an outside test saw a fuzzed hunk rewritten into
+    // another function, and refresh exit 0).
+    assert!(
+        err.contains("left dcp/0003-Change-c20.patch untouched: a doubtful match"),
+        "{err}"
+    );
+    assert!(
+        err.contains("it would land at c.txt:") && err.contains("the patch had c.txt:"),
+        "{err}"
+    );
+    let doubtful = before.iter().find(|(n, _)| n.starts_with("0003")).unwrap();
+    assert_eq!(
+        project.read("patches/dcp/0003-Change-c20.patch"),
+        doubtful.1
+    );
+    let accepted = project.run(&[
+        "patches",
+        "refresh",
+        "app",
+        "--rev",
+        "v2",
+        "--force",
+        "--accept-fuzz",
+    ]);
+    assert_eq!(accepted.code(), 1, "{}", accepted.stderr());
+    assert!(
+        accepted
+            .stderr()
+            .contains("rewrote dcp/0003-Change-c20.patch"),
+        "{}",
+        accepted.stderr()
+    );
     // The mail header stays on a rewritten patch.
     let rewritten = project.read("patches/dcp/0003-Change-c20.patch");
     assert!(
