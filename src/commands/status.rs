@@ -1,9 +1,7 @@
 //! `hallmark status`: every image of the project on every node: current, stale, mismatch,
 //! unverified, missing, incomplete, unreachable.
 
-use super::verify::{
-    HoldingRow, holdings_of_nodes, image_rows, unverified_without_reference, wanted_or_why,
-};
+use super::verify::{holdings_of_nodes, image_rows, unverified_without_reference, wanted_or_why};
 use super::{connect, connect_all, runtime};
 use crate::error::{Error, ExitStatus, Result};
 use crate::settings::Settings;
@@ -61,40 +59,7 @@ pub(super) fn run(settings: &Settings) -> Result<ExitStatus> {
         unverified_without_reference(&mut columns, &unchecked);
         Ok::<_, Error>(image_rows(&names, columns))
     })?;
-    let rows = with_unplanned(&all, rows, &unplanned, &nodes);
+    let rows = super::verify::with_unplanned(&all, rows, &unplanned, &nodes);
     settings.output.table("holdings", &rows);
     Ok(ExitStatus::Success)
-}
-
-/// `rows` (of the planned images) with each unplanned image's rows, `unplanned` with why, in
-/// the project's order of images.
-fn with_unplanned(
-    all: &[Name],
-    rows: Vec<HoldingRow>,
-    unplanned: &std::collections::BTreeMap<Name, String>,
-    nodes: &[crate::config::NodeConfig],
-) -> Vec<HoldingRow> {
-    let mut planned = rows.into_iter().peekable();
-    let mut out = Vec::new();
-    for name in all {
-        match unplanned.get(name) {
-            Some(why) => out.extend(nodes.iter().map(|node| HoldingRow {
-                image: name.to_string(),
-                holding: crate::verify::NodeHolding {
-                    node: node.name.to_string(),
-                    state: crate::verify::Holding::Unplanned,
-                    checksum: None,
-                    fingerprint: None,
-                    detail: Some(why.clone()),
-                    image_id: None,
-                },
-            })),
-            None => {
-                while let Some(row) = planned.next_if(|r| r.image == name.as_str()) {
-                    out.push(row);
-                }
-            }
-        }
-    }
-    out
 }

@@ -7,7 +7,7 @@ use crate::config::NodeConfig;
 use crate::engine::Engine;
 use crate::error::{Error, ExitStatus, Result};
 use crate::output::{Column, Row, cell};
-use crate::plan::{Plan, PlannedImage};
+use crate::plan::PlannedImage;
 use crate::settings::Settings;
 use crate::ship;
 use crate::store::LayerStore;
@@ -17,8 +17,14 @@ use futures_util::StreamExt as _;
 use serde::Serialize;
 
 pub(super) fn run(settings: &Settings, images: &[String], nodes: &[String]) -> Result<ExitStatus> {
-    let names = settings.names(images)?;
-    let plan = Plan::new(&settings.project, &names)?;
+    let asked = settings.names(images)?;
+    // An image that cannot be planned has its rows, `unplanned` with why, as in `status`;
+    // the others are verified (one unlocked spec gave no rows at all, exit 2).
+    let (plan, unplanned) = super::plan_each(settings, &asked);
+    let names: Vec<Name> = (asked.iter())
+        .filter(|n| !unplanned.contains_key(*n))
+        .cloned()
+        .collect();
     let nodes = settings.selected_nodes(nodes)?;
     let rows = runtime()?.block_on(async {
         let builder = connect(settings, &settings.config.builder).await?;
@@ -48,9 +54,18 @@ pub(super) fn run(settings: &Settings, images: &[String], nodes: &[String]) -> R
         unverified_without_reference(&mut columns, &unchecked);
         Ok::<_, Error>(image_rows(&names, columns))
     })?;
+    let rows = with_unplanned(&asked, rows, &unplanned, &nodes);
     settings.output.table("holdings", &rows);
-    let all_current = rows.iter().all(|r| r.holding.state == Holding::Current);
-    Ok(ExitStatus::from_success(all_current))
+    let planned_current = rows
+        .iter()
+        .filter(|r| r.holding.state != Holding::Unplanned)
+        .all(|r| r.holding.state == Holding::Current);
+    // A failed verification outranks bad input; bad input alone is exit 2.
+    Ok(match (planned_current, unplanned.is_empty()) {
+        (false, _) => ExitStatus::Failure,
+        (true, false) => ExitStatus::BadInput,
+        (true, true) => ExitStatus::Success,
+    })
 }
 
 /// What one node holds of one image: a line of the `verify` and `status` tables.
@@ -177,4 +192,37 @@ fn unreachable_holding(node: &NodeConfig, error: impl ToString) -> NodeHolding {
         detail: Some(error.to_string()),
         image_id: None,
     }
+}
+
+/// `rows` (of the planned images) with each unplanned image's rows, `unplanned` with why, in
+/// the project's order of images.
+pub(super) fn with_unplanned(
+    all: &[Name],
+    rows: Vec<HoldingRow>,
+    unplanned: &std::collections::BTreeMap<Name, String>,
+    nodes: &[crate::config::NodeConfig],
+) -> Vec<HoldingRow> {
+    let mut planned = rows.into_iter().peekable();
+    let mut out = Vec::new();
+    for name in all {
+        match unplanned.get(name) {
+            Some(why) => out.extend(nodes.iter().map(|node| HoldingRow {
+                image: name.to_string(),
+                holding: crate::verify::NodeHolding {
+                    node: node.name.to_string(),
+                    state: crate::verify::Holding::Unplanned,
+                    checksum: None,
+                    fingerprint: None,
+                    detail: Some(why.clone()),
+                    image_id: None,
+                },
+            })),
+            None => {
+                while let Some(row) = planned.next_if(|r| r.image == name.as_str()) {
+                    out.push(row);
+                }
+            }
+        }
+    }
+    out
 }

@@ -1585,6 +1585,18 @@ fn status_shows_the_images_it_can_plan_and_says_which_it_cannot() {
         "{kid}"
     );
 
+    // `verify` of a planned and an unplanned image: rows for both, exit 2 (no rows before).
+    let (code, rows) = hallmark_json(&project, &testbed.config(), &["verify", "base", "unlocked"]);
+    assert_eq!(code, 1, "{rows}");
+    let states: std::collections::BTreeSet<(&str, &str)> = rows
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| (r["image"].as_str().unwrap(), r["state"].as_str().unwrap()))
+        .filter(|(image, _)| *image == "unlocked")
+        .collect();
+    assert_eq!(states, [("unlocked", "unplanned")].into(), "{rows}");
+
     // `distribute` of them all ships the plannable images and fails the others alone, on
     // every node, with why; `build` of them all builds the plannable ones. Bad input alone
     // is exit 2. (One bad spec made `--all` ship nothing, and `build A B C` build nothing.)
