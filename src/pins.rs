@@ -182,6 +182,11 @@ struct Checking<'a> {
 
 impl Checking<'_> {
     fn error(&self, what: String) -> Error {
+        // No pins file at all: that is the news, not the first pin it lacks.
+        let what = match self.path.exists() {
+            true => what,
+            false => format!("does not exist ({what})"),
+        };
         Error::Pin {
             image: self.loaded.name.to_string(),
             path: self.path.clone(),
