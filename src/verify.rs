@@ -10,13 +10,15 @@ use crate::oci::Reference;
 use serde::Serialize;
 use sha2::{Digest as _, Sha256};
 
-/// The config fields that define how a container runs: every field of the image config's
-/// runtime part (the OCI image spec's `config`, and Docker's additions to it). Engines differ
-/// in the container-only fields they report beside them (`Hostname`, `Image`, `AttachStdin`
-/// and the like, filled with defaults), so only these count, empty ones omitted. An outside
-/// test saw `HEALTHCHECK`, `SHELL` or `ONBUILD` added on a node (no layer) called `current`
-/// when v1 counted the first nine alone.
-const CONFIG_FIELDS: [&str; 13] = [
+/// The config fields that define how a container runs: the image config's runtime part
+/// (the OCI image spec's `config`, and Docker's additions to it) as every engine reports it.
+/// Engines differ in the container-only fields they report beside them (`Hostname`, `Image`,
+/// `AttachStdin` and the like, filled with defaults), so only these count, empty ones
+/// omitted. An outside test saw `HEALTHCHECK`, `SHELL` or `ONBUILD` added on a node (no
+/// layer) called `current` when v1 counted the first nine alone. `StopTimeout` is not
+/// counted: the containerd store leaves it out of its inspect (Docker 26 and 28), so an
+/// honest image whose base set it was a `mismatch` there (a second outside test).
+const CONFIG_FIELDS: [&str; 12] = [
     "User",
     "ExposedPorts",
     "Env",
@@ -29,7 +31,6 @@ const CONFIG_FIELDS: [&str; 13] = [
     "Healthcheck",
     "Shell",
     "OnBuild",
-    "StopTimeout",
 ];
 
 pub fn fingerprint(image: &ImageAnswer) -> String {

@@ -168,8 +168,10 @@ pub fn judged(
     let error = match holding {
         Ok(h) if h.state == Holding::Current => return NodeOutcome::new(node, action),
         Ok(h) => format!(
-            "node `{node}`: loaded, but the node reports {:?} for {}",
-            h.state, shipment.reference
+            "node `{node}`: loaded, but the node holds {} as `{}`{}",
+            shipment.reference,
+            crate::output::cell(&h.state),
+            h.detail.map(|d| format!(": {d}")).unwrap_or_default()
         ),
         Err(e) => format!("loaded, but cannot verify: {e}"),
     };

@@ -310,6 +310,42 @@ fn a_node_image_changed_in_its_config_only_is_a_mismatch_and_is_replaced() {
     }
     let (code, report) = hallmark_json(&project, &config, &["verify", "wrap", "--nodes", &to]);
     assert_eq!(code, 0, "{report}");
+
+    // And an honest image whose base sets a field the containerd store leaves out of its
+    // inspect (`StopTimeout`): verified on every node kind (a second outside test saw it a
+    // `mismatch`, failed on every distribute, when the fingerprint counted that field).
+    let base = format!("stop-timeout-{}:latest", support::unique());
+    let container = format!("stop-timeout-{}", support::unique());
+    testbed.docker_ok(
+        "builder",
+        &[
+            "create",
+            "--name",
+            &container,
+            "--stop-timeout",
+            "7",
+            "hallmark-testbed/busybox:latest",
+            "sh",
+        ],
+    );
+    testbed.docker_ok("builder", &["commit", &container, &base]);
+    testbed.docker_ok("builder", &["rm", &container]);
+    let name = format!("timed-{}", support::unique());
+    project.write(
+        "images/timed/image.toml",
+        &format!("[image]\nname = \"{name}\"\n\n[from]\nref = \"{base}\"\n\n[build]\nrun = [\"echo timed > /timed.txt\"]\n"),
+    );
+    let cfg = config.to_str().unwrap();
+    project
+        .run(&["--config", cfg, "-q", "lock", "timed"])
+        .success();
+    project
+        .run(&["--config", cfg, "-q", "build", "timed"])
+        .success();
+    let (code, report) = hallmark_json(&project, &config, &["distribute", "timed", "--to", &to]);
+    assert_eq!(code, 0, "{report}");
+    let (code, report) = hallmark_json(&project, &config, &["verify", "timed", "--nodes", &to]);
+    assert_eq!(code, 0, "{report}");
 }
 
 #[test]
