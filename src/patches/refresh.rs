@@ -80,15 +80,23 @@ pub fn refresh(rows: &[PatchStatus], force: bool, accept_fuzz: bool) -> Result<R
     for row in rows {
         let edits = series.entry(row.set_dir.clone()).or_default();
         match row.status {
-            Status::Fuzz | Status::ThreeWay if !accept_fuzz => {
-                outcome.doubtful.push((name(row), landing(row)?));
-            }
             Status::Offset | Status::Fuzz | Status::ThreeWay => {
+                // Doubtful: context dropped, a merge placed it, or a hunk that moved into
+                // another function (an offset git took on identical lines elsewhere).
+                let landing = Landing::of(row)?;
+                let doubtful = row.status != Status::Offset || landing.moved_function();
+                if doubtful && !accept_fuzz {
+                    outcome.doubtful.push((name(row), landing.words()));
+                    continue;
+                }
                 rewrite(row)?;
                 if row.file.strip > 1 {
                     edits.1.insert(row.patch.clone());
                 }
-                outcome.rewritten.push(name(row));
+                outcome.rewritten.push(match doubtful {
+                    true => format!("{} ({})", name(row), landing.words()),
+                    false => name(row),
+                });
             }
             Status::Upstream => {
                 fs_err::remove_file(&row.file.path).map_err(|e| Error::io(&row.file.path, e))?;
@@ -123,26 +131,71 @@ fn rewrite(row: &PatchStatus) -> Result<()> {
     write_atomically(path, &text)
 }
 
-/// Where a patch's hunks land at the new commit (the difference of the trees around it,
-/// without context) against where the patch had them: `file:line` and the function git
-/// names in each hunk header.
-fn landing(row: &PatchStatus) -> Result<String> {
-    let (before, after) = row.trees.as_ref().expect("refresh asks for trees");
-    let mut command = fetch::git(&row.repo);
-    command.args(["diff-tree", "-p", "-U0", "--no-renames", before, after]);
-    let now = fetch::run(&mut command, || {
-        format!("diffing where {} lands", row.file.path.display())
-    })?;
-    let old = fs_err::read_to_string(&row.file.path).map_err(|e| Error::io(&row.file.path, e))?;
-    Ok(format!(
-        "it would land at {}; the patch had {}",
-        hunk_places(&now, 1),
-        hunk_places(&old, row.file.strip)
-    ))
+/// Where a patch's hunks land at the new commit (the difference of the trees around it, with
+/// git's default context, as the rewrite writes it) and where the patch had them: each hunk's
+/// file, first line and the function git names in its header.
+struct Landing {
+    now: Vec<Place>,
+    was: Vec<Place>,
 }
 
-/// `file:line (function)` of each hunk of a diff, the new side's line.
-fn hunk_places(diff: &str, strip: u32) -> String {
+struct Place {
+    file: String,
+    line: String,
+    function: String,
+}
+
+impl Landing {
+    fn of(row: &PatchStatus) -> Result<Landing> {
+        let (before, after) = row.trees.as_ref().expect("refresh asks for trees");
+        let mut command = fetch::git(&row.repo);
+        command.args(["diff-tree", "-p", "--no-renames", before, after]);
+        let now = fetch::run(&mut command, || {
+            format!("diffing where {} lands", row.file.path.display())
+        })?;
+        let old =
+            fs_err::read_to_string(&row.file.path).map_err(|e| Error::io(&row.file.path, e))?;
+        Ok(Landing {
+            now: places(&now, 1),
+            was: places(&old, row.file.strip),
+        })
+    }
+
+    /// Whether a function the patch named in a hunk header is no longer named by any hunk of
+    /// that file (the rewrite may split or join hunks, so as sets). A patch that names no
+    /// function (`diff -u` without `-p`) is judged by its status alone.
+    fn moved_function(&self) -> bool {
+        self.was.iter().filter(|w| !w.function.is_empty()).any(|w| {
+            !self
+                .now
+                .iter()
+                .any(|n| n.file == w.file && n.function == w.function)
+        })
+    }
+
+    fn words(&self) -> String {
+        let list = |places: &[Place]| match places.is_empty() {
+            true => "no hunk".to_string(),
+            false => places
+                .iter()
+                .map(|p| match p.function.as_str() {
+                    "" => format!("{}:{}", p.file, p.line),
+                    f => format!("{}:{} (in `{f}`)", p.file, p.line),
+                })
+                .collect::<Vec<_>>()
+                .join(", "),
+        };
+        format!(
+            "it would land at {}; the patch had {}",
+            list(&self.now),
+            list(&self.was)
+        )
+    }
+}
+
+/// Each hunk of a diff: its file (after `strip` components), the new side's first line and
+/// the function in its header.
+fn places(diff: &str, strip: u32) -> Vec<Place> {
     let mut file = String::new();
     let mut places = Vec::new();
     for line in diff.lines() {
@@ -162,17 +215,14 @@ fn hunk_places(diff: &str, strip: u32) -> String {
                 .find_map(|r| r.strip_prefix('+'))
                 .and_then(|r| r.split(',').next())
                 .unwrap_or("?");
-            let function = context.trim();
-            places.push(match function {
-                "" => format!("{file}:{start}"),
-                function => format!("{file}:{start} (in `{function}`)"),
+            places.push(Place {
+                file: file.clone(),
+                line: start.to_string(),
+                function: context.trim().to_string(),
             });
         }
     }
-    match places.is_empty() {
-        true => "no hunk".into(),
-        false => places.join(", "),
-    }
+    places
 }
 
 /// The series without the dropped patches' lines; a patch rewritten from strip level 2 or

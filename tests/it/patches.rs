@@ -870,3 +870,53 @@ fn project_on(repo: &GitRepo, commit: &str, set: &str) -> TestProject {
         );
     project
 }
+
+/// A hunk that git applies at an offset, but in another function (two functions with the
+/// same body; upstream rewrote the one the patch changed): refresh leaves it as it is and
+/// names both places, exit 1 (a second outside test saw it rewritten into `f2`, exit 0).
+#[test]
+fn an_offset_into_another_function_is_not_rewritten_silently() {
+    let parent = tempfile::tempdir().unwrap();
+    let repo = GitRepo::new(parent.path(), "upstream");
+    let body = "{\n    int y = x;\n    int a = 0;\n    int b = 0;\n    y = y + 1;\n    y = y * 2;\n    return y + a + b;\n}\n";
+    let v1 = format!("int f1(int x)\n{body}\nint f2(int x)\n{body}");
+    let commit = repo.commit(&[("dup.c", &v1)], "v1");
+    let project = project_on(&repo, &commit, "s");
+    // The patch changes f1 (made by git, with function names in its hunk headers).
+    let patched = v1.replacen("y = y + 1;", "y = y + 100;", 1);
+    std::fs::write(repo.path.join("dup.c"), &patched).unwrap();
+    let file = project.root().join("patches/s/0001-f1.patch");
+    std::fs::create_dir_all(file.parent().unwrap()).unwrap();
+    let output = format!("--output={}", file.display());
+    repo.git(&["diff", &output]);
+    repo.git(&["checkout", "--", "dup.c"]);
+    project.write("patches/s/series", "0001-f1.patch\n");
+    let original = project.read("patches/s/0001-f1.patch");
+    assert!(original.contains("@@ int f1(int x)"), "{original}");
+    // Upstream rewrites f1 and adds lines above: the old body now stands only in f2.
+    let v2 =
+        format!("/* a */\n/* b */\nint f1(int x)\n{{\n    return x;\n}}\n\nint f2(int x)\n{body}");
+    repo.commit(&[("dup.c", &v2)], "v2");
+    repo.git(&["tag", "v2"]);
+
+    let run = project.run(&["patches", "refresh", "app", "--rev", "v2"]);
+    let stderr = run.stderr();
+    assert_eq!(run.code(), 1, "{stderr}");
+    assert!(
+        stderr.contains("left s/0001-f1.patch untouched: a doubtful match"),
+        "{stderr}"
+    );
+    assert!(stderr.contains("(in `int f2(int x)`)"), "{stderr}");
+    assert!(stderr.contains("(in `int f1(int x)`)"), "{stderr}");
+    assert_eq!(project.read("patches/s/0001-f1.patch"), original);
+
+    let accepted = project.run(&["patches", "refresh", "app", "--rev", "v2", "--accept-fuzz"]);
+    assert_eq!(accepted.code(), 0, "{}", accepted.stderr());
+    assert!(
+        accepted
+            .stderr()
+            .contains("rewrote s/0001-f1.patch (it would land at"),
+        "{}",
+        accepted.stderr()
+    );
+}
