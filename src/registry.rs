@@ -170,12 +170,7 @@ fn hold_lock(root: &Path) -> Result<std::fs::File> {
 /// garbage collector runs. `None` when another holds it and `wait` is false.
 fn take_lock(root: &Path, wait: bool) -> Result<Option<std::fs::File>> {
     let path = root.join("lock");
-    let file = std::fs::OpenOptions::new()
-        .create(true)
-        .truncate(false)
-        .write(true)
-        .open(&path)
-        .map_err(|e| Error::io(&path, e))?;
+    let file = crate::turn::lock_file(&path)?;
     match file.try_lock() {
         Ok(()) => Ok(Some(file)),
         Err(std::fs::TryLockError::WouldBlock) if !wait => Ok(None),

@@ -25,12 +25,7 @@ impl Turn {
         fs_err::create_dir_all(&dir).map_err(|e| Error::io(&dir, e))?;
         let hash = hex::encode(sha2::Sha256::digest(key));
         let path = dir.join(format!("{kind}-{}.lock", &hash[..24]));
-        let file = std::fs::OpenOptions::new()
-            .create(true)
-            .truncate(false)
-            .write(true)
-            .open(&path)
-            .map_err(|e| Error::io(&path, e))?;
+        let file = lock_file(&path)?;
         match file.try_lock() {
             Ok(()) => return Ok(Turn { _lock: file }),
             Err(std::fs::TryLockError::Error(e)) => return Err(Error::io(&path, e)),
@@ -43,4 +38,15 @@ impl Turn {
             .map(|file| Turn { _lock: file })
             .map_err(|e| Error::io(&path, e))
     }
+}
+
+/// The file at `path`, created if missing and never truncated, to hold an flock on (what it
+/// holds is not read).
+pub fn lock_file(path: &Path) -> Result<std::fs::File> {
+    std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(path)
+        .map_err(|e| Error::io(path, e))
 }
