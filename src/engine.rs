@@ -15,6 +15,8 @@
 //! (Debian's engine speaks 1.41, the cluster's a newer one); timeouts are long because a build
 //! of vLLM takes hours and a load of 24 GB takes minutes.
 
+pub mod credentials;
+
 mod address;
 pub mod answers;
 mod body;
@@ -28,9 +30,9 @@ pub use answers::{EngineInfo, EngineVersion, HistoryStep, ImageAnswer, ImageList
 pub use body::{Body, ChannelWriter, StreamReader, body_from_writer};
 pub use progress::{BuildEvent, ProgressDetail, ProgressEvent, Reports, follow};
 
-use crate::config::NodeConfig;
-use crate::credentials::Credentials;
+use crate::engine::credentials::Credentials;
 use crate::error::{Error, Result};
+use crate::inputs::config::NodeConfig;
 use answers::{ContainerCreated, ContainerExit};
 use bollard::Docker;
 use bollard::query_parameters::{

@@ -6,43 +6,17 @@
 //! `render` (Dockerfile). Image references, digests, OCI archives and the one deterministic tar
 //! writer they all use are typed once in `oci`.
 
-pub mod anchor;
-pub mod assemble;
-pub mod base;
-pub mod build;
-pub mod build_cache;
-pub mod check;
-pub mod checksum;
 pub mod cli;
 pub mod commands;
-pub mod compile;
-pub mod config;
-pub mod context;
-pub mod credentials;
 pub mod engine;
 pub mod error;
-pub mod fetch;
-pub mod lock;
-pub mod normalize;
+pub mod images;
+pub mod inputs;
+pub mod make;
 pub mod oci;
 pub mod output;
-pub mod patches;
-pub mod pins;
 pub mod plan;
-pub mod progress;
-pub mod project;
-pub mod registry;
-pub mod render;
-pub mod repro;
-pub mod settings;
 pub mod ship;
-pub mod spec;
-pub mod store;
-pub mod transfer;
-pub mod turn;
-pub mod values;
-pub mod verify;
-pub mod wheel;
 
 use clap::Parser;
 use std::process::ExitCode;

@@ -2,6 +2,8 @@
 //! document; notes on stderr. docs/json.md describes every document; each carries
 //! `"version"`, raised when a shape changes in a way a reader would notice.
 
+pub mod progress;
+
 use serde::Serialize;
 
 /// The `"version"` of every `--json` document.

@@ -2,13 +2,18 @@
 //! each with its checked pins, its patch sets, its files, its template and its checksum.
 //! Everything here is offline: no engine, no network.
 
-use crate::checksum::{Document, FileHashes, HashStats, InputChecksum, sha256_hex};
+pub mod check;
+pub mod checksum;
+pub mod fetch;
+pub mod lock;
+
 use crate::error::{Error, Result};
-use crate::patches::{self, PatchSet};
-use crate::pins::{self, CheckedPins};
-use crate::project::Project;
-use crate::spec::{LoadedSpec, Parent};
-use crate::values::Name;
+use crate::inputs::patches::{self, PatchSet};
+use crate::inputs::pins::{self, CheckedPins};
+use crate::inputs::project::Project;
+use crate::inputs::spec::{LoadedSpec, Parent};
+use crate::inputs::values::Name;
+use crate::plan::checksum::{Document, FileHashes, HashStats, InputChecksum, sha256_hex};
 use std::collections::BTreeMap;
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
@@ -54,7 +59,7 @@ pub struct PlannedImage {
     pub files: Vec<ContextFile>,
     pub template: Template,
     /// Compile stages, in the spec's order, each with its own checksum.
-    pub compiles: Vec<crate::compile::PlannedStage>,
+    pub compiles: Vec<crate::make::compile::PlannedStage>,
     pub checksum: InputChecksum,
     /// The text the checksum is the sha256 of.
     pub document: String,
@@ -144,7 +149,7 @@ impl Plan {
                 .filter_map(|stage| stage.toolchain_image.as_ref().map(|t| t.get_ref()))
                 .map(|t| {
                     let planned = &images[t];
-                    let spec = crate::compile::ToolchainSpec {
+                    let spec = crate::make::compile::ToolchainSpec {
                         reference: planned.loaded.reference(),
                         checksum: planned.checksum.clone(),
                     };
@@ -330,7 +335,7 @@ fn plan_one(
     project: &Project,
     loaded: LoadedSpec,
     parent: Option<(Name, InputChecksum)>,
-    toolchains: &BTreeMap<Name, crate::compile::ToolchainSpec>,
+    toolchains: &BTreeMap<Name, crate::make::compile::ToolchainSpec>,
     hashes: &mut FileHashes,
 ) -> Result<PlannedImage> {
     let all_pins = pins::read(&project.root, &loaded.name)?;
@@ -404,7 +409,7 @@ fn plan_one(
             file.sha256
         ));
     }
-    let compiles = crate::compile::plan(
+    let compiles = crate::make::compile::plan(
         &loaded,
         &pins,
         &all_pins,
@@ -477,7 +482,7 @@ fn collect_files(loaded: &LoadedSpec, hashes: &mut FileHashes) -> Result<Vec<Con
 /// `/opt/app` are one place); `[[file]]` tables are left out (each copied file is counted by
 /// its destination, mode and content on a `file` line: a source renamed with the same bytes
 /// and destination is the same input).
-fn by_meaning(spec: &crate::spec::ImageSpec) -> serde_json::Value {
+fn by_meaning(spec: &crate::inputs::spec::ImageSpec) -> serde_json::Value {
     let mut value = serde_json::to_value(spec).expect("spec serializes");
     if let Some(object) = value.as_object_mut() {
         object.remove("file");
@@ -490,7 +495,7 @@ fn by_meaning(spec: &crate::spec::ImageSpec) -> serde_json::Value {
         {
             source.remove("rev");
             if let Some(serde_json::Value::String(dest)) = source.get_mut("dest") {
-                *dest = crate::values::without_trailing_slash(dest).to_string();
+                *dest = crate::inputs::values::without_trailing_slash(dest).to_string();
             }
         }
     }
@@ -500,7 +505,10 @@ fn by_meaning(spec: &crate::spec::ImageSpec) -> serde_json::Value {
 /// A `[[file]]`'s `src` in the spec folder, and whether it is a folder. `src` has no `..`
 /// (checked when parsed), but a symlink on the way could still lead out of the spec folder:
 /// it is resolved and compared.
-fn resolved_src(loaded: &LoadedSpec, copy: &crate::spec::FileCopy) -> Result<(PathBuf, bool)> {
+fn resolved_src(
+    loaded: &LoadedSpec,
+    copy: &crate::inputs::spec::FileCopy,
+) -> Result<(PathBuf, bool)> {
     let src = loaded.dir.join(copy.src.get_ref().as_str());
     let refuse = |message: String| loaded.invalid(copy.src.span(), "file.src", message);
     let metadata = match std::fs::symlink_metadata(&src) {
@@ -535,7 +543,7 @@ fn resolved_src(loaded: &LoadedSpec, copy: &crate::spec::FileCopy) -> Result<(Pa
 /// characters.
 fn checked_name<'e>(
     loaded: &LoadedSpec,
-    copy: &crate::spec::FileCopy,
+    copy: &crate::inputs::spec::FileCopy,
     src: &Path,
     entry: &'e walkdir::DirEntry,
 ) -> Result<&'e str> {
@@ -631,7 +639,8 @@ fn check_dests(loaded: &LoadedSpec, files: &[ContextFile]) -> Result<()> {
         .max_by_key(|d| d.len());
     Err(Error::Invalid {
         path: loaded.path.clone(),
-        location: entry.and_then(|d| crate::spec::locate(&loaded.text, &["file", d, "dest"])),
+        location: entry
+            .and_then(|d| crate::inputs::spec::locate(&loaded.text, &["file", d, "dest"])),
         key: Some("file.dest".into()),
         message,
         hint: None,
@@ -642,7 +651,7 @@ fn template_for(loaded: &LoadedSpec) -> Result<Template> {
     let path = loaded.dir.join("Dockerfile.hbs");
     match fs_err::read(&path) {
         Ok(bytes) => Ok(Template {
-            text: crate::spec::text_of(&path, bytes)?,
+            text: crate::inputs::spec::text_of(&path, bytes)?,
             origin: path.display().to_string(),
         }),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(Template {

@@ -11,6 +11,9 @@
 //! This file is the stream transport's distribute; `registry.rs` is the registry transport's.
 //! Both run each node's work through `ship/node.rs` and report `ship/outcome.rs`'s outcomes.
 
+pub mod registry;
+pub mod verify;
+
 pub mod batch;
 pub mod node;
 pub mod outcome;
@@ -20,10 +23,9 @@ pub use outcome::{Action, NodeOutcome, Transfer};
 
 use crate::engine::Engine;
 use crate::error::{Error, Result};
-use crate::progress::{self, Phases};
-use crate::store::{LayerStore, StoredImage};
-use crate::transfer::{self, ExportStream, OnBuilder};
-use crate::verify;
+use crate::images::store::{LayerStore, StoredImage};
+use crate::images::transfer::{self, ExportStream, OnBuilder};
+use crate::output::progress::{self, Phases};
 use futures_util::StreamExt;
 use node::Decision;
 use std::collections::BTreeMap;

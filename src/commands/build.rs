@@ -2,11 +2,11 @@
 //! `--check-repro` builds twice from scratch and compares.
 
 use super::{connect, runtime, until_interrupted};
-use crate::build::{self, BuildSettings};
-use crate::check;
+use crate::commands::settings::Settings;
 use crate::error::{Error, ExitStatus, Result};
+use crate::make::build::{self, BuildSettings};
 use crate::plan::Plan;
-use crate::settings::Settings;
+use crate::plan::check;
 
 pub(super) fn run(
     settings: &Settings,
@@ -101,17 +101,17 @@ fn refuse_lint_problems(plan: &Plan) -> Result<()> {
 async fn repro_all(
     engine: &crate::engine::Engine,
     plan: &Plan,
-    names: &[crate::values::Name],
+    names: &[crate::inputs::values::Name],
     build_settings: &BuildSettings<'_>,
     differences: &mut Vec<String>,
 ) -> (Vec<build::BuildRecord>, Result<()>) {
     let mut records = Vec::new();
     for name in names {
-        let (mut pair, found) = match crate::repro::check(engine, plan, name, build_settings).await
-        {
-            Ok(done) => done,
-            Err(error) => return (records, Err(error)),
-        };
+        let (mut pair, found) =
+            match crate::make::repro::check(engine, plan, name, build_settings).await {
+                Ok(done) => done,
+                Err(error) => return (records, Err(error)),
+            };
         for record in &mut pair {
             record.reproducible = Some(found.is_empty());
             record.differences = found.clone();

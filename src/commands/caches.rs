@@ -1,11 +1,11 @@
 //! `hallmark caches`: the compile caches on the builder; and their trimming by `prune`.
 
 use super::{connect, runtime};
-use crate::compile::caches::{self, CacheRow};
+use crate::commands::settings::Settings;
 use crate::error::{ExitStatus, Result};
+use crate::make::compile::caches::{self, CacheRow};
 use crate::output::Row;
 use crate::plan::Plan;
-use crate::settings::Settings;
 
 fn size(bytes: Option<u64>) -> String {
     match bytes {

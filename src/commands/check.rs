@@ -2,8 +2,8 @@
 
 use super::hashing_note;
 use crate::cli::Selection;
+use crate::commands::settings::Settings;
 use crate::error::{Error, ExitStatus, Result};
-use crate::settings::Settings;
 use serde::Serialize;
 
 /// An image that passed; with `--json`, the problems are the errors' messages.
@@ -17,7 +17,7 @@ struct Passed {
 pub(super) fn run(settings: &Settings, selection: &Selection) -> Result<ExitStatus> {
     let names = settings.selection(selection)?;
     let (passed, problems, hashing) =
-        crate::check::check(&settings.project, &names, &settings.cache);
+        crate::plan::check::check(&settings.project, &names, &settings.cache);
     hashing_note(settings, hashing);
     if settings.output.json {
         let passed: Vec<_> = passed

@@ -3,9 +3,9 @@
 
 use super::hashing_note;
 use crate::cli::Selection;
+use crate::commands::settings::Settings;
 use crate::error::{ExitStatus, Result};
 use crate::output::Row;
-use crate::settings::Settings;
 use serde::Serialize;
 
 #[derive(Serialize)]

@@ -2,16 +2,16 @@
 //! transport (ship.rs streams archives, registry.rs pushes once and has the nodes pull).
 
 use super::{connect, connect_all, runtime};
-use crate::config::{NodeConfig, Transport};
+use crate::commands::settings::Settings;
 use crate::engine::Engine;
 use crate::error::{Error, ExitStatus, Result};
+use crate::images::store::LayerStore;
+use crate::inputs::config::{NodeConfig, Transport};
 use crate::output::{Column, Row};
 use crate::plan::{Plan, PlannedImage};
-use crate::registry;
-use crate::settings::Settings;
+use crate::ship::registry;
+use crate::ship::verify;
 use crate::ship::{self, Action, NodeOutcome, ShipSettings};
-use crate::store::LayerStore;
-use crate::verify;
 use futures_util::StreamExt as _;
 use serde::Serialize;
 use std::collections::{BTreeMap, HashMap};
@@ -52,12 +52,13 @@ pub(super) fn run(
         endpoints.dedup();
         let mut turns = Vec::new();
         for endpoint in &endpoints {
-            let turn = crate::turn::Turn::take(&settings.cache, "distribute", endpoint, |path| {
-                settings.output.note(format!(
-                    "waiting for another hallmark distributing to {endpoint} (lock {})",
-                    path.display()
-                ));
-            });
+            let turn =
+                crate::images::turn::Turn::take(&settings.cache, "distribute", endpoint, |path| {
+                    settings.output.note(format!(
+                        "waiting for another hallmark distributing to {endpoint} (lock {})",
+                        path.display()
+                    ));
+                });
             turns.push(turn.await?);
         }
         let builder = connect(settings, &settings.config.builder).await?;

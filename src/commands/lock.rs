@@ -2,9 +2,9 @@
 //! digests when it can (base.rs).
 
 use super::runtime;
-use crate::base::BuilderResolver;
+use crate::commands::settings::Settings;
 use crate::error::{ExitStatus, Result};
-use crate::settings::Settings;
+use crate::make::base::BuilderResolver;
 
 pub(super) fn run(settings: &Settings, images: &[String], update: bool) -> Result<ExitStatus> {
     let names = if images.is_empty() {
@@ -21,7 +21,7 @@ pub(super) fn run(settings: &Settings, images: &[String], update: bool) -> Resul
     };
     for name in &names {
         let report =
-            crate::lock::lock(&settings.project, name, update, &resolver, &settings.cache)?;
+            crate::plan::lock::lock(&settings.project, name, update, &resolver, &settings.cache)?;
         if report.changes.is_empty() {
             settings
                 .output

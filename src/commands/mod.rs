@@ -1,6 +1,8 @@
 //! One file per verb: each turns the resolved settings (settings.rs) and its own flags into
 //! calls of the library modules, which do the work, and prints typed rows (output.rs).
 
+pub mod settings;
+
 mod build;
 mod caches;
 mod check;
@@ -16,17 +18,17 @@ mod status;
 mod verify;
 
 use crate::cli::{Cli, Command};
-use crate::config::NodeConfig;
+use crate::commands::settings::Settings;
 use crate::engine::Engine;
 use crate::error::{Error, ExitStatus, Result};
+use crate::inputs::config::NodeConfig;
+use crate::inputs::values::Name;
 use crate::plan::Plan;
-use crate::settings::Settings;
-use crate::values::Name;
 
 pub fn run(cli: Cli) -> Result<ExitStatus> {
     let settings = Settings::resolve(&cli)?;
     // Records this process writes to the shared layer store belong to this project.
-    crate::store::set_project(&settings.project.root);
+    crate::images::store::set_project(&settings.project.root);
     let settings = &settings;
     match cli.command {
         Command::Checksum { selection, explain } => checksum::run(settings, &selection, explain),
@@ -129,7 +131,7 @@ fn parent_tag(plan: &Plan, name: &Name) -> Option<String> {
 }
 
 /// With `-v`: how many files planning read, and how many it knew unchanged.
-fn hashing_note(settings: &Settings, stats: crate::checksum::HashStats) {
+fn hashing_note(settings: &Settings, stats: crate::plan::checksum::HashStats) {
     settings.output.detail(|| {
         format!(
             "files: {} hashed ({} bytes read), {} unchanged since last hashed ({})",

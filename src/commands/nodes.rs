@@ -2,10 +2,10 @@
 //! images. Exit 1 if any is down.
 
 use super::{connect, runtime};
-use crate::config::NodeConfig;
+use crate::commands::settings::Settings;
 use crate::error::{Error, ExitStatus, Result};
+use crate::inputs::config::NodeConfig;
 use crate::output::{Row, cell};
-use crate::settings::Settings;
 use serde::Serialize;
 
 /// A node as hallmark reaches it; the keys are `--json`'s (docs/json.md).

@@ -2,13 +2,13 @@
 //! candidate pin, refresh a series for a new pin (docs/patches.md).
 
 use crate::cli::PatchesCommand;
+use crate::commands::settings::Settings;
 use crate::error::{Error, ExitStatus, Result};
-use crate::fetch;
+use crate::inputs::patches::report::{self, PatchStatus, Status, Target};
+use crate::inputs::values::Name;
 use crate::output::{Row, cell};
-use crate::patches::report::{self, PatchStatus, Status, Target};
 use crate::plan::Plan;
-use crate::settings::Settings;
-use crate::values::Name;
+use crate::plan::fetch;
 
 pub(super) fn run(settings: &Settings, command: &PatchesCommand) -> Result<ExitStatus> {
     match command {
@@ -167,7 +167,11 @@ fn examine(
 
 /// The commit `rev` names in `url`, fetched into the cache. A rev that names nothing there
 /// is bad input (exit 2), not failed work: git answered, and said no.
-fn candidate(settings: &Settings, url: &str, rev: &str) -> Result<crate::values::GitCommit> {
+fn candidate(
+    settings: &Settings,
+    url: &str,
+    rev: &str,
+) -> Result<crate::inputs::values::GitCommit> {
     let named_nothing = |error: Error| match error {
         Error::Command {
             context: Some(context),
@@ -206,8 +210,13 @@ fn import(
     force: bool,
 ) -> Result<ExitStatus> {
     let set = Name::try_from(set.to_string()).map_err(Error::usage)?;
-    let written =
-        crate::patches::import::import(&settings.project.patches_dir(), &set, from, range, force)?;
+    let written = crate::inputs::patches::import::import(
+        &settings.project.patches_dir(),
+        &set,
+        from,
+        range,
+        force,
+    )?;
     settings.output.note(format!(
         "wrote {} patches and their series to {}",
         written.len(),
@@ -261,7 +270,7 @@ fn refresh(
     (force, accept_fuzz): (bool, bool),
 ) -> Result<ExitStatus> {
     let rows = examine(settings, image, Some(rev), source, true)?;
-    let outcome = crate::patches::refresh::refresh(&rows, force, accept_fuzz)?;
+    let outcome = crate::inputs::patches::refresh::refresh(&rows, force, accept_fuzz)?;
     let status = print_report(settings, &rows);
     for line in outcome.lines() {
         settings.output.note(line);

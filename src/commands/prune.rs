@@ -3,12 +3,12 @@
 //! builder nor any other project sharing the cache uses, then the registry's garbage.
 
 use super::{connect, runtime};
-use crate::build_cache;
+use crate::commands::settings::Settings;
 use crate::error::{Error, ExitStatus, Result};
+use crate::images::store::LayerStore;
+use crate::make::build_cache;
 use crate::plan::Plan;
-use crate::registry;
-use crate::settings::Settings;
-use crate::store::LayerStore;
+use crate::ship::registry;
 
 pub(super) fn run(settings: &Settings) -> Result<ExitStatus> {
     let names = settings.project.image_names()?;

@@ -1,10 +1,11 @@
 //! `hallmark render`: the Dockerfile on stdout; `--out DIR` also writes the build context.
 
 use super::parent_tag;
+use crate::commands::settings::Settings;
 use crate::error::{ExitStatus, Result};
+use crate::make::{context, render};
 use crate::plan::Plan;
-use crate::settings::Settings;
-use crate::{context, fetch, render};
+use crate::plan::fetch;
 
 pub(super) fn run(
     settings: &Settings,
@@ -20,7 +21,7 @@ pub(super) fn run(
         &render::rendered_label(planned.checksum.as_str()),
         parent_tag(&plan, &name).as_deref(),
     )?;
-    crate::output::stdout_exactly(&crate::compile::describe(
+    crate::output::stdout_exactly(&crate::make::compile::describe(
         &planned.compiles,
         &planned.loaded,
     ));
@@ -29,7 +30,7 @@ pub(super) fn run(
         settings.output.note(format!(
             "hallmark: `{name}` is assembled: its compile stages run in containers on the builder (`hallmark build`), their wheels are installed into a layer of their own (the Dockerfile above installs the pinned wheels only)"
         ));
-    } else if crate::assemble::assemblable(&planned.loaded.spec) {
+    } else if crate::make::assemble::assemblable(&planned.loaded.spec) {
         settings.output.note(format!(
             "hallmark: `{name}` only adds files and metadata to its parent: `hallmark build` assembles it without running a build (the Dockerfile above gives the same content)"
         ));

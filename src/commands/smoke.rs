@@ -2,12 +2,12 @@
 //! report for CI.
 
 use super::{connect, runtime, until_interrupted};
-use crate::build;
+use crate::commands::settings::Settings;
 use crate::engine::Engine;
 use crate::error::{Error, ExitStatus, Result};
+use crate::inputs::values::Name;
+use crate::make::build;
 use crate::plan::{Plan, PlannedImage};
-use crate::settings::Settings;
-use crate::values::Name;
 
 pub(super) fn run(
     settings: &Settings,

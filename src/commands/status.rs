@@ -3,10 +3,10 @@
 
 use super::verify::{holdings_of_nodes, image_rows, unverified_without_reference, wanted_or_why};
 use super::{connect, connect_all, runtime};
+use crate::commands::settings::Settings;
 use crate::error::{Error, ExitStatus, Result};
-use crate::settings::Settings;
+use crate::inputs::values::Name;
 use crate::ship;
-use crate::values::Name;
 use futures_util::StreamExt as _;
 
 pub(super) fn run(settings: &Settings) -> Result<ExitStatus> {
@@ -33,7 +33,7 @@ pub(super) fn run(settings: &Settings) -> Result<ExitStatus> {
                 None
             }
         };
-        let store = crate::store::LayerStore::open(&settings.cache);
+        let store = crate::images::store::LayerStore::open(&settings.cache);
         let store = &store;
         // The builder's image is the reference, as `verify` and `distribute` find it; without
         // it, the label alone is known.

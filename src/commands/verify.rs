@@ -3,16 +3,16 @@
 
 use super::distribute::shipment;
 use super::{connect, connect_all, runtime};
-use crate::config::NodeConfig;
+use crate::commands::settings::Settings;
 use crate::engine::Engine;
 use crate::error::{Error, ExitStatus, Result};
+use crate::images::store::LayerStore;
+use crate::inputs::config::NodeConfig;
+use crate::inputs::values::Name;
 use crate::output::{Column, Row, cell};
 use crate::plan::PlannedImage;
-use crate::settings::Settings;
 use crate::ship;
-use crate::store::LayerStore;
-use crate::values::Name;
-use crate::verify::{self, Holding, NodeHolding};
+use crate::ship::verify::{self, Holding, NodeHolding};
 use futures_util::StreamExt as _;
 use serde::Serialize;
 
@@ -29,7 +29,7 @@ pub(super) fn run(settings: &Settings, images: &[String], nodes: &[String]) -> R
     let rows = runtime()?.block_on(async {
         let builder = connect(settings, &settings.config.builder).await?;
         let connected = connect_all(settings, &nodes).await;
-        let store = crate::store::LayerStore::open(&settings.cache);
+        let store = crate::images::store::LayerStore::open(&settings.cache);
         let shipments = futures_util::stream::iter(
             names
                 .iter()
@@ -200,7 +200,7 @@ pub(super) fn with_unplanned(
     all: &[Name],
     rows: Vec<HoldingRow>,
     unplanned: &std::collections::BTreeMap<Name, String>,
-    nodes: &[crate::config::NodeConfig],
+    nodes: &[crate::inputs::config::NodeConfig],
 ) -> Vec<HoldingRow> {
     let mut planned = rows.into_iter().peekable();
     let mut out = Vec::new();
@@ -208,9 +208,9 @@ pub(super) fn with_unplanned(
         match unplanned.get(name) {
             Some(why) => out.extend(nodes.iter().map(|node| HoldingRow {
                 image: name.to_string(),
-                holding: crate::verify::NodeHolding {
+                holding: crate::ship::verify::NodeHolding {
                     node: node.name.to_string(),
-                    state: crate::verify::Holding::Unplanned,
+                    state: crate::ship::verify::Holding::Unplanned,
                     checksum: None,
                     fingerprint: None,
                     detail: Some(why.clone()),

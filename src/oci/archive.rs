@@ -8,9 +8,9 @@
 //! image's id on a containerd image store, so a byte that moved would make every node load
 //! every image again. `manifest_digest_is_pinned` holds it.
 
+use crate::images::store::{Blob, LayerStore, StoredImage};
 use crate::oci::tar::{self, EntryType};
 use crate::oci::{Digest, Reference};
-use crate::store::{Blob, LayerStore, StoredImage};
 use oci_spec::image::{
     Descriptor, ImageIndexBuilder, ImageManifestBuilder, MediaType, OciLayoutBuilder,
 };
@@ -266,7 +266,7 @@ fn docker_manifest(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::store::StoredLayer;
+    use crate::images::store::StoredLayer;
 
     /// An image of two layers (one uncompressed, one gzip) in a fresh store.
     fn known_image(store: &LayerStore) -> StoredImage {

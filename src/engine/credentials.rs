@@ -1,0 +1,182 @@
+//! Registry credentials the way the docker CLI keeps them, for pushes and pulls through an
+//! operator's registry: `credHelpers` of `config.json` for that registry, else its
+//! `credsStore`, else the `auths` entry. A helper is the docker CLI's own protocol
+//! (`docker-credential-<name> get`, the registry on stdin, JSON on stdout). Written here
+//! because no maintained crate reads the docker config's credentials.
+//!
+//! The secret goes into the engine request's `X-Registry-Auth` header and nowhere else: it
+//! is never printed, logged or put into an error (tests/it/registry.rs holds a sentinel).
+
+use crate::error::{Error, Result};
+use crate::inputs::config::docker_config_dir;
+use base64::Engine as _;
+use serde_json::Value;
+use std::io::Write;
+use std::path::Path;
+use std::process::{Command, Stdio};
+
+/// What the docker CLI would send to a registry: a user and password, or an identity token.
+/// The engine module turns it into the request's `X-Registry-Auth` header.
+#[derive(Clone, Default)]
+pub struct Credentials {
+    /// `host:port`.
+    pub registry: String,
+    pub username: Option<String>,
+    pub password: Option<String>,
+    pub identity_token: Option<String>,
+}
+
+/// Never the secret: only which parts there are.
+impl std::fmt::Debug for Credentials {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Credentials")
+            .field("registry", &self.registry)
+            .field("username", &self.username)
+            .field("password", &self.password.as_ref().map(|_| "<secret>"))
+            .field(
+                "identity_token",
+                &self.identity_token.as_ref().map(|_| "<secret>"),
+            )
+            .finish()
+    }
+}
+
+/// The credentials the docker CLI would send to `registry` (`host:port`), if it has any.
+pub fn for_registry(registry: &str) -> Result<Option<Credentials>> {
+    let file = docker_config_dir().join("config.json");
+    let config = match fs_err::read_to_string(&file) {
+        Ok(text) => serde_json::from_str::<Value>(&text).map_err(|e| Error::Parse {
+            path: file.clone(),
+            location: None,
+            key: None,
+            message: format!("not the docker CLI's JSON config: {e}"),
+        })?,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(Error::io(&file, e)),
+    };
+    let helper = config["credHelpers"][registry]
+        .as_str()
+        .or_else(|| config["credsStore"].as_str())
+        .filter(|h| !h.is_empty());
+    if let Some(helper) = helper {
+        return from_helper(helper, registry);
+    }
+    let auths = config["auths"].as_object();
+    let entry = auths.and_then(|auths| {
+        auths
+            .iter()
+            .find(|(key, _)| same_registry(key, registry))
+            .map(|(_, entry)| entry)
+    });
+    let Some(entry) = entry else {
+        return Ok(None);
+    };
+    from_auths_entry(entry, registry, &file).map(Some)
+}
+
+/// `https://host:port/v1/` and `host:port` name the same registry in `auths`.
+fn same_registry(key: &str, registry: &str) -> bool {
+    let bare = key
+        .trim_start_matches("https://")
+        .trim_start_matches("http://");
+    bare.split('/').next() == Some(registry)
+}
+
+fn from_auths_entry(entry: &Value, registry: &str, file: &Path) -> Result<Credentials> {
+    let mut credentials = Credentials {
+        registry: registry.to_string(),
+        identity_token: entry["identitytoken"].as_str().map(String::from),
+        ..Default::default()
+    };
+    if let Some(auth) = entry["auth"].as_str().filter(|a| !a.is_empty()) {
+        let invalid = || Error::Parse {
+            path: file.to_path_buf(),
+            location: None,
+            key: Some(format!("auths.{registry}.auth")),
+            // Never the value: it is the secret.
+            message: "not base64 of `user:password`".into(),
+        };
+        let decoded = base64::engine::general_purpose::STANDARD
+            .decode(auth)
+            .map_err(|_| invalid())?;
+        let decoded = String::from_utf8(decoded).map_err(|_| invalid())?;
+        let (user, password) = decoded.split_once(':').ok_or_else(invalid)?;
+        credentials.username = Some(user.to_string());
+        credentials.password = Some(password.to_string());
+    }
+    Ok(credentials)
+}
+
+/// Asks `docker-credential-<helper>` for `registry`'s credentials.
+fn from_helper(helper: &str, registry: &str) -> Result<Option<Credentials>> {
+    let program = format!("docker-credential-{helper}");
+    let failed = |message: String| Error::Command {
+        command: format!("{program} get"),
+        context: Some(format!("credentials for the registry {registry}")),
+        stderr: message,
+    };
+    let mut child = Command::new(&program)
+        .arg("get")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .map_err(|e| failed(format!("cannot run the docker credential helper: {e}")))?;
+    if let Some(mut stdin) = child.stdin.take() {
+        let _ = stdin.write_all(registry.as_bytes());
+    }
+    let output = child
+        .wait_with_output()
+        .map_err(|e| failed(format!("the docker credential helper failed: {e}")))?;
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    if !output.status.success() {
+        // The helpers' own way of saying "none stored", on stdout.
+        if stdout.contains("credentials not found") {
+            return Ok(None);
+        }
+        return Err(failed(format!(
+            "exit {}: {}",
+            output.status.code().unwrap_or(-1),
+            String::from_utf8_lossy(&output.stderr).trim()
+        )));
+    }
+    let answer: Value = serde_json::from_str(&stdout)
+        .map_err(|_| failed("its answer is not the helpers' JSON".into()))?;
+    let user = answer["Username"].as_str().unwrap_or_default();
+    let secret = answer["Secret"].as_str().unwrap_or_default().to_string();
+    let mut credentials = Credentials {
+        registry: registry.to_string(),
+        ..Default::default()
+    };
+    // A helper says a secret is an identity token by the user name `<token>`.
+    if user == "<token>" {
+        credentials.identity_token = Some(secret);
+    } else {
+        credentials.username = Some(user.to_string());
+        credentials.password = Some(secret);
+    }
+    Ok(Some(credentials))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_auths_entry_is_found_by_host_and_port_in_any_spelling() {
+        assert!(same_registry(
+            "https://reg.example:5000/v1/",
+            "reg.example:5000"
+        ));
+        assert!(same_registry("reg.example:5000", "reg.example:5000"));
+        assert!(!same_registry("reg.example", "reg.example:5000"));
+        let entry = serde_json::json!({"auth": "b3BlcmF0b3I6czNjcmV0OndpdGg6Y29sb25z"});
+        let credentials =
+            from_auths_entry(&entry, "reg.example:5000", Path::new("config.json")).unwrap();
+        assert_eq!(credentials.username.as_deref(), Some("operator"));
+        assert_eq!(credentials.password.as_deref(), Some("s3cret:with:colons"));
+        let broken = serde_json::json!({"auth": "!!not base64 s3cret"});
+        let error = from_auths_entry(&broken, "r:1", Path::new("config.json")).unwrap_err();
+        assert!(!error.render().contains("s3cret"), "{}", error.render());
+    }
+}

@@ -1,0 +1,296 @@
+//! `patches import`: a patch set as operators receive it (a folder of numbered patch files as
+//! `git format-patch` writes them, an mbox, or a range of commits of a local repository)
+//! written as `patches/<set>/` and its `series`. Every patch is checked as `check` checks it
+//! (a patch, touching only paths inside the source tree) before anything is written.
+
+use super::{check_touched_paths, parse_series};
+use crate::error::{Error, Result};
+use crate::inputs::values::{Name, RelativePath};
+use crate::plan::fetch;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+/// One patch to write: its file name in the set, its bytes, and where it came from.
+struct Incoming {
+    name: String,
+    bytes: Vec<u8>,
+    origin: PathBuf,
+}
+
+/// Writes `patches_dir/<set>/` from `from` (a folder, an mbox or a patch file; with `range`, a
+/// repository); returns the patch file names in series order.
+pub fn import(
+    patches_dir: &Path,
+    set: &Name,
+    from: &Path,
+    range: Option<&str>,
+    force: bool,
+) -> Result<Vec<String>> {
+    let target = patches_dir.join(set.as_str());
+    if target.exists() && !force {
+        return Err(Error::Usage {
+            message: format!("patch set `{set}` exists: {}", target.display()),
+            hint: Some("pass --force to replace it".into()),
+        });
+    }
+    let scratch = tempfile::Builder::new()
+        .prefix("hallmark-import")
+        .tempdir()
+        .map_err(|e| Error::io(std::env::temp_dir(), e))?;
+    let incoming = match range {
+        Some(range) => from_folder(&format_patch(from, range, scratch.path())?)?,
+        None if from.is_dir() => from_folder(from)?,
+        None => from_file(from, scratch.path())?,
+    };
+    if incoming.is_empty() {
+        return Err(Error::usage(format!("{} holds no patches", from.display())));
+    }
+    for patch in &incoming {
+        RelativePath::try_from(patch.name.clone())
+            .map_err(|message| refused(&patch.origin, message))?;
+        check_touched_paths(&patch.bytes, 1)
+            .map_err(|message| refused(&patch.origin, format!("patch set `{set}`: {message}")))?;
+    }
+    write_set(patches_dir, &target, &incoming)?;
+    Ok(incoming.into_iter().map(|p| p.name).collect())
+}
+
+fn refused(origin: &Path, message: String) -> Error {
+    Error::Invalid {
+        path: origin.to_path_buf(),
+        location: None,
+        key: None,
+        message,
+        hint: None,
+    }
+}
+
+/// Writes the set next to where it goes, then moves it into place: a failed import leaves
+/// the old set (or none) as it was.
+fn write_set(patches_dir: &Path, target: &Path, incoming: &[Incoming]) -> Result<()> {
+    fs_err::create_dir_all(patches_dir).map_err(|e| Error::io(patches_dir, e))?;
+    let staged = tempfile::Builder::new()
+        .prefix(".import")
+        .tempdir_in(patches_dir)
+        .map_err(|e| Error::io(patches_dir, e))?;
+    let mut series = String::new();
+    for patch in incoming {
+        let path = staged.path().join(&patch.name);
+        fs_err::write(&path, &patch.bytes).map_err(|e| Error::io(&path, e))?;
+        series.push_str(&patch.name);
+        series.push('\n');
+    }
+    let series_path = staged.path().join("series");
+    fs_err::write(&series_path, series).map_err(|e| Error::io(&series_path, e))?;
+    let mode = std::os::unix::fs::PermissionsExt::from_mode(0o755);
+    fs_err::set_permissions(staged.path(), mode).map_err(|e| Error::io(staged.path(), e))?;
+    if target.exists() {
+        fs_err::remove_dir_all(target).map_err(|e| Error::io(target, e))?;
+    }
+    let staged = staged.keep();
+    fs_err::rename(&staged, target).map_err(|e| Error::io(target, e))?;
+    Ok(())
+}
+
+/// `git format-patch` of `range` in `repo`, into `out`: the same files the operator would get
+/// running it by hand, so a folder and its range import alike.
+fn format_patch(repo: &Path, range: &str, out: &Path) -> Result<PathBuf> {
+    let bad = |why: String| Error::Usage {
+        message: format!(
+            "`{range}` is not a range of commits of {}: {why}",
+            repo.display()
+        ),
+        hint: Some("write it as `A..B`, both ends commits of that repository".into()),
+    };
+    if !range.contains("..") || range.starts_with('-') {
+        return Err(bad("expected `A..B`".into()));
+    }
+    if !repo.exists() {
+        return Err(bad("no such folder".into()));
+    }
+    let dir = out.join("range");
+    let mut command = Command::new("git");
+    command
+        .arg("-C")
+        .arg(repo)
+        .args(["format-patch", "--quiet", "-o"])
+        .arg(&dir)
+        .arg(range)
+        .arg("--");
+    fetch::run(&mut command, || {
+        format!("reading {range} of {}", repo.display())
+    })
+    .map_err(|e| match e {
+        Error::Command { stderr, .. } => bad(stderr.trim().to_string()),
+        other => other,
+    })?;
+    if !dir.is_dir() {
+        return Err(bad("it holds no commits".into()));
+    }
+    Ok(dir)
+}
+
+/// A folder's patches: in the order of its `series` when it has one (quilt), else by the
+/// number their names start with (`git format-patch`), then by name.
+fn from_folder(dir: &Path) -> Result<Vec<Incoming>> {
+    let series = dir.join("series");
+    let names: Vec<String> = if series.is_file() {
+        let text = crate::inputs::spec::read_text(&series)?;
+        parse_series(&series, &text)?
+            .into_iter()
+            .map(|e| e.file.to_string())
+            .collect()
+    } else {
+        listed(dir)?
+    };
+    names
+        .into_iter()
+        .map(|name| {
+            let origin = dir.join(&name);
+            let bytes = fs_err::read(&origin).map_err(|e| Error::io(&origin, e))?;
+            Ok(Incoming {
+                name,
+                bytes,
+                origin,
+            })
+        })
+        .collect()
+}
+
+fn listed(dir: &Path) -> Result<Vec<String>> {
+    let mut names = Vec::new();
+    for entry in fs_err::read_dir(dir).map_err(|e| Error::io(dir, e))? {
+        let entry = entry.map_err(|e| Error::io(dir, e))?;
+        let name = entry.file_name().to_string_lossy().into_owned();
+        if name.starts_with('.') {
+            continue;
+        }
+        if !entry.path().is_file() {
+            return Err(refused(
+                &entry.path(),
+                "is not a file: a patch folder holds patch files only".into(),
+            ));
+        }
+        names.push(name);
+    }
+    names.sort_by_key(|name| (number(name), name.clone()));
+    Ok(names)
+}
+
+/// The number a name starts with (`0007-x.patch` is 7); names without one sort last.
+fn number(name: &str) -> u64 {
+    let digits: String = name.chars().take_while(char::is_ascii_digit).collect();
+    digits.parse().unwrap_or(u64::MAX)
+}
+
+/// One patch file, or an mbox of several (split with `git mailsplit`, each named from its
+/// subject as `git format-patch` names files).
+fn from_file(file: &Path, scratch: &Path) -> Result<Vec<Incoming>> {
+    let bytes = fs_err::read(file).map_err(|e| match e.kind() {
+        std::io::ErrorKind::NotFound => Error::usage(format!(
+            "{} does not exist: import takes a folder of patches, an mbox, or `REPO A..B`",
+            file.display()
+        )),
+        _ => Error::io(file, e),
+    })?;
+    if !bytes.starts_with(b"From ") {
+        let name = file
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        return Ok(vec![Incoming {
+            name,
+            bytes,
+            origin: file.to_path_buf(),
+        }]);
+    }
+    let dir = scratch.join("mbox");
+    fs_err::create_dir_all(&dir).map_err(|e| Error::io(&dir, e))?;
+    let mut command = Command::new("git");
+    command
+        .arg("mailsplit")
+        .arg(format!("-o{}", dir.display()))
+        .arg(file);
+    fetch::run(&mut command, || {
+        format!("splitting the mbox {}", file.display())
+    })?;
+    let mut messages = listed(&dir)?;
+    messages.sort();
+    messages
+        .iter()
+        .enumerate()
+        .map(|(i, message)| {
+            let bytes = fs_err::read(dir.join(message)).map_err(|e| Error::io(file, e))?;
+            Ok(Incoming {
+                name: format!("{:04}-{}.patch", i + 1, slug(&subject(&bytes))),
+                bytes,
+                origin: PathBuf::from(format!("{} (message {})", file.display(), i + 1)),
+            })
+        })
+        .collect()
+}
+
+/// A mail's `Subject:`, unfolded, without its `[PATCH n/m]` prefix.
+fn subject(mail: &[u8]) -> String {
+    let text = String::from_utf8_lossy(mail);
+    let mut lines = text.lines().take_while(|l| !l.is_empty());
+    let mut subject = String::new();
+    let mut in_subject = false;
+    for line in lines.by_ref() {
+        if let Some(rest) = line.strip_prefix("Subject:") {
+            subject.push_str(rest.trim());
+            in_subject = true;
+        } else if in_subject && line.starts_with([' ', '\t']) {
+            subject.push(' ');
+            subject.push_str(line.trim());
+        } else {
+            in_subject = false;
+        }
+    }
+    let mut subject = subject.trim();
+    while let Some(rest) = subject.strip_prefix('[') {
+        subject = rest.split_once(']').map_or("", |(_, s)| s).trim();
+    }
+    subject.to_string()
+}
+
+/// `git format-patch`'s file name for a subject: runs of other characters as one `-`, at most
+/// 52 characters.
+fn slug(subject: &str) -> String {
+    let mut slug = String::new();
+    for c in subject.chars() {
+        if c.is_ascii_alphanumeric() || c == '_' || c == '.' {
+            slug.push(c);
+        } else if !slug.ends_with('-') {
+            slug.push('-');
+        }
+    }
+    let slug: String = slug.trim_matches(['-', '.']).chars().take(52).collect();
+    let slug = slug.trim_end_matches(['-', '.']);
+    if slug.is_empty() {
+        "patch".into()
+    } else {
+        slug.into()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn numbered_names_sort_by_number_then_name() {
+        let mut names = vec!["10-b.patch", "9-a.patch", "notes.patch", "0002-c.patch"];
+        names.sort_by_key(|n| (number(n), n.to_string()));
+        assert_eq!(
+            names,
+            ["0002-c.patch", "9-a.patch", "10-b.patch", "notes.patch"]
+        );
+    }
+
+    #[test]
+    fn a_subject_names_its_file_as_format_patch_would() {
+        let mail = b"From x\nSubject: [PATCH 03/23] [dcp2] Fix the\n KV cache: size/2\n\nbody\n";
+        assert_eq!(slug(&subject(mail)), "Fix-the-KV-cache-size-2");
+    }
+}

@@ -1,0 +1,358 @@
+//! How each patch of a series fares at a commit (the pin, or a candidate pin bump), the
+//! series applied in order so each patch meets the tree the ones before it left.
+//!
+//! Everything runs in throwaway indexes of the bare cache repository, as `fetch` applies
+//! series: `git apply --cached` is atomic (a patch that fails leaves the index as it was), so
+//! the common case costs one git process per patch; only a patch that fails plainly costs
+//! more (a reverse check, a three-way merge in a copy of the index, reduced context, one check
+//! per hunk to name the conflicts).
+
+use super::diff;
+use super::scratch::ScratchIndex;
+use super::{Patch, PatchSet};
+use crate::error::{Error, Result};
+use crate::inputs::values::GitCommit;
+use serde::Serialize;
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Status {
+    /// `git apply` takes it as it is, every hunk where the patch says.
+    Applies,
+    /// `git apply` takes it, some hunks moved (`offset` lines at most).
+    Offset,
+    /// Only with less context than the patch has (`fuzz`: the context lines still matched).
+    Fuzz,
+    /// Only by a three-way merge with the file the patch was made against.
+    ThreeWay,
+    /// Already in the tree: the patch reverses cleanly.
+    Upstream,
+    /// Neither: `conflicts` names the files and hunks.
+    Conflicts,
+}
+
+impl Status {
+    /// Whether `check` and `build` take the patch as it is (git allows an offset).
+    pub fn as_is(self) -> bool {
+        matches!(self, Status::Applies | Status::Offset)
+    }
+
+    pub fn word(self) -> &'static str {
+        match self {
+            Status::Applies => "applies",
+            Status::Offset => "offset",
+            Status::Fuzz => "fuzz",
+            Status::ThreeWay => "three-way",
+            Status::Upstream => "upstream",
+            Status::Conflicts => "conflicts",
+        }
+    }
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct Conflict {
+    pub file: String,
+    /// `#2 @@ -7,7 +7,7 @@`; none when the file as a whole does not apply (a created file
+    /// that exists, a binary patch).
+    pub hunk: Option<String>,
+}
+
+/// One patch of a series at one commit.
+#[derive(Debug, Clone, Serialize)]
+pub struct PatchStatus {
+    pub image: String,
+    pub source: String,
+    pub commit: String,
+    pub set: String,
+    pub patch: String,
+    pub status: Status,
+    /// With `offset`: the most lines a hunk moved.
+    pub offset: Option<i64>,
+    /// With `fuzz`: the context lines git still matched.
+    pub fuzz: Option<u32>,
+    pub conflicts: Vec<Conflict>,
+    /// With `conflicts`, what the conflict is when it is only whitespace (line endings: a
+    /// CRLF patch on LF files shows as a conflict on every hunk, which named nothing).
+    pub whitespace: Option<String>,
+    /// The earlier patches this one applies only after (it does not apply to the commit
+    /// alone): the cumulative effect of the series.
+    pub after: Vec<String>,
+    #[serde(skip)]
+    pub file: Patch,
+    /// The set's folder, which holds its `series`.
+    #[serde(skip)]
+    pub set_dir: PathBuf,
+    /// The cache repository the trees are in.
+    #[serde(skip)]
+    pub repo: PathBuf,
+    /// The trees before and after the patch, when asked for (refresh rewrites the patch as
+    /// their difference).
+    #[serde(skip)]
+    pub trees: Option<(String, String)>,
+}
+
+/// What to examine: one source's series at `commit`; `pin` is the commit the series was
+/// made for (its blobs feed the three-way merge).
+pub struct Target<'a> {
+    pub image: &'a str,
+    pub source: &'a str,
+    pub repo: &'a Path,
+    pub commit: &'a GitCommit,
+    pub pin: &'a GitCommit,
+    pub sets: &'a [PatchSet],
+}
+
+/// Every patch of `target`'s sets, in series order.
+pub fn examine(target: &Target, keep_trees: bool) -> Result<Vec<PatchStatus>> {
+    let mut run = Run {
+        target,
+        index: ScratchIndex::of(target.repo, target.commit.as_str())?,
+        pristine: None,
+        primed: target.commit == target.pin,
+        touched: BTreeMap::new(),
+    };
+    let mut found = Vec::new();
+    for set in target.sets {
+        for patch in &set.patches {
+            found.push(run.one(set, patch, keep_trees)?);
+        }
+    }
+    Ok(found)
+}
+
+struct Run<'a> {
+    target: &'a Target<'a>,
+    /// The commit with every patch so far that applied one way or another.
+    index: ScratchIndex,
+    /// The commit alone, made when first needed.
+    pristine: Option<ScratchIndex>,
+    /// Whether the blobs the series was made against are in the repository.
+    primed: bool,
+    /// Each file the patches so far changed, with the patches that changed it.
+    touched: BTreeMap<String, Vec<String>>,
+}
+
+impl Run<'_> {
+    fn one(&mut self, set: &PatchSet, patch: &Patch, keep_trees: bool) -> Result<PatchStatus> {
+        let before = if keep_trees {
+            Some(self.index.write_tree()?)
+        } else {
+            None
+        };
+        let text = fs_err::read(&patch.path).map_err(|e| Error::io(&patch.path, e))?;
+        let files: Vec<String> = diff::parse(&String::from_utf8_lossy(&text))
+            .files
+            .iter()
+            .map(|f| f.stripped(patch.strip))
+            .collect();
+        let mut status = PatchStatus {
+            image: self.target.image.to_string(),
+            source: self.target.source.to_string(),
+            commit: self.target.commit.to_string(),
+            set: set.name.to_string(),
+            patch: patch.file.to_string(),
+            status: Status::Conflicts,
+            offset: None,
+            fuzz: None,
+            conflicts: Vec::new(),
+            whitespace: None,
+            after: Vec::new(),
+            file: patch.clone(),
+            set_dir: set.dir.clone(),
+            repo: self.target.repo.to_path_buf(),
+            trees: None,
+        };
+        self.classify(patch, &mut status)?;
+        if !matches!(status.status, Status::Upstream | Status::Conflicts) {
+            if status.status.as_is() {
+                status.after = self.applies_only_after(patch, &files)?;
+            }
+            let name = format!("{}/{}", set.name, patch.file);
+            for file in &files {
+                self.touched
+                    .entry(file.clone())
+                    .or_default()
+                    .push(name.clone());
+            }
+            if let Some(before) = before {
+                status.trees = Some((before, self.index.write_tree()?));
+            }
+        }
+        Ok(status)
+    }
+
+    /// Tries the ways a patch can go on, cheapest first; the index takes the patch when one
+    /// succeeds.
+    fn classify(&mut self, patch: &Patch, status: &mut PatchStatus) -> Result<()> {
+        let plain = self.index.apply(&patch.path, patch.strip, &["-v"])?;
+        if plain.status.success() {
+            status.offset = offset(&String::from_utf8_lossy(&plain.stderr));
+            status.status = match status.offset {
+                Some(_) => Status::Offset,
+                None => Status::Applies,
+            };
+            return Ok(());
+        }
+        let reverse = self
+            .index
+            .apply(&patch.path, patch.strip, &["--check", "--reverse"])?;
+        if reverse.status.success() {
+            status.status = Status::Upstream;
+            return Ok(());
+        }
+        self.prime()?;
+        let trial = self.index.copy()?;
+        let merged = trial.apply(&patch.path, patch.strip, &["--3way"])?;
+        if merged.status.success() && trial.unmerged()?.is_empty() {
+            self.index = trial;
+            status.status = Status::ThreeWay;
+            return Ok(());
+        }
+        for context in [2, 1] {
+            let fuzzed = self
+                .index
+                .apply(&patch.path, patch.strip, &[&format!("-C{context}")])?;
+            if fuzzed.status.success() {
+                status.status = Status::Fuzz;
+                status.fuzz = Some(context);
+                return Ok(());
+            }
+        }
+        status.conflicts = self.conflicts(patch, &trial.unmerged()?)?;
+        status.whitespace = self.whitespace_only(patch)?;
+        Ok(())
+    }
+
+    /// Why a patch that conflicts would apply if whitespace did not count, if it would: line
+    /// endings (a patch with CRLF lines, or files with them) named as such.
+    fn whitespace_only(&self, patch: &Patch) -> Result<Option<String>> {
+        let ignoring = self.index.apply(
+            &patch.path,
+            patch.strip,
+            &["--check", "--ignore-whitespace"],
+        )?;
+        if !ignoring.status.success() {
+            return Ok(None);
+        }
+        let bytes = fs_err::read(&patch.path).map_err(|e| Error::io(&patch.path, e))?;
+        Ok(Some(if bytes.windows(2).any(|w| w == b"\r\n") {
+            "line endings: the patch has CRLF (\\r\\n) lines and applies with them made LF (dos2unix), or with `git apply --ignore-whitespace`".into()
+        } else {
+            "whitespace only: it applies with `git apply --ignore-whitespace` (line endings or spaces differ from the source's)".into()
+        }))
+    }
+
+    /// Applies the series at the pin once, into a scratch index of its own: `git apply`
+    /// stores the blobs it makes, so every patch's preimage is then in the repository for a
+    /// three-way merge (a patch made against patch 3's result names a blob no commit holds).
+    fn prime(&mut self) -> Result<()> {
+        if self.primed {
+            return Ok(());
+        }
+        self.primed = true;
+        let at_pin = ScratchIndex::of(self.target.repo, self.target.pin.as_str())?;
+        for set in self.target.sets {
+            for patch in &set.patches {
+                at_pin.apply(&patch.path, patch.strip, &[])?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Each hunk that does not apply, checked on its own against the index; the files a
+    /// three-way merge left conflicted are named even when git could not split them.
+    fn conflicts(&self, patch: &Patch, unmerged: &[String]) -> Result<Vec<Conflict>> {
+        let text = fs_err::read_to_string(&patch.path).map_err(|e| Error::io(&patch.path, e))?;
+        let one = self.index.path("one.patch");
+        let mut found = Vec::new();
+        for file in diff::parse(&text).files {
+            let name = file.stripped(patch.strip);
+            let whole = if file.hunks.is_empty() {
+                vec![(None, file.header.clone())]
+            } else {
+                file.hunks
+                    .iter()
+                    .enumerate()
+                    .map(|(i, h)| (Some(format!("#{} {}", i + 1, h.line)), file.with_hunk(h)))
+                    .collect()
+            };
+            for (hunk, text) in whole {
+                fs_err::write(&one, text).map_err(|e| Error::io(&one, e))?;
+                if !self
+                    .index
+                    .apply(&one, patch.strip, &["--check"])?
+                    .status
+                    .success()
+                {
+                    found.push(Conflict {
+                        file: name.clone(),
+                        hunk,
+                    });
+                }
+            }
+        }
+        for file in unmerged {
+            if !found.iter().any(|c| &c.file == file) {
+                found.push(Conflict {
+                    file: file.clone(),
+                    hunk: None,
+                });
+            }
+        }
+        Ok(found)
+    }
+
+    /// The earlier patches a patch that applied needs: it touches a file they changed and
+    /// does not apply to the commit alone.
+    fn applies_only_after(&mut self, patch: &Patch, files: &[String]) -> Result<Vec<String>> {
+        let mut earlier: Vec<String> = files
+            .iter()
+            .filter_map(|f| self.touched.get(f))
+            .flatten()
+            .cloned()
+            .collect();
+        if earlier.is_empty() {
+            return Ok(earlier);
+        }
+        if self.pristine.is_none() {
+            self.pristine = Some(ScratchIndex::of(
+                self.target.repo,
+                self.target.commit.as_str(),
+            )?);
+        }
+        let pristine = self.pristine.as_ref().expect("made above");
+        if pristine
+            .apply(&patch.path, patch.strip, &["--check"])?
+            .status
+            .success()
+        {
+            return Ok(Vec::new());
+        }
+        earlier.sort();
+        earlier.dedup();
+        Ok(earlier)
+    }
+}
+
+/// The most lines a hunk moved, from `git apply -v`'s `Hunk #1 succeeded at 9 (offset 2
+/// lines).`
+fn offset(stderr: &str) -> Option<i64> {
+    stderr
+        .lines()
+        .filter_map(|l| l.split_once("(offset ").map(|(_, rest)| rest))
+        .filter_map(|rest| rest.split_whitespace().next()?.parse::<i64>().ok())
+        .max_by_key(|n| n.abs())
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn the_largest_offset_is_the_patchs() {
+        let stderr = "Checking patch f...\nHunk #1 succeeded at 9 (offset 2 lines).\n\
+            Hunk #2 succeeded at 20 (offset -5 lines).\nApplied patch f cleanly.\n";
+        assert_eq!(super::offset(stderr), Some(-5));
+        assert_eq!(super::offset("Applied patch f cleanly.\n"), None);
+    }
+}

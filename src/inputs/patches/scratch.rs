@@ -1,0 +1,77 @@
+//! A throwaway index of a bare cache repository: where `check`, `build` and `patches` apply
+//! series (`git apply --cached`), so no checkout of a large tree is ever written.
+
+use crate::error::{Error, Result};
+use crate::plan::fetch;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+
+/// A throwaway index of the cache repository.
+pub struct ScratchIndex {
+    dir: tempfile::TempDir,
+    repo: PathBuf,
+}
+
+impl ScratchIndex {
+    pub fn of(repo: &Path, tree: &str) -> Result<ScratchIndex> {
+        let dir = tempfile::Builder::new()
+            .prefix("hallmark-index")
+            .tempdir()
+            .map_err(|e| Error::io(std::env::temp_dir(), e))?;
+        let scratch = ScratchIndex {
+            dir,
+            repo: repo.to_path_buf(),
+        };
+        fetch::run(scratch.git().args(["read-tree", tree]), || {
+            format!("reading {tree}")
+        })?;
+        Ok(scratch)
+    }
+
+    /// A file of the scratch folder (a hunk written out on its own).
+    pub fn path(&self, name: &str) -> PathBuf {
+        self.dir.path().join(name)
+    }
+
+    /// A copy to try a three-way merge in: its conflicts must not reach this index.
+    pub fn copy(&self) -> Result<ScratchIndex> {
+        let copy = ScratchIndex::of(&self.repo, &self.write_tree()?)?;
+        Ok(copy)
+    }
+
+    pub fn git(&self) -> Command {
+        let mut command = fetch::git(&self.repo);
+        command
+            .env("GIT_INDEX_FILE", self.dir.path().join("index"))
+            .env("GIT_WORK_TREE", self.dir.path());
+        command
+    }
+
+    pub fn apply(&self, patch: &Path, strip: u32, args: &[&str]) -> Result<Output> {
+        self.git()
+            .args(["apply", "--cached", &format!("-p{strip}")])
+            .args(args)
+            .arg(patch)
+            .stdin(Stdio::null())
+            .output()
+            .map_err(|e| Error::io(patch, e))
+    }
+
+    pub fn write_tree(&self) -> Result<String> {
+        let tree = fetch::run(self.git().arg("write-tree"), || "writing a tree".into())?;
+        Ok(tree.trim().to_string())
+    }
+
+    /// The paths left with conflicts (stages 1-3) by a three-way merge.
+    pub fn unmerged(&self) -> Result<Vec<String>> {
+        let listing = fetch::run(self.git().args(["ls-files", "--unmerged"]), || {
+            "listing conflicts".into()
+        })?;
+        let mut paths: Vec<String> = listing
+            .lines()
+            .filter_map(|l| l.split_once('\t').map(|(_, p)| p.to_string()))
+            .collect();
+        paths.dedup();
+        Ok(paths)
+    }
+}

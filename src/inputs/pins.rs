@@ -1,0 +1,301 @@
+//! `pins/<name>.toml`: every moving reference of a spec, resolved by `hallmark lock` and
+//! reviewed in git. A pin is stale when the spec no longer asks for what it resolved; then
+//! nothing is built or checksummed from it.
+
+use crate::error::{Error, Result};
+use crate::inputs::spec::{LoadedSpec, Parent, parse_toml};
+use crate::inputs::values::{Digest, GitCommit, Name, Sha256Hex};
+use crate::oci::Reference;
+use serde::{Deserialize, Serialize};
+use std::path::{Path, PathBuf};
+
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+pub struct Pins {
+    pub base: Option<BasePin>,
+    #[serde(default, rename = "source", skip_serializing_if = "Vec::is_empty")]
+    pub sources: Vec<SourcePin>,
+    /// The Python the wheels were chosen for (`hallmark lock` asks the parent image, or it is
+    /// written by hand); not in the checksum: the wheel pins are.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub python: Option<crate::make::wheel::Interpreter>,
+    #[serde(default, rename = "wheel", skip_serializing_if = "Vec::is_empty")]
+    pub wheels: Vec<WheelPin>,
+    /// The toolchain images of compile stages, pinned as bases are.
+    #[serde(default, rename = "toolchain", skip_serializing_if = "Vec::is_empty")]
+    pub toolchains: Vec<BasePin>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+pub struct BasePin {
+    /// A bad reference fails parsing here, at its line.
+    #[serde(rename = "ref")]
+    pub reference: Reference,
+    pub digest: Digest,
+    /// `repo-digest` when the registry's manifest digest is known, `config-digest` for an
+    /// image that only exists locally (made with `docker import` or `docker load`).
+    #[serde(default)]
+    pub kind: DigestKind,
+    /// The base's baked ENTRYPOINT and CMD, as seen by `hallmark lock` (or written by hand),
+    /// so `check` can catch a spec that repeats them.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub entrypoint: Option<Vec<String>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cmd: Option<Vec<String>>,
+}
+
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum DigestKind {
+    #[default]
+    RepoDigest,
+    /// The digest of the image's config: the same on every image store (`base.rs`).
+    ConfigDigest,
+    /// Written by hallmark before it pinned config digests: the image id on the store that
+    /// locked it (the config digest on the classic store, the manifest digest on the
+    /// containerd store). Still read; `hallmark lock --update` rewrites it.
+    ImageId,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+pub struct SourcePin {
+    pub name: Name,
+    pub git: String,
+    pub rev: String,
+    pub commit: GitCommit,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+pub struct WheelPin {
+    pub name: Name,
+    pub version: String,
+    pub file: String,
+    pub sha256: Sha256Hex,
+}
+
+pub fn path_for(root: &Path, image: &Name) -> PathBuf {
+    root.join("pins").join(format!("{image}.toml"))
+}
+
+/// Reads the pins of an image; an absent file is an empty set of pins.
+pub fn read(root: &Path, image: &Name) -> Result<Pins> {
+    let path = path_for(root, image);
+    crate::inputs::project::stays_inside(root, &path)?;
+    match fs_err::read(&path) {
+        Ok(bytes) => {
+            let text = crate::inputs::spec::text_of(&path, bytes)?;
+            parse(path, &text)
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(Pins::default()),
+        Err(e) => Err(Error::io(&path, e)),
+    }
+}
+
+/// Parses the text of a pins file (read by [`read`]; fuzzed on its own).
+pub fn parse(path: PathBuf, text: &str) -> Result<Pins> {
+    let pins: Pins = parse_toml(&path, text)?;
+    if let Some(Err(message)) = pins
+        .python
+        .as_ref()
+        .map(crate::make::wheel::Interpreter::check)
+    {
+        return Err(Error::Invalid {
+            location: crate::inputs::spec::locate(text, &["python"]),
+            path,
+            key: Some("python".into()),
+            message,
+            hint: None,
+        });
+    }
+    for wheel in &pins.wheels {
+        let distribution = wheel.file.split('-').next().unwrap_or_default();
+        if !wheel.file.ends_with(".whl")
+            || wheel_stem(distribution) != wheel_stem(wheel.name.as_str())
+            || wheel.file.contains(['/', '\\'])
+            || wheel
+                .file
+                .chars()
+                .any(|c| c.is_whitespace() || c.is_control())
+        {
+            return Err(Error::Invalid {
+                path,
+                location: crate::inputs::spec::locate(text, &["wheel", &wheel.file, "file"]),
+                key: Some("wheel.file".into()),
+                message: format!(
+                    "`{}` is not a wheel file name for `{}`",
+                    wheel.file, wheel.name
+                ),
+                hint: None,
+            });
+        }
+    }
+    Ok(pins)
+}
+
+/// PEP 427 normalisation of a distribution name as it appears in wheel file names.
+pub fn wheel_stem(name: &str) -> String {
+    name.to_lowercase().replace(['-', '.'], "_")
+}
+
+pub fn write(root: &Path, image: &Name, pins: &Pins) -> Result<()> {
+    let path = path_for(root, image);
+    let body = toml::to_string_pretty(pins).expect("pins serialize");
+    let text = format!("# Written by `hallmark lock {image}`; review changes in git.\n\n{body}");
+    if let Some(dir) = path.parent() {
+        fs_err::create_dir_all(dir).map_err(|e| Error::io(dir, e))?;
+    }
+    fs_err::write(&path, text).map_err(|e| Error::io(&path, e))
+}
+
+/// The pins of one spec, each checked against what the spec asks for.
+#[derive(Debug, Clone)]
+pub struct CheckedPins {
+    pub base: Option<BasePin>,
+    /// In the spec's source order.
+    pub sources: Vec<SourcePin>,
+    /// In the spec's wheel order.
+    pub wheels: Vec<WheelPin>,
+}
+
+/// Matches pins to the spec: every source, wheel and external base has a current pin, and
+/// no pin is left for something the spec dropped.
+pub fn check(loaded: &LoadedSpec, root: &Path, pins: &Pins) -> Result<CheckedPins> {
+    let checking = Checking {
+        loaded,
+        pins,
+        path: path_for(root, &loaded.name),
+    };
+    let checked = CheckedPins {
+        base: checking.base()?,
+        sources: checking.sources()?,
+        wheels: checking.wheels()?,
+    };
+    checking.nothing_left_over()?;
+    Ok(checked)
+}
+
+/// A spec's pins being matched to it; each error names the image and its pins file.
+struct Checking<'a> {
+    loaded: &'a LoadedSpec,
+    pins: &'a Pins,
+    path: PathBuf,
+}
+
+impl Checking<'_> {
+    fn error(&self, what: String) -> Error {
+        // No pins file at all: that is the news, not the first pin it lacks.
+        let what = match self.path.exists() {
+            true => what,
+            false => format!("does not exist ({what})"),
+        };
+        Error::Pin {
+            image: self.loaded.name.to_string(),
+            path: self.path.clone(),
+            what,
+        }
+    }
+
+    fn base(&self) -> Result<Option<BasePin>> {
+        match (self.loaded.spec.parent(), &self.pins.base) {
+            (Parent::Image(_), None) => Ok(None),
+            (Parent::Image(_), Some(base)) => Err(self.error(format!(
+                "pins a base `{}`, but the spec's parent is another spec",
+                base.reference
+            ))),
+            (Parent::External(reference), None) => {
+                Err(self.error(format!("no digest pinned for the base `{reference}`")))
+            }
+            (Parent::External(reference), Some(base)) if base.reference != reference => Err(self
+                .error(format!(
+                    "stale: the base pin is for `{}`, the spec asks for `{reference}`",
+                    base.reference
+                ))),
+            (Parent::External(_), Some(base)) => Ok(Some(base.clone())),
+        }
+    }
+
+    fn sources(&self) -> Result<Vec<SourcePin>> {
+        let mut sources = Vec::new();
+        for source in &self.loaded.spec.sources {
+            let name = source.name.get_ref();
+            let pin = self
+                .pins
+                .sources
+                .iter()
+                .find(|p| &p.name == name)
+                .ok_or_else(|| self.error(format!("no commit pinned for source `{name}`")))?;
+            if pin.git != source.git || pin.rev != source.rev {
+                return Err(self.error(format!(
+                    "stale: source `{name}` is pinned for {} at `{}`, the spec asks for {} at `{}`",
+                    pin.git, pin.rev, source.git, source.rev
+                )));
+            }
+            // A rev that is a full commit is that commit: a pin naming another (a hand edit)
+            // would build what the spec does not say.
+            let rev = source.rev.to_ascii_lowercase();
+            if rev.len() == 40
+                && rev.bytes().all(|b| b.is_ascii_hexdigit())
+                && rev != pin.commit.to_string()
+            {
+                return Err(self.error(format!(
+                    "source `{name}`: the spec's rev is the commit {rev}, the pin says {}; run `hallmark lock --update {}`",
+                    pin.commit,
+                    self.loaded.name
+                )));
+            }
+            sources.push(pin.clone());
+        }
+        Ok(sources)
+    }
+
+    fn wheels(&self) -> Result<Vec<WheelPin>> {
+        let mut wheels = Vec::new();
+        for wheel in &self.loaded.spec.wheels {
+            let name = wheel.name.get_ref();
+            let pin = self
+                .pins
+                .wheels
+                .iter()
+                .find(|p| wheel_stem(p.name.as_str()) == wheel_stem(name.as_str()))
+                .ok_or_else(|| self.error(format!("no sha256 pinned for wheel `{name}`")))?;
+            if pin.version != wheel.version {
+                return Err(self.error(format!(
+                    "stale: wheel `{name}` is pinned at {}, the spec asks for {}",
+                    pin.version, wheel.version
+                )));
+            }
+            wheels.push(pin.clone());
+        }
+        Ok(wheels)
+    }
+
+    /// No source or wheel is pinned that the spec no longer has.
+    fn nothing_left_over(&self) -> Result<()> {
+        let spec = &self.loaded.spec;
+        for pin in &self.pins.sources {
+            if !spec.sources.iter().any(|s| s.name.get_ref() == &pin.name) {
+                return Err(self.error(format!(
+                    "stale: pins source `{}`, which the spec no longer has",
+                    pin.name
+                )));
+            }
+        }
+        for pin in &self.pins.wheels {
+            let stem = wheel_stem(pin.name.as_str());
+            if !spec
+                .wheels
+                .iter()
+                .any(|w| wheel_stem(w.name.get_ref().as_str()) == stem)
+            {
+                return Err(self.error(format!(
+                    "stale: pins wheel `{}`, which the spec no longer has",
+                    pin.name
+                )));
+            }
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,354 @@
+//! `hallmark lock`: turns every moving reference of a spec into a pin. Existing pins that
+//! still match the spec are kept unless `--update`; nothing else changes in the file.
+
+use crate::error::{Error, Result};
+use crate::inputs::pins::{self, BasePin, Pins, SourcePin, WheelPin, wheel_stem};
+use crate::inputs::project::Project;
+use crate::inputs::spec::{LoadedSpec, Parent};
+use crate::inputs::values::{Name, Sha256Hex};
+use crate::make::wheel::{self, Interpreter};
+use crate::plan::fetch;
+
+/// What `lock` asks the builder's engine: the digest of an external base, and the Python of
+/// an image (for its wheels).
+pub trait BaseResolver {
+    /// `Ok(None)` when no engine is reachable or it does not hold the image.
+    fn resolve(&self, reference: &str) -> Result<Option<BasePin>>;
+    /// The Python in the image `reference` names, asked in a container from it; `Ok(None)`
+    /// when no engine holds it or it cannot run there (another machine, no python3).
+    fn interpreter(&self, reference: &str) -> Result<Option<Interpreter>>;
+}
+
+/// One line of what `lock` did, for the operator.
+pub struct LockReport {
+    pub image: Name,
+    pub changes: Vec<String>,
+}
+
+pub fn lock(
+    project: &Project,
+    image: &Name,
+    update: bool,
+    bases: &dyn BaseResolver,
+    cache: &std::path::Path,
+) -> Result<LockReport> {
+    let loaded = project.load_spec(image)?;
+    let old = pins::read(&project.root, image)?;
+    let mut locking = Locking {
+        project,
+        image,
+        update,
+        bases,
+        old: &old,
+        changes: Vec::new(),
+    };
+    let mut new = Pins::default();
+    if let Parent::External(reference) = loaded.spec.parent() {
+        new.base = Some(locking.base(reference)?);
+    }
+    for stage in &loaded.spec.compiles {
+        let Some(reference) = stage.toolchain.as_ref().map(|t| t.get_ref()) else {
+            continue;
+        };
+        if !new
+            .toolchains
+            .iter()
+            .any(|t| t.reference == reference.as_str())
+        {
+            let pin = locking.toolchain(reference, stage.name.get_ref().as_str())?;
+            new.toolchains.push(pin);
+        }
+    }
+    for source in &loaded.spec.sources {
+        new.sources.push(locking.source(source)?);
+    }
+    if !loaded.spec.wheels.is_empty() {
+        new.python = interpreter(project, &loaded, &old, update, bases, &mut locking.changes)?;
+    }
+    for wheel in &loaded.spec.wheels {
+        let pin = locking.wheel(wheel, new.python.as_ref(), cache)?;
+        new.wheels.push(pin);
+    }
+
+    if new != old {
+        pins::write(&project.root, image, &new)?;
+    }
+    Ok(LockReport {
+        image: image.clone(),
+        changes: locking.changes,
+    })
+}
+
+/// One image's locking: the pins it had, and what changed so far.
+struct Locking<'a> {
+    project: &'a Project,
+    image: &'a Name,
+    update: bool,
+    bases: &'a dyn BaseResolver,
+    old: &'a Pins,
+    changes: Vec<String>,
+}
+
+impl Locking<'_> {
+    fn unpinnable(&self, what: String) -> Error {
+        Error::Pin {
+            image: self.image.to_string(),
+            path: pins::path_for(&self.project.root, self.image),
+            what,
+        }
+    }
+
+    /// The external base: the digest pinned (unless `--update`), else the engine's, else
+    /// the one written by hand.
+    fn base(&mut self, reference: &str) -> Result<BasePin> {
+        let current = self.old.base.as_ref().filter(|b| b.reference == reference);
+        Ok(match (current, self.update) {
+            (Some(base), false) => {
+                self.changes.push(format!("base {reference}: kept the digest written in pins/ ({}); `--update` asks the engine", base.digest));
+                base.clone()
+            }
+            _ => match (self.bases.resolve(reference)?, current) {
+                (Some(base), _) => {
+                    self.changes
+                        .push(format!("base {reference} -> {}", base.digest));
+                    base
+                }
+                (None, Some(hand)) => {
+                    self.changes.push(format!("base {reference}: no engine holds it; kept the digest written in pins/ ({})", hand.digest));
+                    hand.clone()
+                }
+                (None, None) => {
+                    return Err(self.unpinnable(format!(
+                        "cannot pin the base `{reference}`: no reachable engine holds it; load it on the builder, or write `[base]` with `ref` and `digest` in this file by hand"
+                    )));
+                }
+            },
+        })
+    }
+
+    /// A compile stage's toolchain image, pinned as a base is.
+    fn toolchain(&mut self, reference: &str, stage: &str) -> Result<BasePin> {
+        let current = self
+            .old
+            .toolchains
+            .iter()
+            .find(|t| t.reference == reference);
+        Ok(match (current, self.update) {
+            (Some(pin), false) => pin.clone(),
+            _ => match (self.bases.resolve(reference)?, current) {
+                (Some(pin), _) => {
+                    self.changes
+                        .push(format!("toolchain {reference} -> {}", pin.digest));
+                    pin
+                }
+                (None, Some(hand)) => hand.clone(),
+                (None, None) => {
+                    return Err(self.unpinnable(format!(
+                        "cannot pin the toolchain `{reference}` of compile stage `{stage}`: no reachable engine holds it; load it on the builder, or write `[[toolchain]]` with `ref` and `digest` in this file by hand"
+                    )));
+                }
+            },
+        })
+    }
+
+    /// A source's commit: the one pinned for the same repository and rev (unless
+    /// `--update`), else the rev resolved now.
+    fn source(&mut self, source: &crate::inputs::spec::Source) -> Result<SourcePin> {
+        let name = source.name.get_ref();
+        let kept = self
+            .old
+            .sources
+            .iter()
+            .find(|p| &p.name == name && p.git == source.git && p.rev == source.rev)
+            .filter(|_| !self.update);
+        if let Some(pin) = kept {
+            return Ok(pin.clone());
+        }
+        let commit = fetch::resolve_rev(&source.git, &source.rev)?;
+        self.changes
+            .push(format!("source {name}: {} -> {commit}", source.rev));
+        Ok(SourcePin {
+            name: name.clone(),
+            git: source.git.clone(),
+            rev: source.rev.clone(),
+            commit,
+        })
+    }
+
+    /// A wheel's file: the one pinned for the same version that fits `python` (unless
+    /// `--update`: a pin chosen for another Python or machine is chosen again), else the one
+    /// pip downloads for `python` now.
+    fn wheel(
+        &mut self,
+        wheel: &crate::inputs::spec::Wheel,
+        python: Option<&Interpreter>,
+        cache: &std::path::Path,
+    ) -> Result<WheelPin> {
+        let name = wheel.name.get_ref();
+        let fits = |pin: &WheelPin| match (python, wheel::parse_name(&pin.file)) {
+            (Some(python), Ok(file)) => python.accepts(&file),
+            (None, _) => true,
+            (Some(_), Err(_)) => false,
+        };
+        let kept = self
+            .old
+            .wheels
+            .iter()
+            .find(|p| {
+                wheel_stem(p.name.as_str()) == wheel_stem(name.as_str())
+                    && p.version == wheel.version
+                    && fits(p)
+            })
+            .filter(|_| !self.update);
+        if let Some(pin) = kept {
+            return Ok(pin.clone());
+        }
+        let target = python.map(Interpreter::pip_options).unwrap_or_default();
+        let path = fetch::download_wheel(
+            cache,
+            self.image.as_str(),
+            name.as_str(),
+            &wheel.version,
+            &target,
+        )?;
+        let sha = path
+            .parent()
+            .and_then(|d| d.file_name())
+            .expect("cache layout <sha>/<file>");
+        let pin = WheelPin {
+            name: name.clone(),
+            version: wheel.version.clone(),
+            file: path
+                .file_name()
+                .expect("a file")
+                .to_string_lossy()
+                .into_owned(),
+            sha256: Sha256Hex::try_from(sha.to_string_lossy().into_owned())
+                .expect("cache dirs are sha256"),
+        };
+        check_wheel_fits(
+            self.image,
+            &pins::path_for(&self.project.root, self.image),
+            &pin,
+            python,
+        )?;
+        self.changes.push(format!(
+            "wheel {name}=={}: {} sha256 {}",
+            wheel.version, pin.file, pin.sha256
+        ));
+        Ok(pin)
+    }
+}
+
+/// The Python an image's wheels are chosen for: the one pinned (unless `--update`, or it is
+/// for another machine than the spec's platform), else asked of the nearest image up the
+/// parent chain that the builder holds and can run. The spec's platform (its own or the
+/// nearest parent's) names the machine, so an arm64 image is locked for arm64 on an x86
+/// builder that holds the base's x86 variant: the Python version and C library are the same
+/// across a base's platforms. `None` when nothing could be asked.
+fn interpreter(
+    project: &Project,
+    loaded: &LoadedSpec,
+    old: &Pins,
+    update: bool,
+    bases: &dyn BaseResolver,
+    changes: &mut Vec<String>,
+) -> Result<Option<Interpreter>> {
+    let mut platform = loaded.spec.image.platform.clone();
+    let mut chain = Vec::new();
+    let mut seen = vec![loaded.name.clone()];
+    let mut current = loaded.spec.parent();
+    let mut parents = Vec::new();
+    loop {
+        match current {
+            Parent::External(reference) => {
+                chain.push(reference.to_string());
+                break;
+            }
+            Parent::Image(parent) if !seen.contains(parent) => {
+                seen.push(parent.clone());
+                parents.push(project.load_spec(parent)?);
+                let parent = parents.last().expect("pushed");
+                chain.push(parent.reference());
+                platform = platform.or_else(|| parent.spec.image.platform.clone());
+                current = parent.spec.parent();
+            }
+            // A cycle: `check` names it; the images seen so far are enough here.
+            Parent::Image(_) => break,
+        }
+    }
+    let machine = platform.as_deref().and_then(wheel::machine_of_platform);
+    let for_machine = |python: &Interpreter| machine.is_none_or(|m| python.machine == m);
+    if let Some(pinned) = old.python.as_ref().filter(|p| !update && for_machine(p)) {
+        return Ok(Some(pinned.clone()));
+    }
+    for reference in &chain {
+        if let Some(mut python) = bases.interpreter(reference)? {
+            if let Some(machine) = machine {
+                python.machine = machine.to_string();
+            }
+            changes.push(format!("python: {} (asked {reference})", python.describe()));
+            return Ok(Some(python));
+        }
+    }
+    if let Some(pinned) = old.python.as_ref().filter(|p| for_machine(p)) {
+        changes.push(format!(
+            "python: no engine could run {}; kept the one written in pins/ ({})",
+            chain.join(", "),
+            pinned.describe()
+        ));
+        return Ok(Some(pinned.clone()));
+    }
+    changes.push(format!(
+        "python: no engine could run python3 in {}; wheels chosen by the host's pip must be pure Python",
+        chain.join(", ")
+    ));
+    Ok(None)
+}
+
+/// A downloaded wheel must install on the image's Python; without one known, it must be pure
+/// Python, which installs anywhere.
+fn check_wheel_fits(
+    image: &Name,
+    pins_path: &std::path::Path,
+    pin: &WheelPin,
+    python: Option<&Interpreter>,
+) -> Result<()> {
+    let file = wheel::parse_name(&pin.file).map_err(|message| Error::Wheel {
+        image: image.to_string(),
+        name: pin.name.to_string(),
+        version: pin.version.clone(),
+        message,
+        hint: None,
+    })?;
+    let fail = |message: String, hint: Option<String>| Error::Wheel {
+        image: image.to_string(),
+        name: pin.name.to_string(),
+        version: pin.version.clone(),
+        message,
+        hint,
+    };
+    match python {
+        Some(python) if !python.accepts(&file) => Err(fail(
+            format!(
+                "pip chose {}, which does not install on {}",
+                pin.file,
+                python.describe()
+            ),
+            None,
+        )),
+        None if !file.is_pure() => Err(Error::Invalid {
+            path: pins_path.to_path_buf(),
+            location: None,
+            key: Some("python".into()),
+            message: format!(
+                "wheel `{}=={}`: pip offers {}, built for one Python and platform, and hallmark cannot tell which Python image `{image}` runs",
+                pin.name, pin.version, pin.file
+            ),
+            hint: Some(format!(
+                "load the base on the builder and run `hallmark lock --update {image}`, or write it in this file by hand: [python] version = \"3.12\", implementation = \"cpython\", abi = \"cp312\", machine = \"aarch64\", libc = \"glibc 2.35\" (docs/spec.md)"
+            )),
+        }),
+        _ => Ok(()),
+    }
+}

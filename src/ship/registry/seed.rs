@@ -1,0 +1,154 @@
+//! The registry hallmark starts is filled from the layer store, not by the builder's push:
+//! the blobs the stream transport sends (same bytes, same digests) and the manifest its
+//! archives carry. So the registry holds an image the way the nodes that got it by stream
+//! hold it: a containerd store that loaded the base from an archive finds the base's blobs
+//! under the digests the registry's manifest names and fetches only the new layers (the
+//! builder's push compressed every layer again, under new digests, so those nodes fetched the
+//! base once more, or took an image they could not read). A blob the registry has is not
+//! sent again. Plain HTTP on 127.0.0.1, no credentials: only for the registry hallmark runs.
+
+use crate::engine::body_from_writer;
+use crate::images::store::{Blob, LayerStore, StoredImage};
+use crate::oci::archive;
+use bytes::Bytes;
+use futures_util::StreamExt;
+use http_body_util::BodyExt;
+use http_body_util::combinators::BoxBody;
+use hyper::{Method, Request, StatusCode};
+use std::collections::HashSet;
+use std::sync::Arc;
+
+type Body = BoxBody<Bytes, std::io::Error>;
+
+/// Puts `image` into the registry at `address` (`host:port`) as `name:tag`; returns how many
+/// blobs were sent and how many the registry had.
+pub async fn push_stored(
+    address: &str,
+    name: &str,
+    tag: &str,
+    store: &Arc<LayerStore>,
+    image: &StoredImage,
+) -> Result<(usize, usize), String> {
+    let (mut sent, mut present) = (0, 0);
+    let mut seen = HashSet::new();
+    let blobs = std::iter::once(&image.config).chain(image.layers.iter().map(|l| &l.blob));
+    for blob in blobs.filter(|b| seen.insert(b.digest.clone())) {
+        let path = format!("/v2/{name}/blobs/{}", blob.digest);
+        let head = request(address, Method::HEAD, &path, None, empty()).await?;
+        if head.status() == StatusCode::OK {
+            present += 1;
+            continue;
+        }
+        upload(address, name, store, blob).await?;
+        sent += 1;
+    }
+    let (_, manifest) = archive::manifest(image);
+    let path = format!("/v2/{name}/manifests/{tag}");
+    let media_type = "application/vnd.oci.image.manifest.v1+json";
+    let body = http_body_util::Full::new(Bytes::from(manifest))
+        .map_err(|never| match never {})
+        .boxed();
+    let answer = request(address, Method::PUT, &path, Some(media_type), body).await?;
+    expect(answer, StatusCode::CREATED, &path).await?;
+    Ok((sent, present))
+}
+
+/// One blob, in one PUT (the registry's monolithic upload), streamed from the store.
+async fn upload(
+    address: &str,
+    name: &str,
+    store: &Arc<LayerStore>,
+    blob: &Blob,
+) -> Result<(), String> {
+    let path = format!("/v2/{name}/blobs/uploads/");
+    let started = request(address, Method::POST, &path, None, empty()).await?;
+    let location = started
+        .headers()
+        .get(hyper::header::LOCATION)
+        .and_then(|l| l.to_str().ok())
+        .map(str::to_string);
+    expect(started, StatusCode::ACCEPTED, &path).await?;
+    let location = location.ok_or("the registry gave no upload location")?;
+    // Absolute (`http://host:port/v2/...`) or a path: the path is what is asked for.
+    let location = match location.find("/v2/") {
+        Some(at) => location[at..].to_string(),
+        None => location,
+    };
+    let separator = if location.contains('?') { '&' } else { '?' };
+    let put = format!("{location}{separator}digest={}", blob.digest);
+    let file_path = store.blob_path(&blob.digest);
+    let stream = body_from_writer(None, move |writer| {
+        let mut file =
+            fs_err::File::open(&file_path).map_err(|e| crate::error::Error::io(&file_path, e))?;
+        std::io::copy(&mut file, writer).map_err(|e| crate::error::Error::io(&file_path, e))?;
+        Ok(())
+    });
+    let frames = stream.map(|chunk| Ok::<_, std::io::Error>(hyper::body::Frame::data(chunk)));
+    let body = BodyExt::boxed(http_body_util::StreamBody::new(frames));
+    let answer = request(
+        address,
+        Method::PUT,
+        &put,
+        Some("application/octet-stream"),
+        body,
+    )
+    .await?;
+    expect(answer, StatusCode::CREATED, &put).await
+}
+
+fn empty() -> Body {
+    http_body_util::Empty::new()
+        .map_err(|never| match never {})
+        .boxed()
+}
+
+/// One request on a connection of its own.
+async fn request(
+    address: &str,
+    method: Method,
+    path: &str,
+    content_type: Option<&str>,
+    body: Body,
+) -> Result<hyper::Response<hyper::body::Incoming>, String> {
+    let what = format!("{method} {path} at {address}");
+    let stream = tokio::net::TcpStream::connect(address)
+        .await
+        .map_err(|e| format!("{what}: {e}"))?;
+    let (mut sender, connection) =
+        hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(stream))
+            .await
+            .map_err(|e| format!("{what}: {e}"))?;
+    tokio::spawn(connection);
+    let mut builder = Request::builder()
+        .method(method)
+        .uri(path)
+        .header(hyper::header::HOST, address);
+    if let Some(content_type) = content_type {
+        builder = builder.header(hyper::header::CONTENT_TYPE, content_type);
+    }
+    let request = builder.body(body).map_err(|e| format!("{what}: {e}"))?;
+    sender
+        .send_request(request)
+        .await
+        .map_err(|e| format!("{what}: {e}"))
+}
+
+/// `Ok` if `answer` has the `status`, else the registry's words.
+async fn expect(
+    answer: hyper::Response<hyper::body::Incoming>,
+    status: StatusCode,
+    path: &str,
+) -> Result<(), String> {
+    if answer.status() == status {
+        return Ok(());
+    }
+    let got = answer.status();
+    let body = answer.into_body().collect().await.map(|b| b.to_bytes());
+    let text = body
+        .map(|b| String::from_utf8_lossy(&b).into_owned())
+        .unwrap_or_default();
+    Err(format!(
+        "the registry answered {got} to {path}: {}",
+        text.trim()
+    ))
+}

@@ -1,0 +1,342 @@
+//! What a node holds, compared with what the plan expects. Identity is the checksum label
+//! (what the image was built from) plus the content fingerprint (what it is): sha256 over
+//! the ordered layer diff IDs and the runtime config. Image IDs are not used: they differ
+//! between the classic and the containerd image stores and across save/load.
+
+use crate::engine::Engine;
+use crate::engine::ImageAnswer;
+use crate::error::Result;
+use crate::oci::Reference;
+use serde::Serialize;
+use sha2::{Digest as _, Sha256};
+
+/// The config fields that define how a container runs: the image config's runtime part
+/// (the OCI image spec's `config`, and Docker's additions to it) as every engine reports it.
+/// Engines differ in the container-only fields they report beside them (`Hostname`, `Image`,
+/// `AttachStdin` and the like, filled with defaults), so only these count, empty ones
+/// omitted. An outside test saw `HEALTHCHECK`, `SHELL` or `ONBUILD` added on a node (no
+/// layer) called `current` when v1 counted the first nine alone. `StopTimeout` is not
+/// counted: the containerd store leaves it out of its inspect (Docker 26 and 28), so an
+/// honest image whose base set it was a `mismatch` there (a second outside test).
+const CONFIG_FIELDS: [&str; 12] = [
+    "User",
+    "ExposedPorts",
+    "Env",
+    "Entrypoint",
+    "Cmd",
+    "Volumes",
+    "WorkingDir",
+    "Labels",
+    "StopSignal",
+    "Healthcheck",
+    "Shell",
+    "OnBuild",
+];
+
+pub fn fingerprint(image: &ImageAnswer) -> String {
+    let mut document = String::from("hallmark-fingerprint v2\n");
+    // What it runs on: os and architecture (a variant some engines leave out is not).
+    document.push_str(&format!("platform {}\n", image.os_architecture()));
+    for layer in image.layers() {
+        document.push_str(&format!("layer {layer}\n"));
+    }
+    let mut kept = serde_json::Map::new();
+    for field in CONFIG_FIELDS {
+        match image.config.get(field) {
+            None | Some(serde_json::Value::Null) => {}
+            Some(serde_json::Value::Array(a)) if a.is_empty() => {}
+            Some(serde_json::Value::Object(o)) if o.is_empty() => {}
+            Some(serde_json::Value::String(s)) if s.is_empty() => {}
+            Some(value) => {
+                kept.insert(field.to_string(), value.clone());
+            }
+        }
+    }
+    document.push_str(&format!("config {}\n", serde_json::Value::Object(kept)));
+    hex::encode(Sha256::digest(document.as_bytes()))
+}
+
+/// The engine knows the name but cannot read the image: Docker 28's containerd store answers
+/// an inspect of an image whose content it lacks with a stub, no OS and no layers.
+pub fn incomplete(image: &ImageAnswer) -> bool {
+    image.is_stub()
+}
+
+/// The image `reference` names on `engine`, and whether the engine holds all of its content.
+/// An image whose content the containerd store lacks (a layer or the config it has not got
+/// under the digest the manifest names) cannot be saved or pushed; Docker 28 answers its
+/// inspect with a stub ([`incomplete`]), while Docker 26 answers as if all were well but
+/// leaves it out of its image list, so both are asked (the list only when `listed` does not
+/// already say that the engine lists it).
+pub async fn inspect_whole(
+    engine: &Engine,
+    reference: &str,
+    listed: bool,
+) -> Result<Option<(ImageAnswer, bool)>> {
+    let Some(image) = engine.inspect(reference).await? else {
+        return Ok(None);
+    };
+    if incomplete(&image) {
+        return Ok(Some((image, false)));
+    }
+    // An image id is not a reference the list filters by; asked by id, the inspect decides.
+    if listed || reference.starts_with("sha256:") {
+        return Ok(Some((image, true)));
+    }
+    let named = engine.ids_named(reference).await?;
+    let whole = named.iter().any(|id| image.id() == Some(id.as_str()));
+    Ok(Some((image, whole)))
+}
+
+pub fn label<'a>(image: &'a ImageAnswer, key: &str) -> Option<&'a str> {
+    image.label(key)
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Holding {
+    /// The tag names an image with the expected checksum and fingerprint.
+    Current,
+    /// The tag names an image built from other inputs.
+    Stale,
+    /// The label matches but the content does not: made elsewhere under the label, or built
+    /// again from the same inputs into other bytes (a build that is not reproducible).
+    Mismatch,
+    /// The label matches, but the content cannot be checked: the builder, whose image is the
+    /// reference, does not hold it (any more). `status` says so rather than `current`.
+    Unverified,
+    Missing,
+    /// The engine holds the name but not the image's content (a manifest whose layers or
+    /// config it lacks): it cannot be saved or pushed. `distribute` completes it.
+    Incomplete,
+    Unreachable,
+    /// The image's spec cannot be planned (it does not load, its pins are not locked, or it
+    /// stands on such a spec): what it should be is not known. `detail` says why.
+    Unplanned,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct NodeHolding {
+    pub node: String,
+    pub state: Holding,
+    pub checksum: Option<String>,
+    pub fingerprint: Option<String>,
+    pub detail: Option<String>,
+    /// The engine's id for the image it holds under the reference, where it was seen
+    /// (`distribute` notes it for the next thin archive without asking again).
+    #[serde(skip)]
+    pub image_id: Option<String>,
+}
+
+/// What `engine` holds under `reference`, against the expected checksum and fingerprint.
+pub async fn holding(
+    engine: &Engine,
+    reference: &str,
+    label_key: &str,
+    checksum: &str,
+    expected: &str,
+) -> Result<NodeHolding> {
+    holding_of(engine, reference, label_key, checksum, expected, false).await
+}
+
+/// [`holding`], told whether the engine's image list names `reference` already.
+async fn holding_of(
+    engine: &Engine,
+    reference: &str,
+    label_key: &str,
+    checksum: &str,
+    expected: &str,
+    listed: bool,
+) -> Result<NodeHolding> {
+    let image = inspect_whole(engine, reference, listed).await?;
+    let (state, checksum_found, fingerprint_found) = match &image {
+        None => (Holding::Missing, None, None),
+        Some((_, false)) => (Holding::Incomplete, None, None),
+        Some((image, true)) => {
+            let found = label(image, label_key).map(str::to_string);
+            let print = fingerprint(image);
+            let state = match (found.as_deref() == Some(checksum), print == expected) {
+                (true, true) => Holding::Current,
+                (true, false) => Holding::Mismatch,
+                (false, _) => Holding::Stale,
+            };
+            (state, found, Some(print))
+        }
+    };
+    let detail = match state {
+        Holding::Incomplete => Some(format!(
+            "the engine holds {reference} without its content (it cannot be saved or pushed); `hallmark distribute` completes it"
+        )),
+        Holding::Mismatch => Some(format!(
+            "{reference} carries this checksum but not the builder's content: made elsewhere under the label, or built again from the same inputs into other bytes (a build that is not reproducible, such as a `build --force` of steps that read the clock or /dev/urandom); `hallmark distribute` replaces it"
+        )),
+        _ => None,
+    };
+    Ok(NodeHolding {
+        node: engine.node.clone(),
+        state,
+        checksum: checksum_found,
+        fingerprint: fingerprint_found,
+        detail,
+        image_id: image.and_then(|(image, _)| image.id().map(str::to_string)),
+    })
+}
+
+/// One image a node should hold: its reference, checksum and the builder's fingerprint.
+pub struct Wanted {
+    pub reference: String,
+    pub checksum: String,
+    pub fingerprint: String,
+    /// The ids an engine gives the builder's image ([`known_ids`]): a node that lists the tag
+    /// under one of them holds that very content (ids are content addresses), no inspect asked.
+    pub ids: Vec<String>,
+}
+
+/// The ids engines give the builder's image `builder_id`: that id (the config digest on a
+/// classic store, which a classic node computes alike; the manifest digest on a containerd
+/// builder, which a containerd node keeps) and, if the layer store holds the image, the
+/// digest of the manifest hallmark's archives carry (what a containerd node it loaded calls it)
+/// and the config digest (what a classic node calls an image from a containerd builder).
+pub fn known_ids(store: &crate::images::store::LayerStore, builder_id: &str) -> Vec<String> {
+    let mut ids = vec![builder_id.to_string()];
+    if let Some(stored) = store.image(builder_id) {
+        for id in [
+            crate::oci::archive::manifest(&stored).0,
+            stored.config.digest,
+        ] {
+            let id = id.to_string();
+            if !ids.contains(&id) {
+                ids.push(id);
+            }
+        }
+    }
+    ids
+}
+
+/// Whether the builder's image `id`, which carries `checksum` as its label, is one hallmark
+/// finished for that checksum on this builder: `None` if so, else why it is not trusted.
+/// Only hallmark's own record says ([`crate::images::store::finished`]): a label and a history step
+/// that sets it are written as easily by a plain `docker build` of a rendered context, a
+/// `docker commit` over the tag, a `docker import --change` or a loaded tar, and the step
+/// images of a build `FROM` the image carry its label too.
+pub fn unfinished(
+    store: &crate::images::store::LayerStore,
+    id: &str,
+    checksum: &str,
+) -> Option<String> {
+    (!crate::images::store::finished::is_finished(store, checksum, id)).then(|| {
+        let short = id.trim_start_matches("sha256:");
+        format!(
+            "hallmark has no record of finishing {}: a `docker build`, `docker commit`, `docker import` or load can write the label, and the step images of a build on it carry it too; or hallmark built it with another cache (another machine, user or HALLMARK_CACHE), whose record is not here",
+            &short[..12.min(short.len())]
+        )
+    })
+}
+
+/// How many images of one engine are inspected at once.
+const INSPECTS_AT_ONCE: usize = 8;
+
+/// What `engine` holds of each of `wanted`, in order, from one listing of the engine's
+/// images under those names: a tag naming an image with another checksum is `stale`, one naming an id of
+/// `wanted.ids` with the checksum `current`, a tag a classic store does not list `missing`,
+/// each without a request of its own. Only the others are inspected, several at a time: a
+/// containerd store may hold a tag it does not list (Docker 26, an incomplete image), and an
+/// image under another id is judged by its content.
+pub async fn holdings(
+    engine: &Engine,
+    label_key: &str,
+    wanted: &[Wanted],
+) -> Vec<Result<NodeHolding>> {
+    use futures_util::StreamExt as _;
+    let references: Vec<&str> = wanted.iter().map(|w| w.reference.as_str()).collect();
+    let listing = engine.listed_images_named(&references);
+    let (listed, info) = futures_util::future::join(listing, engine.info()).await;
+    // If the engine cannot say which store it has, every unlisted tag is asked.
+    let lists_all = info.is_ok_and(|info| info.image_store() == "classic");
+    let listed = match listed {
+        Ok(listed) => listed,
+        Err(e) => {
+            // The engine's own error says which node already; its words, not its name twice.
+            let message = match e {
+                crate::error::Error::Engine { message, .. } => message,
+                other => other.to_string(),
+            };
+            return wanted
+                .iter()
+                .map(|_| Err(engine.error(message.clone())))
+                .collect();
+        }
+    };
+    let by_tag = by_familiar_tag(&listed);
+    futures_util::stream::iter(wanted.iter().map(|want| {
+        let seen = by_tag.get(familiar(&want.reference).as_str()).copied();
+        async move {
+            // Another checksum under the tag is stale whatever else is true. An image listed
+            // with no checksum at all is inspected: it may be a containerd store's stub,
+            // whose config (and so its labels) the engine lacks.
+            if let Some(seen) = seen
+                && let Some(found) = seen.labels.get(label_key)
+                && *found != want.checksum
+            {
+                return Ok(NodeHolding {
+                    node: engine.node.clone(),
+                    state: Holding::Stale,
+                    checksum: Some(found.clone()),
+                    fingerprint: None,
+                    detail: None,
+                    image_id: Some(seen.id.clone()),
+                });
+            }
+            let held = |state, fingerprint: Option<&str>| NodeHolding {
+                node: engine.node.clone(),
+                state,
+                checksum: fingerprint.map(|_| want.checksum.clone()),
+                fingerprint: fingerprint.map(str::to_string),
+                detail: None,
+                image_id: seen.map(|seen| seen.id.clone()),
+            };
+            match seen {
+                None if lists_all => return Ok(held(Holding::Missing, None)),
+                Some(seen)
+                    if seen.labels.get(label_key) == Some(&want.checksum)
+                        && !want.fingerprint.is_empty()
+                        && want.ids.contains(&seen.id) =>
+                {
+                    return Ok(held(Holding::Current, Some(&want.fingerprint)));
+                }
+                _ => {}
+            }
+            holding_of(
+                engine,
+                &want.reference,
+                label_key,
+                &want.checksum,
+                &want.fingerprint,
+                seen.is_some(),
+            )
+            .await
+        }
+    }))
+    .buffered(INSPECTS_AT_ONCE)
+    .collect()
+    .await
+}
+
+/// The listed images by each of their tags, spelt [`familiar`]ly.
+pub fn by_familiar_tag(
+    listed: &[crate::engine::ImageListed],
+) -> std::collections::HashMap<String, &crate::engine::ImageListed> {
+    let mut by_tag = std::collections::HashMap::new();
+    for image in listed {
+        for tag in &image.repo_tags {
+            by_tag.insert(familiar(tag), image);
+        }
+    }
+    by_tag
+}
+
+/// `hello:latest` for `docker.io/library/hello:latest` (the containerd store's spelling).
+/// A name that is not a reference (`<none>:<none>`) is compared as it is.
+pub fn familiar(reference: &str) -> String {
+    Reference::parse(reference).map_or_else(|_| reference.to_string(), |r| r.familiar())
+}
