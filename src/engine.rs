@@ -32,7 +32,6 @@ pub use progress::{BuildEvent, ProgressDetail, ProgressEvent, Reports, follow};
 
 use crate::engine::credentials::Credentials;
 use crate::error::{Error, Result};
-use crate::inputs::config::NodeConfig;
 use answers::{ContainerCreated, ContainerExit};
 use bollard::Docker;
 use bollard::query_parameters::{
@@ -82,20 +81,30 @@ pub struct Engine {
     live: Arc<tokio::sync::Mutex<Vec<String>>>,
 }
 
+/// Which node an engine belongs to, while connecting.
+#[derive(Clone, Copy)]
+struct Node<'a> {
+    name: &'a str,
+    address: &'a Address,
+}
+
 impl Engine {
-    /// Connects to `node`'s engine; an ssh node's control master is kept in `cache`.
+    /// Connects to the engine of node `name` at `address`; an ssh node's control master is
+    /// kept in `cache`.
     pub async fn connect(
-        node: &NodeConfig,
+        name: &str,
+        address: &Address,
         ssh_config: Option<&Path>,
         cache: &Path,
     ) -> Result<Engine> {
+        let node = Node { name, address };
         let fail = |message: String| Error::Engine {
-            node: node.name.to_string(),
-            endpoint: node.engine.to_string(),
+            node: name.to_string(),
+            endpoint: address.to_string(),
             message,
             hint: None,
         };
-        let dial = match node.engine.kind() {
+        let dial = match address.kind() {
             Kind::Unix(path) => Dial::Unix(path.clone()),
             Kind::Tcp(address) => Dial::Tcp(address.clone()),
             Kind::Tls { address, certs } => Dial::tls(address.clone(), certs).map_err(|e| {
@@ -119,15 +128,15 @@ impl Engine {
     }
 
     fn new(
-        node: &NodeConfig,
+        node: Node<'_>,
         transport: Transport,
         version: EngineVersion,
         bridge: Option<SshBridge>,
     ) -> Engine {
         Engine {
             node: node.name.to_string(),
-            endpoint: node.engine.to_string(),
-            address: node.engine.clone(),
+            endpoint: node.address.to_string(),
+            address: node.address.clone(),
             docker: transport.bollard(TIMEOUT_SECS),
             transport,
             version,
@@ -139,10 +148,10 @@ impl Engine {
     /// Reaches an `ssh://` engine: through the engine forward an earlier command left on the
     /// live master (no ssh process at all), else through a new forward after asking the node
     /// where its engine listens, else through dial-stdio.
-    async fn connect_ssh(node: &NodeConfig, mut bridge: SshBridge) -> Result<Engine> {
+    async fn connect_ssh(node: Node<'_>, mut bridge: SshBridge) -> Result<Engine> {
         let fail = |message: String| Error::Engine {
             node: node.name.to_string(),
-            endpoint: node.engine.to_string(),
+            endpoint: node.address.to_string(),
             message,
             hint: Some("check `ssh HOST docker version` with the same ssh config".to_string()),
         };

@@ -4,8 +4,10 @@
 //! Layer: above `engine` and `oci`; below `images`, `plan`, `make`, `ship` and the commands.
 
 pub mod config;
+pub mod git;
 pub mod patches;
 pub mod pins;
 pub mod project;
+pub mod python;
 pub mod spec;
 pub mod values;

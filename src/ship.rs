@@ -23,6 +23,7 @@ pub use outcome::{Action, NodeOutcome, Transfer};
 
 use crate::engine::Engine;
 use crate::error::{Error, Result};
+use crate::images::identity;
 use crate::images::store::{LayerStore, StoredImage};
 use crate::images::transfer::{self, ExportStream, OnBuilder};
 use crate::output::progress::{self, Phases};
@@ -65,7 +66,7 @@ impl Shipment {
             reference: self.reference.clone(),
             checksum: self.checksum.clone(),
             fingerprint: self.fingerprint.clone(),
-            ids: verify::known_ids(store, &self.image_id),
+            ids: identity::known_ids(store, &self.image_id),
         }
     }
 
@@ -80,7 +81,7 @@ impl Shipment {
 }
 
 /// Finds the image on the builder; it must carry the expected checksum, and be one hallmark
-/// finished ([`verify::unfinished`]).
+/// finished ([`identity::unfinished`]).
 pub async fn shipment(
     builder: &Engine,
     store: &LayerStore,
@@ -93,7 +94,7 @@ pub async fn shipment(
             "does not hold {reference}; run `hallmark build` first"
         ))
     })?;
-    let found = verify::label(&image, label_key);
+    let found = identity::label(&image, label_key);
     if found != Some(checksum) {
         return Err(builder.error(format!(
             "{reference} carries checksum {}, the spec says {checksum}; run `hallmark build` first",
@@ -101,7 +102,7 @@ pub async fn shipment(
         )));
     }
     let image_id = image.id().unwrap_or_default().to_string();
-    if let Some(why) = verify::unfinished(store, &image_id, checksum) {
+    if let Some(why) = identity::unfinished(store, &image_id, checksum) {
         return Err(builder.error(format!(
             "{reference} carries checksum {checksum} but hallmark did not finish it ({why}); run `hallmark build` (it tags the image it made, or makes it again)"
         )));
@@ -109,7 +110,7 @@ pub async fn shipment(
     Ok(Shipment {
         reference: reference.to_string(),
         checksum: checksum.to_string(),
-        fingerprint: verify::fingerprint(&image),
+        fingerprint: identity::fingerprint(&image),
         diff_ids: image.layers().to_vec(),
         related: vec![reference.to_string()],
         image_id,

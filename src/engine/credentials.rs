@@ -8,12 +8,20 @@
 //! is never printed, logged or put into an error (tests/it/registry.rs holds a sentinel).
 
 use crate::error::{Error, Result};
-use crate::inputs::config::docker_config_dir;
 use base64::Engine as _;
 use serde_json::Value;
 use std::io::Write;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
+
+/// The docker CLI's config folder: `DOCKER_CONFIG`, else `~/.docker`.
+pub fn docker_config_dir() -> PathBuf {
+    let env = |key: &str| std::env::var(key).ok().filter(|v| !v.is_empty());
+    env("DOCKER_CONFIG")
+        .map(PathBuf::from)
+        .or_else(|| env("HOME").map(|home| Path::new(&home).join(".docker")))
+        .unwrap_or_else(|| PathBuf::from(".docker"))
+}
 
 /// What the docker CLI would send to a registry: a user and password, or an identity token.
 /// The engine module turns it into the request's `X-Registry-Auth` header.

@@ -9,11 +9,11 @@
 
 use crate::engine::{self, Engine, StreamReader};
 use crate::error::{Error, Result};
+use crate::images::identity;
 use crate::output::progress;
 // The archive format stays in ship.rs until it has a module of its own (oci.rs).
 use crate::images::store::{LayerStore, StoredImage};
 use crate::oci::{self, Reference};
-use crate::ship::verify;
 use futures_util::StreamExt;
 use std::collections::{HashMap, HashSet};
 use std::path::Path;
@@ -273,9 +273,9 @@ pub async fn remember_loaded(
 }
 
 /// The id of the image `reference` names on `node` if the engine lacks some of its content
-/// ([`verify::inspect_whole`]).
+/// ([`identity::inspect_whole`]).
 pub async fn incomplete_id(node: &Engine, reference: &str) -> Option<String> {
-    match verify::inspect_whole(node, reference, false).await {
+    match identity::inspect_whole(node, reference, false).await {
         Ok(Some((image, false))) => image.id().map(str::to_string),
         _ => None,
     }
@@ -611,7 +611,7 @@ async fn settle(
             // A containerd store that took the thin archive without the parent's blobs under
             // our digests (Docker 28 answers a stub, Docker 26 leaves it out of its list):
             // every layer completes it.
-            if first > 0 && (verify::incomplete(&loaded) || !builder.lists(&id).await?) {
+            if first > 0 && (identity::incomplete(&loaded) || !builder.lists(&id).await?) {
                 send(builder, store, &image, "", 0, &hidden).await.0?;
             }
             store.remember(&id, &image)?;

@@ -3,10 +3,11 @@
 //! `DOCKER_HOST`, `DOCKER_CONTEXT`, the current context) is the builder and the only node.
 
 use crate::engine::Address;
+use crate::engine::credentials::docker_config_dir;
 use crate::error::{Error, Result};
 use crate::inputs::spec::parse_toml;
 use crate::inputs::values::Name;
-use crate::make::render::DEFAULT_CHECKSUM_LABEL;
+
 use serde::Deserialize;
 use std::path::{Path, PathBuf};
 
@@ -134,16 +135,10 @@ pub fn local_engine() -> Result<NodeConfig> {
     }
 }
 
-const DEFAULT_ENGINE: &str = "unix:///var/run/docker.sock";
+/// The label that carries an image's input checksum unless `checksum-label` names another.
+pub const DEFAULT_CHECKSUM_LABEL: &str = "hallmark.checksum";
 
-/// The docker CLI's config folder: `DOCKER_CONFIG`, else `~/.docker`.
-pub fn docker_config_dir() -> PathBuf {
-    let env = |key: &str| std::env::var(key).ok().filter(|v| !v.is_empty());
-    env("DOCKER_CONFIG")
-        .map(PathBuf::from)
-        .or_else(|| env("HOME").map(|home| Path::new(&home).join(".docker")))
-        .unwrap_or_else(|| PathBuf::from(".docker"))
-}
+const DEFAULT_ENGINE: &str = "unix:///var/run/docker.sock";
 
 /// `currentContext` of the docker CLI's `config.json`, if it names one.
 fn current_context(file: &Path) -> Result<Option<String>> {

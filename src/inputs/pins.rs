@@ -3,6 +3,7 @@
 //! nothing is built or checksummed from it.
 
 use crate::error::{Error, Result};
+use crate::inputs::python;
 use crate::inputs::spec::{LoadedSpec, Parent, parse_toml};
 use crate::inputs::values::{Digest, GitCommit, Name, Sha256Hex};
 use crate::oci::Reference;
@@ -18,7 +19,7 @@ pub struct Pins {
     /// The Python the wheels were chosen for (`hallmark lock` asks the parent image, or it is
     /// written by hand); not in the checksum: the wheel pins are.
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub python: Option<crate::make::wheel::Interpreter>,
+    pub python: Option<python::Interpreter>,
     #[serde(default, rename = "wheel", skip_serializing_if = "Vec::is_empty")]
     pub wheels: Vec<WheelPin>,
     /// The toolchain images of compile stages, pinned as bases are.
@@ -97,11 +98,7 @@ pub fn read(root: &Path, image: &Name) -> Result<Pins> {
 /// Parses the text of a pins file (read by [`read`]; fuzzed on its own).
 pub fn parse(path: PathBuf, text: &str) -> Result<Pins> {
     let pins: Pins = parse_toml(&path, text)?;
-    if let Some(Err(message)) = pins
-        .python
-        .as_ref()
-        .map(crate::make::wheel::Interpreter::check)
-    {
+    if let Some(Err(message)) = pins.python.as_ref().map(python::Interpreter::check) {
         return Err(Error::Invalid {
             location: crate::inputs::spec::locate(text, &["python"]),
             path,

@@ -15,11 +15,13 @@ use crate::engine::Engine;
 use crate::error::{Error, Result};
 use crate::images::store::{Blob, LAYER_TAR, LayerStore, StoredLayer};
 use crate::images::transfer;
+use crate::inputs::python;
+use crate::inputs::python::PythonTarget;
 use crate::inputs::spec::ImageSpec;
 use crate::make::anchor::{Anchor, Tree};
 use crate::make::context::FilesArchive;
 use crate::make::render::{self, rfc3339};
-use crate::make::wheel::{self, PythonTarget};
+use crate::make::wheel;
 use crate::oci::Digest;
 use crate::oci::digest::hex_of;
 use crate::plan::PlannedImage;
@@ -158,8 +160,8 @@ fn pinned_wheels(
             hint: Some("to install it in a build instead, add a `[build] run` step such as `pip install ...`: a spec with RUN steps goes through the engine's builder".into()),
         }
         };
-        let name = wheel::parse_name(&pin.file).map_err(wheel_error)?;
-        wheel::check_compatible(&name, target).map_err(wheel_error)?;
+        let name = python::parse_name(&pin.file).map_err(wheel_error)?;
+        python::check_compatible(&name, target).map_err(wheel_error)?;
         wheels.push(fetch::ensure_wheel(cache, image.name().as_str(), pin)?);
     }
     Ok(wheels)
@@ -174,8 +176,8 @@ fn compiled_wheels(
 ) -> Result<Vec<std::path::PathBuf>> {
     for path in compiled {
         let file = path.file_name().unwrap_or_default().to_string_lossy();
-        let name = wheel::parse_name(&file).and_then(|name| {
-            wheel::check_compatible(&name, target)?;
+        let name = python::parse_name(&file).and_then(|name| {
+            python::check_compatible(&name, target)?;
             Ok(name)
         });
         if let Err(message) = name {
@@ -261,12 +263,12 @@ async fn python_target(
         .join(format!("{}.json", hex_of(parent_id)));
     if let Some(target) = fs_err::read_to_string(&cached)
         .ok()
-        .and_then(|t| wheel::parse_probe_answer(&t).ok())
+        .and_then(|t| python::parse_probe_answer(&t).ok())
     {
         return Ok(target);
     }
-    let (code, output) = builder.run_once(parent, &wheel::probe_command()).await?;
-    let target = match wheel::parse_probe_answer(&output) {
+    let (code, output) = builder.run_once(parent, &python::probe_command()).await?;
+    let target = match python::parse_probe_answer(&output) {
         Ok(target) if code == 0 => target,
         Ok(_) => {
             return Err(builder.error(format!(

@@ -11,6 +11,7 @@ use crate::error::{Error, Result};
 use crate::images::store::LayerStore;
 use crate::images::transfer;
 use crate::inputs::pins::{BasePin, DigestKind};
+use crate::inputs::python;
 use crate::oci::Reference;
 use crate::plan::PlannedImage;
 use std::path::Path;
@@ -135,9 +136,14 @@ pub struct BuilderResolver<'a> {
 
 impl BuilderResolver<'_> {
     async fn engine(&self) -> Option<Engine> {
-        Engine::connect(self.builder, self.ssh_config, self.cache)
-            .await
-            .ok()
+        Engine::connect(
+            self.builder.name.as_str(),
+            &self.builder.engine,
+            self.ssh_config,
+            self.cache,
+        )
+        .await
+        .ok()
     }
 }
 
@@ -179,7 +185,7 @@ impl crate::plan::lock::BaseResolver for BuilderResolver<'_> {
         })
     }
 
-    fn interpreter(&self, reference: &str) -> Result<Option<crate::make::wheel::Interpreter>> {
+    fn interpreter(&self, reference: &str) -> Result<Option<python::Interpreter>> {
         self.runtime.block_on(async {
             let Some(engine) = self.engine().await else {
                 return Ok(None);
@@ -189,11 +195,8 @@ impl crate::plan::lock::BaseResolver for BuilderResolver<'_> {
             }
             // Fails on an image for another machine or without python3: not an answer.
             Ok(
-                match engine
-                    .run_once(reference, &crate::make::wheel::probe_command())
-                    .await
-                {
-                    Ok((0, output)) => crate::make::wheel::parse_probe_answer(&output)
+                match engine.run_once(reference, &python::probe_command()).await {
+                    Ok((0, output)) => python::parse_probe_answer(&output)
                         .ok()
                         .map(|target| target.interpreter),
                     _ => None,

@@ -5,6 +5,7 @@
 
 use crate::engine::{self, Engine};
 use crate::error::{Error, Result};
+use crate::images::identity;
 use crate::images::store::LayerStore;
 use crate::make::assemble;
 use crate::make::build_cache;
@@ -14,7 +15,6 @@ use crate::make::render::{self, PARENT_ARG};
 use crate::oci::Hashing;
 use crate::plan::fetch;
 use crate::plan::{Plan, PlannedImage};
-use crate::ship::verify;
 use futures_util::StreamExt;
 use serde::Serialize;
 use std::collections::{BTreeMap, HashMap, VecDeque};
@@ -203,7 +203,7 @@ pub async fn build_one(
 
 /// The image the builder already holds for `image`'s checksum, if any: the tagged one, or an
 /// untagged one (the tag moved to an older build), which gets the tag back. Only an image
-/// hallmark finished counts ([`verify::unfinished`]): the step images of a build on this
+/// hallmark finished counts ([`identity::unfinished`]): the step images of a build on this
 /// one carry its label too, and so does a `docker commit` over its tag, which is said, and
 /// which the tag then leaves.
 async fn up_to_date(
@@ -218,7 +218,7 @@ async fn up_to_date(
         && tagged.label(settings.checksum_label) == Some(checksum)
     {
         let id = tagged.id().unwrap_or_default();
-        match verify::unfinished(&store, id, checksum) {
+        match identity::unfinished(&store, id, checksum) {
             None => return Ok(Some((id.to_string(), tagged.size))),
             // A warning, said even with `-q`: an image changed by hand loses its tag.
             Some(why) => eprintln!(
@@ -231,7 +231,7 @@ async fn up_to_date(
         .images_with_label(settings.checksum_label, checksum)
         .await?;
     for id in found {
-        if verify::unfinished(&store, &id, checksum).is_some() {
+        if identity::unfinished(&store, &id, checksum).is_some() {
             continue;
         }
         engine.tag(&id, &image.loaded.image_reference()).await?;

@@ -8,8 +8,6 @@ use crate::plan::PlannedImage;
 use serde::Serialize;
 use std::collections::BTreeMap;
 
-pub const DEFAULT_CHECKSUM_LABEL: &str = "hallmark.checksum";
-
 /// The build argument through which `hallmark build` passes the parent's exact image id; the
 /// Dockerfile's default (the parent's tag) serves a plain `docker build` of `render --out`.
 pub const PARENT_ARG: &str = "HALLMARK_PARENT";

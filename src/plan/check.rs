@@ -4,9 +4,9 @@
 use crate::error::{Error, Result};
 use crate::inputs::pins;
 use crate::inputs::project::Project;
+use crate::inputs::python;
 use crate::inputs::spec::Parent;
 use crate::inputs::values::Name;
-use crate::make::wheel;
 use crate::plan::checksum::HashStats;
 use crate::plan::fetch;
 use crate::plan::{Failure, Plan, PlannedImage};
@@ -149,7 +149,7 @@ fn wheels_fit(project: &Project, image: &PlannedImage) -> Vec<Error> {
         .pins
         .wheels
         .iter()
-        .filter(|pin| wheel::parse_name(&pin.file).is_ok_and(|file| !python.accepts(&file)))
+        .filter(|pin| python::parse_name(&pin.file).is_ok_and(|file| !python.accepts(&file)))
         .map(|pin| Error::Pin {
             image: image.name().to_string(),
             path: pins::path_for(&project.root, image.name()),

@@ -7,41 +7,15 @@
 //! and `git archive` of the resulting tree is the patched source, ready for the context.
 
 use crate::error::{Error, Result};
+use crate::inputs::git::{git, run};
 use crate::inputs::patches::Patch;
 use crate::inputs::pins::{SourcePin, WheelPin, wheel_stem};
+use crate::inputs::python;
 use crate::inputs::values::GitCommit;
 use crate::plan::checksum::{sha256_hex, sha256_reader};
 use crate::plan::{PlannedImage, SourcePatches};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-
-/// Runs a command to completion; its stderr goes into the error.
-pub(crate) fn run(command: &mut Command, context: impl Fn() -> String) -> Result<String> {
-    let printable = format!("{command:?}").replace('"', "");
-    let output = command
-        .stdin(Stdio::null())
-        .output()
-        .map_err(|e| Error::Command {
-            command: printable.clone(),
-            context: Some(context()),
-            stderr: e.to_string(),
-        })?;
-    if output.status.success() {
-        Ok(String::from_utf8_lossy(&output.stdout).into_owned())
-    } else {
-        Err(Error::Command {
-            command: printable,
-            context: Some(context()),
-            stderr: String::from_utf8_lossy(&output.stderr).into_owned(),
-        })
-    }
-}
-
-pub(crate) fn git(repo: &Path) -> Command {
-    let mut command = Command::new("git");
-    command.arg("--git-dir").arg(repo);
-    command
-}
 
 /// The bare repository that caches one upstream URL.
 pub fn repo_dir(cache: &Path, url: &str) -> PathBuf {
@@ -215,7 +189,7 @@ pub fn wheel_path(cache: &Path, pin: &WheelPin) -> PathBuf {
 
 /// Downloads `name==version` as a wheel with the user's pip; returns its cached path.
 /// `target` holds pip's options for the image's interpreter and platform
-/// ([`crate::make::wheel::Interpreter::pip_options`]); without them pip chooses for the host.
+/// ([`python::Interpreter::pip_options`]); without them pip chooses for the host.
 pub fn download_wheel(
     cache: &Path,
     image: &str,
@@ -296,7 +270,7 @@ pub fn ensure_wheel(cache: &Path, image: &str, pin: &WheelPin) -> Result<PathBuf
     }
     // Asked for with the pinned file's own tags, so the host's Python and machine do not
     // decide which file comes.
-    let target = crate::make::wheel::parse_name(&pin.file)
+    let target = python::parse_name(&pin.file)
         .map(|name| name.pip_options())
         .unwrap_or_default();
     let downloaded = download_wheel(cache, image, pin.name.as_str(), &pin.version, &target)?;

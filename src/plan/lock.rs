@@ -4,9 +4,10 @@
 use crate::error::{Error, Result};
 use crate::inputs::pins::{self, BasePin, Pins, SourcePin, WheelPin, wheel_stem};
 use crate::inputs::project::Project;
+use crate::inputs::python;
+use crate::inputs::python::Interpreter;
 use crate::inputs::spec::{LoadedSpec, Parent};
 use crate::inputs::values::{Name, Sha256Hex};
-use crate::make::wheel::{self, Interpreter};
 use crate::plan::fetch;
 
 /// What `lock` asks the builder's engine: the digest of an external base, and the Python of
@@ -185,7 +186,7 @@ impl Locking<'_> {
         cache: &std::path::Path,
     ) -> Result<WheelPin> {
         let name = wheel.name.get_ref();
-        let fits = |pin: &WheelPin| match (python, wheel::parse_name(&pin.file)) {
+        let fits = |pin: &WheelPin| match (python, python::parse_name(&pin.file)) {
             (Some(python), Ok(file)) => python.accepts(&file),
             (None, _) => true,
             (Some(_), Err(_)) => false,
@@ -277,7 +278,7 @@ fn interpreter(
             Parent::Image(_) => break,
         }
     }
-    let machine = platform.as_deref().and_then(wheel::machine_of_platform);
+    let machine = platform.as_deref().and_then(python::machine_of_platform);
     let for_machine = |python: &Interpreter| machine.is_none_or(|m| python.machine == m);
     if let Some(pinned) = old.python.as_ref().filter(|p| !update && for_machine(p)) {
         return Ok(Some(pinned.clone()));
@@ -314,7 +315,7 @@ fn check_wheel_fits(
     pin: &WheelPin,
     python: Option<&Interpreter>,
 ) -> Result<()> {
-    let file = wheel::parse_name(&pin.file).map_err(|message| Error::Wheel {
+    let file = python::parse_name(&pin.file).map_err(|message| Error::Wheel {
         image: image.to_string(),
         name: pin.name.to_string(),
         version: pin.version.clone(),

@@ -716,7 +716,7 @@ fn an_unchanged_file_is_not_read_again_and_a_changed_one_is() {
 /// added `cp311-none-any`; older pips vendor 21.3.)
 #[test]
 fn wheel_tags_are_the_ones_pip_computes_for_the_same_python() {
-    let probe = hallmark::make::wheel::probe_command();
+    let probe = hallmark::inputs::python::probe_command();
     let answer = std::process::Command::new(&probe[0])
         .args(&probe[1..])
         .output()
@@ -727,7 +727,7 @@ fn wheel_tags_are_the_ones_pip_computes_for_the_same_python() {
         String::from_utf8_lossy(&answer.stderr)
     );
     let target =
-        hallmark::make::wheel::parse_probe_answer(&String::from_utf8_lossy(&answer.stdout))
+        hallmark::inputs::python::parse_probe_answer(&String::from_utf8_lossy(&answer.stdout))
             .unwrap();
     let packaging = tempfile::tempdir().unwrap();
     let installed = std::process::Command::new("python3")

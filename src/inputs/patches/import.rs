@@ -5,8 +5,8 @@
 
 use super::{check_touched_paths, parse_series};
 use crate::error::{Error, Result};
+use crate::inputs::git;
 use crate::inputs::values::{Name, RelativePath};
-use crate::plan::fetch;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
@@ -117,7 +117,7 @@ fn format_patch(repo: &Path, range: &str, out: &Path) -> Result<PathBuf> {
         .arg(&dir)
         .arg(range)
         .arg("--");
-    fetch::run(&mut command, || {
+    git::run(&mut command, || {
         format!("reading {range} of {}", repo.display())
     })
     .map_err(|e| match e {
@@ -211,7 +211,7 @@ fn from_file(file: &Path, scratch: &Path) -> Result<Vec<Incoming>> {
         .arg("mailsplit")
         .arg(format!("-o{}", dir.display()))
         .arg(file);
-    fetch::run(&mut command, || {
+    git::run(&mut command, || {
         format!("splitting the mbox {}", file.display())
     })?;
     let mut messages = listed(&dir)?;

@@ -12,7 +12,7 @@
 use super::diff;
 use super::report::{PatchStatus, Status};
 use crate::error::{Error, Result};
-use crate::plan::fetch;
+use crate::inputs::git;
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
@@ -119,12 +119,12 @@ fn rewrite(row: &PatchStatus) -> Result<()> {
     let (before, after) = row.trees.as_ref().expect("refresh asks for trees");
     let path = &row.file.path;
     let old = fs_err::read_to_string(path).map_err(|e| Error::io(path, e))?;
-    let mut command = fetch::git(&row.repo);
+    let mut command = git::git(&row.repo);
     command.args(["diff-tree", "-p", "--binary", "--no-renames"]);
     if row.file.strip == 0 {
         command.arg("--no-prefix");
     }
-    let diff = fetch::run(command.args([before, after]), || {
+    let diff = git::run(command.args([before, after]), || {
         format!("diffing the refreshed {}", path.display())
     })?;
     let text = format!("{}{diff}", diff::parse(&old).preamble);
@@ -148,9 +148,9 @@ struct Place {
 impl Landing {
     fn of(row: &PatchStatus) -> Result<Landing> {
         let (before, after) = row.trees.as_ref().expect("refresh asks for trees");
-        let mut command = fetch::git(&row.repo);
+        let mut command = git::git(&row.repo);
         command.args(["diff-tree", "-p", "--no-renames", before, after]);
-        let now = fetch::run(&mut command, || {
+        let now = git::run(&mut command, || {
             format!("diffing where {} lands", row.file.path.display())
         })?;
         let old =

@@ -2,7 +2,7 @@
 //! series (`git apply --cached`), so no checkout of a large tree is ever written.
 
 use crate::error::{Error, Result};
-use crate::plan::fetch;
+use crate::inputs::git;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 
@@ -22,7 +22,7 @@ impl ScratchIndex {
             dir,
             repo: repo.to_path_buf(),
         };
-        fetch::run(scratch.git().args(["read-tree", tree]), || {
+        git::run(scratch.git().args(["read-tree", tree]), || {
             format!("reading {tree}")
         })?;
         Ok(scratch)
@@ -40,7 +40,7 @@ impl ScratchIndex {
     }
 
     pub fn git(&self) -> Command {
-        let mut command = fetch::git(&self.repo);
+        let mut command = git::git(&self.repo);
         command
             .env("GIT_INDEX_FILE", self.dir.path().join("index"))
             .env("GIT_WORK_TREE", self.dir.path());
@@ -58,13 +58,13 @@ impl ScratchIndex {
     }
 
     pub fn write_tree(&self) -> Result<String> {
-        let tree = fetch::run(self.git().arg("write-tree"), || "writing a tree".into())?;
+        let tree = git::run(self.git().arg("write-tree"), || "writing a tree".into())?;
         Ok(tree.trim().to_string())
     }
 
     /// The paths left with conflicts (stages 1-3) by a three-way merge.
     pub fn unmerged(&self) -> Result<Vec<String>> {
-        let listing = fetch::run(self.git().args(["ls-files", "--unmerged"]), || {
+        let listing = git::run(self.git().args(["ls-files", "--unmerged"]), || {
             "listing conflicts".into()
         })?;
         let mut paths: Vec<String> = listing

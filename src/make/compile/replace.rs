@@ -10,7 +10,8 @@
 
 use crate::error::{Error, Result};
 use crate::images::store::{LayerStore, StoredImage};
-use crate::make::wheel::{self, PythonTarget};
+use crate::inputs::python;
+use crate::inputs::python::PythonTarget;
 use std::collections::{BTreeMap, BTreeSet};
 use std::io::{Read, Seek, Write};
 use std::path::PathBuf;
@@ -47,7 +48,7 @@ pub fn installed(
     let wanted: BTreeSet<String> = wheels
         .iter()
         .filter_map(|p| p.file_name()?.to_str())
-        .filter_map(|f| wheel::parse_name(f).ok())
+        .filter_map(|f| python::parse_name(f).ok())
         .map(|n| crate::inputs::pins::wheel_stem(&n.distribution))
         .collect();
     if wanted.is_empty() {

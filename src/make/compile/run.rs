@@ -11,6 +11,7 @@ use super::{
 use crate::engine::{self, Engine};
 use crate::error::{Error, Result};
 use crate::images::store::LayerStore;
+use crate::inputs::python;
 use crate::make::build::BuildSettings;
 use crate::plan::PlannedImage;
 use futures_util::StreamExt;
@@ -301,7 +302,7 @@ async fn run_created(
     for wanted in &stage.spec.wheels {
         let stem = crate::inputs::pins::wheel_stem(wanted.get_ref().as_str());
         let found = names.iter().any(|file| {
-            crate::make::wheel::parse_name(file)
+            python::parse_name(file)
                 .is_ok_and(|w| crate::inputs::pins::wheel_stem(&w.distribution) == stem)
         });
         if !found {

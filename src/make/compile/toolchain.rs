@@ -13,6 +13,7 @@ use super::run::follow_output;
 use super::{PlannedStage, TOOLCHAIN_LABEL, Toolchain, apt_toolchain_reference};
 use crate::engine::Engine;
 use crate::error::{Error, Result};
+use crate::images::identity;
 use crate::make::build::BuildSettings;
 use crate::plan::PlannedImage;
 use std::time::Instant;
@@ -73,8 +74,7 @@ async fn base_on_builder(
         } => {
             let found = engine.inspect(reference).await?;
             let current = found.as_ref().filter(|answer| {
-                crate::ship::verify::label(answer, settings.checksum_label)
-                    == Some(checksum.as_str())
+                identity::label(answer, settings.checksum_label) == Some(checksum.as_str())
             });
             match current.and_then(|answer| answer.id()) {
                 Some(id) => Ok(id.to_string()),

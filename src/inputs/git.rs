@@ -1,0 +1,35 @@
+//! Running git and other tools to completion, their stderr kept for the error: for the
+//! source cache (`plan::fetch`) and the patch tools alike.
+
+use crate::error::{Error, Result};
+use std::path::Path;
+use std::process::{Command, Stdio};
+
+/// Runs a command to completion; its stderr goes into the error.
+pub(crate) fn run(command: &mut Command, context: impl Fn() -> String) -> Result<String> {
+    let printable = format!("{command:?}").replace('"', "");
+    let output = command
+        .stdin(Stdio::null())
+        .output()
+        .map_err(|e| Error::Command {
+            command: printable.clone(),
+            context: Some(context()),
+            stderr: e.to_string(),
+        })?;
+    if output.status.success() {
+        Ok(String::from_utf8_lossy(&output.stdout).into_owned())
+    } else {
+        Err(Error::Command {
+            command: printable,
+            context: Some(context()),
+            stderr: String::from_utf8_lossy(&output.stderr).into_owned(),
+        })
+    }
+}
+
+/// `git` on the bare repository `repo`.
+pub(crate) fn git(repo: &Path) -> Command {
+    let mut command = Command::new("git");
+    command.arg("--git-dir").arg(repo);
+    command
+}
