@@ -4,6 +4,7 @@
 
 pub mod check;
 pub mod checksum;
+pub mod compile;
 pub mod fetch;
 pub mod lock;
 
@@ -59,7 +60,7 @@ pub struct PlannedImage {
     pub files: Vec<ContextFile>,
     pub template: Template,
     /// Compile stages, in the spec's order, each with its own checksum.
-    pub compiles: Vec<crate::make::compile::PlannedStage>,
+    pub compiles: Vec<crate::plan::compile::PlannedStage>,
     pub checksum: InputChecksum,
     /// The text the checksum is the sha256 of.
     pub document: String,
@@ -149,7 +150,7 @@ impl Plan {
                 .filter_map(|stage| stage.toolchain_image.as_ref().map(|t| t.get_ref()))
                 .map(|t| {
                     let planned = &images[t];
-                    let spec = crate::make::compile::ToolchainSpec {
+                    let spec = crate::plan::compile::ToolchainSpec {
                         reference: planned.loaded.reference(),
                         checksum: planned.checksum.clone(),
                     };
@@ -335,7 +336,7 @@ fn plan_one(
     project: &Project,
     loaded: LoadedSpec,
     parent: Option<(Name, InputChecksum)>,
-    toolchains: &BTreeMap<Name, crate::make::compile::ToolchainSpec>,
+    toolchains: &BTreeMap<Name, crate::plan::compile::ToolchainSpec>,
     hashes: &mut FileHashes,
 ) -> Result<PlannedImage> {
     let all_pins = pins::read(&project.root, &loaded.name)?;
@@ -409,7 +410,7 @@ fn plan_one(
             file.sha256
         ));
     }
-    let compiles = crate::make::compile::plan(
+    let compiles = crate::plan::compile::plan(
         &loaded,
         &pins,
         &all_pins,

@@ -21,7 +21,7 @@ pub(super) fn run(
         &render::rendered_label(planned.checksum.as_str()),
         parent_tag(&plan, &name).as_deref(),
     )?;
-    crate::output::stdout_exactly(&crate::make::compile::describe(
+    crate::output::stdout_exactly(&crate::plan::compile::describe(
         &planned.compiles,
         &planned.loaded,
     ));

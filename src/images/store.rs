@@ -22,43 +22,17 @@ use crate::error::{Error, Result};
 use crate::oci::archive::{self, DockerManifest};
 use crate::oci::digest::hex_of;
 use crate::oci::{Digest, Hashing};
-use serde::{Deserialize, Serialize};
+use serde::Deserialize;
 use sha2::{Digest as _, Sha256};
 use std::collections::{HashMap, HashSet};
 use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 
-pub use crate::oci::archive::LAYER_TAR;
+pub use crate::oci::archive::{Blob, LAYER_TAR, StoredImage, StoredLayer};
 
 /// The files of an archive being read: each name's digest and size.
 type ArchiveFiles = HashMap<String, (Digest, u64)>;
-
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
-pub struct Blob {
-    pub digest: Digest,
-    pub size: u64,
-    pub media_type: String,
-}
-
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
-pub struct StoredLayer {
-    pub diff_id: Digest,
-    pub blob: Blob,
-}
-
-/// One image in the store: its config and its layers in order.
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
-pub struct StoredImage {
-    pub config: Blob,
-    pub layers: Vec<StoredLayer>,
-}
-
-impl StoredImage {
-    pub fn diff_ids(&self) -> Vec<String> {
-        self.layers.iter().map(|l| l.diff_id.to_string()).collect()
-    }
-}
 
 /// What `prune` removed: blobs, and the kept wheels of compile stages.
 #[derive(Debug, Default)]
@@ -119,6 +93,12 @@ struct ConfigRootFs {
 #[derive(Deserialize)]
 struct RootFs {
     diff_ids: Vec<Digest>,
+}
+
+impl archive::Blobs for LayerStore {
+    fn path_of(&self, digest: &Digest) -> PathBuf {
+        self.blob_path(digest)
+    }
 }
 
 impl LayerStore {

@@ -326,7 +326,7 @@ pub async fn send(
     };
     let (store, image_owned) = (Arc::clone(store), image.clone());
     let body = engine::body_from_writer(Some(Arc::clone(&written)), move |writer| {
-        oci::archive::write(&store, &image_owned, tagged.as_ref(), first, writer)
+        oci::archive::write(&*store, &image_owned, tagged.as_ref(), first, writer)
             .map_err(|e| Error::io(store.root.clone(), e))
     });
     let loaded = load_into(node, reference, body, &written, bar).await;
@@ -352,7 +352,7 @@ pub async fn send_many(
     let what = format!("{} images", images.len());
     let body = engine::body_from_writer(Some(Arc::clone(&written)), move |writer| {
         let entries: Vec<_> = images.iter().map(|(i, r, f)| (i, Some(r), *f)).collect();
-        oci::archive::write_many(&store, &entries, writer)
+        oci::archive::write_many(&*store, &entries, writer)
             .map_err(|e| Error::io(store.root.clone(), e))
     });
     let loaded = load_into(node, &what, body, &written, bar).await;

@@ -5,6 +5,7 @@
 //! unique names, a nested source after the one it nests in) are checked right after parsing,
 //! with the line of the offending key.
 
+pub mod compile;
 mod variant;
 
 use crate::error::{Error, Location, Result};
@@ -39,7 +40,7 @@ pub struct ImageSpec {
     pub smokes: Vec<Smoke>,
     /// Compile stages (`compile.rs`); left out of the canonical spec when there are none.
     #[serde(default, rename = "compile", skip_serializing_if = "Vec::is_empty")]
-    pub compiles: Vec<crate::make::compile::CompileStage>,
+    pub compiles: Vec<crate::inputs::spec::compile::CompileStage>,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -737,5 +738,5 @@ fn validate_build(loaded: &LoadedSpec) -> Result<()> {
             );
         }
     }
-    crate::make::compile::validate(loaded)
+    crate::inputs::spec::compile::validate(loaded)
 }

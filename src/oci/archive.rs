@@ -8,7 +8,6 @@
 //! image's id on a containerd image store, so a byte that moved would make every node load
 //! every image again. `manifest_digest_is_pinned` holds it.
 
-use crate::images::store::{Blob, LayerStore, StoredImage};
 use crate::oci::tar::{self, EntryType};
 use crate::oci::{Digest, Reference};
 use oci_spec::image::{
@@ -17,6 +16,38 @@ use oci_spec::image::{
 use serde::{Deserialize, Serialize};
 use std::collections::HashMap;
 use std::io::Write;
+use std::path::PathBuf;
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct Blob {
+    pub digest: Digest,
+    pub size: u64,
+    pub media_type: String,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct StoredLayer {
+    pub diff_id: Digest,
+    pub blob: Blob,
+}
+
+/// One image as an archive carries it: its config and its layers in order.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct StoredImage {
+    pub config: Blob,
+    pub layers: Vec<StoredLayer>,
+}
+
+impl StoredImage {
+    pub fn diff_ids(&self) -> Vec<String> {
+        self.layers.iter().map(|l| l.diff_id.to_string()).collect()
+    }
+}
+
+/// Where the blobs an archive carries are read from (the layer store).
+pub trait Blobs {
+    fn path_of(&self, digest: &Digest) -> PathBuf;
+}
 
 /// An uncompressed layer.
 pub const LAYER_TAR: &str = "application/vnd.oci.image.layer.v1.tar";
@@ -139,7 +170,7 @@ pub struct DockerManifest {
 /// Writes the archive for `image` to `out`: every layer listed, the layers from `first` on
 /// included. Blobs are read from `store` as a stream.
 pub fn write(
-    store: &LayerStore,
+    store: &impl Blobs,
     image: &StoredImage,
     reference: Option<&Reference>,
     first: usize,
@@ -153,7 +184,7 @@ pub fn write(
 /// and `manifest.json` list the images in order (a load takes them in that order). With one
 /// image, the bytes are [`write`]'s.
 pub fn write_many(
-    store: &LayerStore,
+    store: &impl Blobs,
     images: &[(&StoredImage, Option<&Reference>, usize)],
     out: &mut impl Write,
 ) -> std::io::Result<()> {
@@ -207,14 +238,14 @@ pub fn write_layout(tar: &mut tar::Builder<impl Write>) -> std::io::Result<()> {
     add_text(tar, "oci-layout", &layout)
 }
 
-/// One blob of the store, under its digest. (Engines load the entries in any order: a
+/// One blob of `store`, under its digest. (Engines load the entries in any order: a
 /// writer may send layers before it has the config.)
 pub fn write_blob(
     tar: &mut tar::Builder<impl Write>,
-    store: &LayerStore,
+    store: &impl Blobs,
     blob: &Blob,
 ) -> std::io::Result<()> {
-    let mut file = fs_err::File::open(store.blob_path(&blob.digest))?;
+    let mut file = fs_err::File::open(store.path_of(&blob.digest))?;
     add(tar, &blob_path(&blob.digest), blob.size, &mut file)
 }
 
@@ -266,7 +297,7 @@ fn docker_manifest(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::images::store::StoredLayer;
+    use crate::images::store::LayerStore;
 
     /// An image of two layers (one uncompressed, one gzip) in a fresh store.
     fn known_image(store: &LayerStore) -> StoredImage {
