@@ -9,12 +9,12 @@ pub mod fetch;
 pub mod lock;
 
 use crate::error::{Error, Result};
-use crate::inputs::patches::{self, PatchSet};
+use crate::inputs::patches::{self, SourcePatches};
 use crate::inputs::pins::{self, CheckedPins};
 use crate::inputs::project::Project;
-use crate::inputs::spec::{LoadedSpec, Parent};
+use crate::inputs::spec::{ContextFile, LoadedSpec, Parent};
 use crate::inputs::values::Name;
-use crate::plan::checksum::{Document, FileHashes, HashStats, InputChecksum, sha256_hex};
+use crate::plan::checksum::{FileHashes, HashStats, InputChecksum};
 use std::collections::BTreeMap;
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
@@ -26,28 +26,6 @@ pub struct Template {
     /// `embedded` or the path of the spec's `Dockerfile.hbs`.
     pub origin: String,
     pub text: String,
-}
-
-/// A file copied from the spec's folder into the image.
-#[derive(Debug, Clone)]
-pub struct ContextFile {
-    pub src: PathBuf,
-    /// Absolute path in the image.
-    pub dest: String,
-    pub executable: bool,
-    pub sha256: String,
-}
-
-impl ContextFile {
-    pub fn mode(&self) -> u32 {
-        if self.executable { 0o755 } else { 0o644 }
-    }
-}
-
-#[derive(Debug, Clone)]
-pub struct SourcePatches {
-    pub source: Name,
-    pub sets: Vec<PatchSet>,
 }
 
 #[derive(Debug, Clone)]
@@ -367,7 +345,6 @@ fn plan_one(
     let files = collect_files(&loaded, hashes)?;
     let template = template_for(&loaded)?;
 
-    let mut doc = Document::new();
     let mut canonical = loaded.spec.clone();
     canonical.image.name = Some(
         loaded
@@ -377,39 +354,11 @@ fn plan_one(
             .clone()
             .unwrap_or_else(|| loaded.name.clone()),
     );
-    doc.spec(&by_meaning(&canonical));
-    doc.line(format!("template {}", sha256_hex(template.text.as_bytes())));
     let parent_line = match (&parent, &pins.base) {
         (Some((name, checksum)), _) => format!("parent {name} {checksum}"),
         (None, Some(base)) => format!("base {} {}", base.reference, base.digest),
         (None, None) => unreachable!("pins::check requires a base pin for an external parent"),
     };
-    doc.line(parent_line.clone());
-    for (pin, source_patches) in pins.sources.iter().zip(&patches) {
-        doc.line(format!("source {} {}", pin.name, pin.commit));
-        for set in &source_patches.sets {
-            for patch in &set.patches {
-                doc.line(format!(
-                    "patch {} {} {} -p{} {}",
-                    pin.name, set.name, patch.file, patch.strip, patch.sha256
-                ));
-            }
-        }
-    }
-    for wheel in &pins.wheels {
-        doc.line(format!(
-            "wheel {} {} {}",
-            wheel.name, wheel.file, wheel.sha256
-        ));
-    }
-    for file in &files {
-        doc.line(format!(
-            "file {} {:04o} {}",
-            file.dest,
-            file.mode(),
-            file.sha256
-        ));
-    }
     let compiles = crate::plan::compile::plan(
         &loaded,
         &pins,
@@ -419,10 +368,18 @@ fn plan_one(
         toolchains,
         &pins::path_for(&project.root, &loaded.name),
     )?;
-    for stage in &compiles {
-        doc.line(format!("compile {} {}", stage.name, stage.checksum));
-    }
-    let document = doc.text();
+    let stages: Vec<(&Name, &InputChecksum)> =
+        compiles.iter().map(|s| (&s.name, &s.checksum)).collect();
+    let document = checksum::image_document(&checksum::ImageInputs {
+        spec: &by_meaning(&canonical),
+        template: &template.text,
+        parent_line: &parent_line,
+        sources: &pins.sources,
+        patches: &patches,
+        wheels: &pins.wheels,
+        files: &files,
+        compiles: &stages,
+    });
     Ok(PlannedImage {
         compiles,
         checksum: InputChecksum::of(&document),

@@ -13,6 +13,13 @@ use crate::inputs::values::{Name, RelativePath};
 use sha2::{Digest as _, Sha256};
 use std::path::{Path, PathBuf};
 
+/// The patch sets of one `[[source]]`, read, in the spec's order.
+#[derive(Debug, Clone)]
+pub struct SourcePatches {
+    pub source: Name,
+    pub sets: Vec<PatchSet>,
+}
+
 #[derive(Debug, Clone)]
 pub struct PatchSet {
     pub name: Name,

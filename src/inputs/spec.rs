@@ -16,6 +16,22 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 use toml::Spanned;
 
+/// A file copied from the spec's folder into the image.
+#[derive(Debug, Clone)]
+pub struct ContextFile {
+    pub src: PathBuf,
+    /// Absolute path in the image.
+    pub dest: String,
+    pub executable: bool,
+    pub sha256: String,
+}
+
+impl ContextFile {
+    pub fn mode(&self) -> u32 {
+        if self.executable { 0o755 } else { 0o644 }
+    }
+}
+
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "kebab-case")]
 pub struct ImageSpec {

@@ -6,11 +6,12 @@
 //! `render --out`. Nothing is buffered whole.
 
 use crate::error::{Error, Result};
+use crate::inputs::spec::ContextFile;
 use crate::make::render;
 use crate::oci::Hashing;
 use crate::oci::tar::{self, EntryType, Header, append};
+use crate::plan::PlannedImage;
 use crate::plan::fetch::{self, Fetched};
-use crate::plan::{ContextFile, PlannedImage};
 use std::collections::BTreeSet;
 use std::io::{Read, Write};
 use std::path::Path;

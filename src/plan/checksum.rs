@@ -4,6 +4,11 @@
 //!
 //! Nothing machine-specific goes in: no paths of the checkout, no mtimes, no hostnames.
 
+use crate::inputs::patches::SourcePatches;
+use crate::inputs::pins::{SourcePin, WheelPin};
+use crate::inputs::spec::ContextFile;
+use crate::inputs::spec::compile::CompileStage;
+use crate::inputs::values::Name;
 use serde::Serialize;
 use sha2::{Digest as _, Sha256};
 use std::collections::BTreeMap;
@@ -69,6 +74,100 @@ impl Document {
         let mut text = self.lines.join("\n");
         text.push('\n');
         text
+    }
+}
+
+/// What an image's checksum covers, each part in the order the document lists it.
+pub struct ImageInputs<'a> {
+    /// The spec by meaning, its name filled in.
+    pub spec: &'a serde_json::Value,
+    pub template: &'a str,
+    /// `parent <name> <checksum>` or `base <reference> <digest>`.
+    pub parent_line: &'a str,
+    pub sources: &'a [SourcePin],
+    /// One per source, in the same order.
+    pub patches: &'a [SourcePatches],
+    pub wheels: &'a [WheelPin],
+    pub files: &'a [ContextFile],
+    pub compiles: &'a [(&'a Name, &'a InputChecksum)],
+}
+
+/// The document of an image's input checksum (`docs/checksum.md`). It and the stage
+/// documents ([`stage_document`]) are written here alone, so what a checksum covers is read
+/// in one place.
+pub fn image_document(inputs: &ImageInputs<'_>) -> String {
+    let mut doc = Document::new();
+    doc.spec(inputs.spec);
+    doc.line(format!(
+        "template {}",
+        sha256_hex(inputs.template.as_bytes())
+    ));
+    doc.line(inputs.parent_line.to_string());
+    for (pin, source_patches) in inputs.sources.iter().zip(inputs.patches) {
+        doc.line(format!("source {} {}", pin.name, pin.commit));
+        patch_lines(&mut doc, pin, source_patches);
+    }
+    for wheel in inputs.wheels {
+        doc.line(format!(
+            "wheel {} {} {}",
+            wheel.name, wheel.file, wheel.sha256
+        ));
+    }
+    for file in inputs.files {
+        doc.line(format!(
+            "file {} {:04o} {}",
+            file.dest,
+            file.mode(),
+            file.sha256
+        ));
+    }
+    for (name, checksum) in inputs.compiles {
+        doc.line(format!("compile {name} {checksum}"));
+    }
+    doc.text()
+}
+
+/// The version line of a compile stage's document.
+const STAGE_VERSION_LINE: &str = "hallmark-compile v2";
+
+/// The document of a compile stage's own checksum: the stage (caps left out: they decide
+/// how much is cached, never what is built), the source date, what it runs in, and each
+/// source it builds with its place and patches.
+pub fn stage_document(
+    stage: &CompileStage,
+    source_date_epoch: u64,
+    toolchain_line: &str,
+    sources: &[(&SourcePin, &str, &SourcePatches)],
+) -> String {
+    let mut doc = Document::new();
+    doc.line(STAGE_VERSION_LINE.into());
+    let mut canonical = stage.clone();
+    for cache in canonical.caches.values_mut() {
+        cache.cap = None;
+    }
+    doc.spec(&canonical);
+    doc.line(format!("source-date-epoch {source_date_epoch}"));
+    doc.line(toolchain_line.to_string());
+    for (pin, dest, patches) in sources {
+        doc.line(format!(
+            "source {} {} {}",
+            pin.name,
+            pin.commit,
+            crate::inputs::values::without_trailing_slash(dest)
+        ));
+        patch_lines(&mut doc, pin, patches);
+    }
+    doc.text()
+}
+
+fn patch_lines(doc: &mut Document, pin: &SourcePin, patches: &SourcePatches) {
+    for set in &patches.sets {
+        for patch in &set.patches {
+            doc.line(format!(
+                "patch {} {} {} -p{} {}",
+                pin.name, set.name, patch.file, patch.strip, patch.sha256
+            ));
+        }
     }
 }
 

@@ -3,17 +3,16 @@
 //! `render` describes them.
 
 use crate::error::{Error, Result};
+use crate::inputs::patches::SourcePatches;
 use crate::inputs::pins::{BasePin, CheckedPins, Pins};
 use crate::inputs::spec::LoadedSpec;
 use crate::inputs::spec::compile::{
     CompileStage, WHEELS_DIR, apt_toolchain_reference, volume_name,
 };
 use crate::inputs::values::Name;
-use crate::plan::SourcePatches;
-use crate::plan::checksum::{Document, InputChecksum};
+use crate::plan::checksum::{self, InputChecksum};
 use std::collections::{BTreeMap, BTreeSet};
 
-const STAGE_VERSION_LINE: &str = "hallmark-compile v2";
 const TOOLCHAIN_VERSION_LINE: &str = "hallmark-toolchain v1";
 
 /// What a stage runs in.
@@ -71,18 +70,6 @@ pub fn plan(
     let spec = &loaded.spec;
     let mut planned = Vec::new();
     for stage in &spec.compiles {
-        let mut doc = Document::new();
-        doc.line(STAGE_VERSION_LINE.into());
-        // The caps decide how much is cached, never what is built.
-        let mut canonical = stage.clone();
-        for cache in canonical.caches.values_mut() {
-            cache.cap = None;
-        }
-        doc.spec(&canonical);
-        doc.line(format!(
-            "source-date-epoch {}",
-            spec.image.source_date_epoch
-        ));
         let (toolchain, toolchain_line) = toolchain_of(
             loaded,
             stage,
@@ -91,7 +78,6 @@ pub fn plan(
             toolchain_specs,
             pins_path,
         )?;
-        doc.line(toolchain_line.clone());
         let apt_key = apt_key(stage, &toolchain_line);
         let mut sources = Vec::new();
         for wanted in &stage.sources {
@@ -100,10 +86,21 @@ pub fn plan(
                 .iter()
                 .position(|s| s.name.get_ref() == wanted.get_ref())
                 .expect("validated");
-            source_lines(&mut doc, loaded, pins, &patches[index], index);
             sources.push(index);
         }
-        let document = doc.text();
+        let stage_sources: Vec<_> = sources
+            .iter()
+            .map(|&index| {
+                let dest = spec.sources[index].dest.get_ref().as_str();
+                (&pins.sources[index], dest, &patches[index])
+            })
+            .collect();
+        let document = checksum::stage_document(
+            stage,
+            spec.image.source_date_epoch,
+            &toolchain_line,
+            &stage_sources,
+        );
         planned.push(PlannedStage {
             name: stage.name.get_ref().clone(),
             checksum: InputChecksum::of(&document),
@@ -131,32 +128,6 @@ fn apt_key(stage: &CompileStage, toolchain_line: &str) -> Option<String> {
         packages.join(" ")
     );
     Some(crate::plan::checksum::sha256_hex(text.as_bytes()))
-}
-
-/// The stage document's lines for source `index`: its pin and place, then its patches.
-fn source_lines(
-    doc: &mut Document,
-    loaded: &LoadedSpec,
-    pins: &CheckedPins,
-    patches: &SourcePatches,
-    index: usize,
-) {
-    let pin = &pins.sources[index];
-    let dest = loaded.spec.sources[index].dest.get_ref().as_str();
-    doc.line(format!(
-        "source {} {} {}",
-        pin.name,
-        pin.commit,
-        crate::inputs::values::without_trailing_slash(dest)
-    ));
-    for set in &patches.sets {
-        for patch in &set.patches {
-            doc.line(format!(
-                "patch {} {} {} -p{} {}",
-                pin.name, set.name, patch.file, patch.strip, patch.sha256
-            ));
-        }
-    }
 }
 
 /// What `stage` runs in, and the line of the stage document that identifies it.

@@ -9,11 +9,12 @@
 use crate::error::{Error, Result};
 use crate::inputs::git::{git, run};
 use crate::inputs::patches::Patch;
+use crate::inputs::patches::SourcePatches;
 use crate::inputs::pins::{SourcePin, WheelPin, wheel_stem};
 use crate::inputs::python;
 use crate::inputs::values::GitCommit;
+use crate::plan::PlannedImage;
 use crate::plan::checksum::{sha256_hex, sha256_reader};
-use crate::plan::{PlannedImage, SourcePatches};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 
