@@ -11,6 +11,7 @@
 //! start, logs, wait, get archive, remove): no classic builder, no BuildKit.
 
 pub mod caches;
+mod log;
 pub mod replace;
 mod run;
 mod toolchain;

@@ -9,7 +9,7 @@
 //! may get newer packages (say so in the stage's docs when versions matter: pin them as
 //! `name=version`).
 
-use super::run::follow_output;
+use super::log::follow_output;
 use super::{PlannedStage, TOOLCHAIN_LABEL, Toolchain, apt_toolchain_reference};
 use crate::engine::Engine;
 use crate::error::{Error, Result};
