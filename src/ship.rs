@@ -12,6 +12,7 @@
 //! Both run each node's work through `ship/node.rs` and report `ship/outcome.rs`'s outcomes.
 
 pub mod registry;
+pub mod superseded;
 pub mod verify;
 
 pub mod batch;
@@ -27,6 +28,7 @@ use crate::images::identity;
 use crate::images::store::{LayerStore, StoredImage};
 use crate::images::transfer::{self, ExportStream, OnBuilder};
 use crate::output::progress::{self, Phases};
+use crate::plan::{Plan, PlannedImage};
 use futures_util::StreamExt;
 use node::Decision;
 use std::collections::BTreeMap;
@@ -371,4 +373,32 @@ fn remember_full_nodes(state_dir: &Path, nodes: &BTreeMap<String, String>) -> Re
     let path = state_dir.join("full-archive-nodes.json");
     fs_err::write(&path, serde_json::to_string_pretty(nodes).expect("json"))
         .map_err(|e| Error::io(&path, e))
+}
+
+/// The builder's image for `image`, checked against its checksum, with the names of the
+/// images most likely to share its layers: its parents, up to the external base.
+pub async fn planned_shipment(
+    builder: &Engine,
+    store: &LayerStore,
+    plan: &Plan,
+    image: &PlannedImage,
+    checksum_label: &str,
+) -> Result<Shipment> {
+    let mut shipment = shipment(
+        builder,
+        store,
+        &image.loaded.reference(),
+        checksum_label,
+        image.checksum.as_str(),
+    )
+    .await?;
+    let mut current = image;
+    while let Some(parent) = &current.parent {
+        current = plan.get(parent);
+        shipment.related.push(current.loaded.reference());
+    }
+    if let Some(base) = &current.pins.base {
+        shipment.related.push(base.reference.to_string());
+    }
+    Ok(shipment)
 }

@@ -8,14 +8,14 @@ use crate::error::{Error, ExitStatus, Result};
 use crate::images::store::LayerStore;
 use crate::inputs::config::{NodeConfig, Transport};
 use crate::output::{Column, Row};
-use crate::plan::{Plan, PlannedImage};
+
 use crate::ship::registry;
-use crate::ship::verify;
-use crate::ship::{self, Action, NodeOutcome, ShipSettings};
+use crate::ship::superseded;
+use crate::ship::{self, NodeOutcome, ShipSettings};
 use futures_util::StreamExt as _;
 use serde::Serialize;
-use std::collections::{BTreeMap, HashMap};
-use std::path::Path;
+use std::collections::HashMap;
+
 use std::sync::Arc;
 
 pub(super) fn run(
@@ -72,7 +72,17 @@ pub(super) fn run(
                         message: why,
                         hint: None,
                     }),
-                    None => shipment(settings, builder, store, plan, plan.get(name)).await,
+                    None => {
+                        let image = plan.get(name);
+                        ship::planned_shipment(
+                            builder,
+                            store,
+                            plan,
+                            image,
+                            &settings.checksum_label,
+                        )
+                        .await
+                    }
                 }
             }
         }))
@@ -190,33 +200,6 @@ fn say_removed(settings: &Settings, node: &str, removed: usize) {
     }
 }
 
-/// `<state>/superseded.json`: per node, the id each reference named there when a distribute
-/// began, until it has removed those it superseded (best effort: a note that cannot be
-/// written leaves an interrupted run's old image to `docker image prune`).
-#[derive(Default, Serialize, serde::Deserialize)]
-struct Superseded(BTreeMap<String, BTreeMap<String, String>>);
-
-impl Superseded {
-    const FILE: &str = "superseded.json";
-
-    fn read(state_dir: &Path) -> Superseded {
-        std::fs::read_to_string(state_dir.join(Superseded::FILE))
-            .ok()
-            .and_then(|text| serde_json::from_str(&text).ok())
-            .unwrap_or_default()
-    }
-
-    fn write(&self, state_dir: &Path) {
-        let path = state_dir.join(Superseded::FILE);
-        if self.0.is_empty() {
-            let _ = std::fs::remove_file(path);
-            return;
-        }
-        let text = serde_json::to_string_pretty(self).expect("json");
-        let _ = std::fs::create_dir_all(state_dir).and_then(|()| std::fs::write(path, text));
-    }
-}
-
 /// The selected nodes, connected and grouped by transport; each image goes to both groups.
 struct Targets<'a> {
     nodes: &'a [NodeConfig],
@@ -248,70 +231,20 @@ impl<'a> Targets<'a> {
         targets
     }
 
-    /// Every reachable node's images under `references`: the id each reference names there
-    /// (one listing of those names per node), noted in the project's state until
-    /// [`Targets::remove_superseded`] is done with them. A distribute stopped between a
-    /// node's load and that removal left the old image behind, and a re-run, finding the node
-    /// current, never removed it (outside test): an id an earlier run noted whose tag has
-    /// moved since is removed here, first, unless this run ships it (`shipping`: the ids
-    /// engines give the images it ships).
+    /// Every reachable node's images under `references`, noted until
+    /// [`Targets::remove_superseded`] ([`superseded::named_ids`]).
     async fn named_ids(
         &self,
         settings: &Settings,
         references: &[&str],
         shipping: &std::collections::HashSet<String>,
     ) -> Vec<(HashMap<String, String>, usize)> {
-        let mut journal = Superseded::read(&settings.state_dir);
         let engines: Vec<&Engine> = self.by_stream.iter().chain(&self.by_registry).collect();
-        let named = engines.iter().map(|engine| {
-            let earlier = journal.0.get(&engine.node).cloned().unwrap_or_default();
-            async move {
-                let mut names: Vec<&str> = references.to_vec();
-                names.extend(earlier.keys().map(String::as_str));
-                names.sort_unstable();
-                names.dedup();
-                // Unlisted: nothing is removed, and what was noted stays noted.
-                let Ok(listed) = engine.listed_images_named(&names).await else {
-                    return (HashMap::new(), earlier, 0);
-                };
-                let now: HashMap<String, String> = verify::by_familiar_tag(&listed)
-                    .into_iter()
-                    .map(|(tag, image)| (tag, image.id.clone()))
-                    .collect();
-                let mut removed = 0;
-                for (reference, old) in &earlier {
-                    // An image this run ships (a rollback to it) is not removed to be sent again.
-                    let moved = now.get(reference) != Some(old) && !shipping.contains(old);
-                    if moved && engine.remove_untagged(old).await {
-                        removed += 1;
-                    }
-                }
-                (now, BTreeMap::new(), removed)
-            }
-        });
-        let answers = futures_util::future::join_all(named).await;
-        let mut before = Vec::new();
-        for (engine, (now, kept, removed)) in engines.iter().zip(answers) {
-            let mut noted = kept;
-            for reference in references {
-                let familiar = verify::familiar(reference);
-                if let Some(id) = now.get(&familiar) {
-                    noted.insert(familiar, id.clone());
-                }
-            }
-            journal.0.insert(engine.node.to_string(), noted);
-            before.push((now, removed));
-        }
-        journal.write(&settings.state_dir);
-        before
+        superseded::named_ids(&settings.state_dir, &engines, references, shipping).await
     }
 
-    /// Removes from each node the images `references` named there before this distribute
-    /// sent it another (an update leaves the old image behind untagged: eight updates of an
-    /// image left 912 MB of them beside 310 MB current on a node in an outside test, and on
-    /// the cluster each is the size of a model server's image). Only an image no tag names
-    /// now is removed (a load that gave the very image back keeps it); one a container uses
-    /// is refused by the engine and stays. Then this run's notes go ([`Targets::named_ids`]).
+    /// Removes what this distribute superseded ([`superseded::remove`]) and says so, one
+    /// line a node.
     async fn remove_superseded(
         &self,
         settings: &Settings,
@@ -319,31 +252,12 @@ impl<'a> Targets<'a> {
         before: Vec<(HashMap<String, String>, usize)>,
         outcomes: &[Vec<NodeOutcome>],
     ) {
-        let engines = self.by_stream.iter().chain(&self.by_registry);
-        let mut journal = Superseded::read(&settings.state_dir);
-        // One line a node, with what the start removed (an earlier run's notes) counted in:
-        // two lines of "removed 1 image" read as one said twice.
-        for (engine, (before, removed_earlier)) in engines.zip(before) {
-            let mut removed = removed_earlier;
-            for (reference, outcomes) in references.iter().zip(outcomes) {
-                let sent = outcomes.iter().any(|o| {
-                    o.node == engine.node && o.verified() && !matches!(o.action, Action::Skipped)
-                });
-                let familiar = verify::familiar(reference);
-                if let Some(noted) = journal.0.get_mut(engine.node.as_str()) {
-                    noted.remove(&familiar);
-                }
-                let Some(old) = before.get(&familiar).filter(|_| sent) else {
-                    continue;
-                };
-                if engine.remove_untagged(old).await {
-                    removed += 1;
-                }
-            }
-            say_removed(settings, &engine.node, removed);
+        let engines: Vec<&Engine> = self.by_stream.iter().chain(&self.by_registry).collect();
+        let removed =
+            superseded::remove(&settings.state_dir, &engines, references, before, outcomes).await;
+        for (node, removed) in removed {
+            say_removed(settings, &node, removed);
         }
-        journal.0.retain(|_, noted| !noted.is_empty());
-        journal.write(&settings.state_dir);
     }
 
     /// Ships `shipments` to every node: per image, the outcomes in the cluster file's order.
@@ -399,32 +313,4 @@ impl<'a> Targets<'a> {
         }
         Ok(outcomes)
     }
-}
-
-/// The builder's image for `image`, checked against its checksum, with the names of the
-/// images most likely to share its layers: its parents, up to the external base.
-pub(super) async fn shipment(
-    settings: &Settings,
-    builder: &Engine,
-    store: &LayerStore,
-    plan: &Plan,
-    image: &PlannedImage,
-) -> Result<ship::Shipment> {
-    let mut shipment = ship::shipment(
-        builder,
-        store,
-        &image.loaded.reference(),
-        &settings.checksum_label,
-        image.checksum.as_str(),
-    )
-    .await?;
-    let mut current = image;
-    while let Some(parent) = &current.parent {
-        current = plan.get(parent);
-        shipment.related.push(current.loaded.reference());
-    }
-    if let Some(base) = &current.pins.base {
-        shipment.related.push(base.reference.to_string());
-    }
-    Ok(shipment)
 }

@@ -1,7 +1,6 @@
 //! `hallmark verify`: exit 0 only if every node holds the expected image (label and
 //! content fingerprint). The holdings table is `status`'s too.
 
-use super::distribute::shipment;
 use super::{connect, connect_all, runtime};
 use crate::commands::settings::Settings;
 use crate::engine::Engine;
@@ -30,11 +29,10 @@ pub(super) fn run(settings: &Settings, images: &[String], nodes: &[String]) -> R
         let builder = connect(settings, &settings.config.builder).await?;
         let connected = connect_all(settings, &nodes).await;
         let store = crate::images::store::LayerStore::open(&settings.cache);
-        let shipments = futures_util::stream::iter(
-            names
-                .iter()
-                .map(|name| shipment(settings, &builder, &store, &plan, plan.get(name))),
-        )
+        let shipments = futures_util::stream::iter(names.iter().map(|name| {
+            let image = plan.get(name);
+            ship::planned_shipment(&builder, &store, &plan, image, &settings.checksum_label)
+        }))
         .buffered(8)
         .collect::<Vec<_>>()
         .await;
