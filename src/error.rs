@@ -98,14 +98,8 @@ pub enum Error {
     },
 
     /// A value that parses but is wrong (a duplicate name, a cycle, an escaping path).
-    #[error("{}{}: {}{message}", path.display(), at(location), key.as_deref().map(|k| format!("`{k}`: ")).unwrap_or_default())]
-    Invalid {
-        path: PathBuf,
-        location: Option<Location>,
-        key: Option<String>,
-        message: String,
-        hint: Option<String>,
-    },
+    #[error("{}{}: {}{}", .0.path.display(), at(&.0.location), .0.key.as_deref().map(|k| format!("`{k}`: ")).unwrap_or_default(), .0.message)]
+    Invalid(Box<Invalid>),
 
     #[error("{}", if *walked { format!("no project found: neither {} nor any folder above it holds hallmark.toml", start.display()) } else { format!("{} is not a hallmark project: it holds no hallmark.toml", start.display()) })]
     NoProject {
@@ -143,15 +137,8 @@ pub enum Error {
         stderr: String,
     },
 
-    #[error("patch set `{set}` does not apply to source `{source_name}` of image `{image}`: {}{}", file.display(), hunk.as_deref().map(|h| format!(", {h}")).unwrap_or_default())]
-    PatchDoesNotApply {
-        image: String,
-        source_name: String,
-        set: String,
-        file: PathBuf,
-        hunk: Option<String>,
-        detail: String,
-    },
+    #[error("patch set `{}` does not apply to source `{}` of image `{}`: {}{}", .0.set, .0.source_name, .0.image, .0.file.display(), .0.hunk.as_deref().map(|h| format!(", {h}")).unwrap_or_default())]
+    PatchDoesNotApply(Box<PatchNotApplied>),
 
     #[error("image `{image}`: {message}")]
     Lint {
@@ -192,15 +179,8 @@ pub enum Error {
         hint: Option<String>,
     },
 
-    #[error("image `{image}` failed to build{} on node `{node}`", step.as_deref().map(|s| format!(" at {s}")).unwrap_or_default())]
-    BuildFailed {
-        image: String,
-        node: String,
-        step: Option<String>,
-        message: String,
-        tail: Vec<String>,
-        log: PathBuf,
-    },
+    #[error("image `{}` failed to build{} on node `{}`", .0.image, .0.step.as_deref().map(|s| format!(" at {s}")).unwrap_or_default(), .0.node)]
+    BuildFailed(Box<BuildFailure>),
 
     #[error("image `{image}`: smoke test `{smoke}` failed on node `{node}` (exit {code})")]
     SmokeFailed {
@@ -231,6 +211,57 @@ pub enum Error {
     Many(Vec<Error>),
 }
 
+/// [`Error::Invalid`]'s payload, boxed: the largest variants are, so that every `Result`
+/// stays small (clippy's `result_large_err`).
+#[derive(Debug)]
+pub struct Invalid {
+    pub path: PathBuf,
+    pub location: Option<Location>,
+    pub key: Option<String>,
+    pub message: String,
+    pub hint: Option<String>,
+}
+
+/// [`Error::PatchDoesNotApply`]'s payload.
+#[derive(Debug)]
+pub struct PatchNotApplied {
+    pub image: String,
+    pub source_name: String,
+    pub set: String,
+    pub file: PathBuf,
+    pub hunk: Option<String>,
+    pub detail: String,
+}
+
+/// [`Error::BuildFailed`]'s payload.
+#[derive(Debug)]
+pub struct BuildFailure {
+    pub image: String,
+    pub node: String,
+    pub step: Option<String>,
+    pub message: String,
+    pub tail: Vec<String>,
+    pub log: PathBuf,
+}
+
+impl From<Invalid> for Error {
+    fn from(payload: Invalid) -> Error {
+        Error::Invalid(Box::new(payload))
+    }
+}
+
+impl From<PatchNotApplied> for Error {
+    fn from(payload: PatchNotApplied) -> Error {
+        Error::PatchDoesNotApply(Box::new(payload))
+    }
+}
+
+impl From<BuildFailure> for Error {
+    fn from(payload: BuildFailure) -> Error {
+        Error::BuildFailed(Box::new(payload))
+    }
+}
+
 fn at(location: &Option<Location>) -> String {
     location
         .as_ref()
@@ -258,7 +289,7 @@ impl Error {
         match self {
             Error::Usage { .. }
             | Error::Parse { .. }
-            | Error::Invalid { .. }
+            | Error::Invalid(_)
             | Error::NoProject { .. }
             | Error::NoImages { .. }
             | Error::UnknownImage { .. }
@@ -270,10 +301,10 @@ impl Error {
             Error::Io { .. }
             | Error::Archive { .. }
             | Error::Command { .. }
-            | Error::PatchDoesNotApply { .. }
+            | Error::PatchDoesNotApply(_)
             | Error::Wheel { .. }
             | Error::Engine { .. }
-            | Error::BuildFailed { .. }
+            | Error::BuildFailed(_)
             | Error::SmokeFailed { .. } => ExitStatus::Failure,
             Error::Interrupted { .. } => ExitStatus::Interrupted,
             // The lowest code wins: a failed piece of work outranks bad input elsewhere.
@@ -287,14 +318,14 @@ impl Error {
 
     fn hint(&self) -> Option<String> {
         match self {
+            Error::Invalid(invalid) => invalid.hint.clone(),
             Error::Usage { hint, .. }
-            | Error::Invalid { hint, .. }
             | Error::Lint { hint, .. }
             | Error::Wheel { hint, .. }
             | Error::Engine { hint, .. } => hint.clone(),
-            Error::BuildFailed { log, .. } => Some(format!(
+            Error::BuildFailed(failure) => Some(format!(
                 "the whole log is in {}; the tag was not moved",
-                log.display()
+                failure.log.display()
             )),
             Error::UnknownImage { known, .. } if !known.is_empty() => {
                 Some(format!("images here: {}", known.join(", ")))
@@ -328,13 +359,12 @@ impl Error {
                 .join("\n");
         }
         let mut out = format!("error: {self}\n");
-        if let Error::Parse {
-            location: Some(l), ..
-        }
-        | Error::Invalid {
-            location: Some(l), ..
-        } = self
-        {
+        let location = match self {
+            Error::Parse { location, .. } => location.as_ref(),
+            Error::Invalid(invalid) => invalid.location.as_ref(),
+            _ => None,
+        };
+        if let Some(l) = location {
             let gutter = l.line.to_string().len();
             let _ = writeln!(out, "{:gutter$} |", "");
             let _ = writeln!(out, "{} | {}", l.line, l.text);
@@ -343,10 +373,10 @@ impl Error {
         let joined;
         let detail = match self {
             Error::Command { stderr, .. } => Some(stderr.as_str()),
-            Error::PatchDoesNotApply { detail, .. } => Some(detail.as_str()),
+            Error::PatchDoesNotApply(failure) => Some(failure.detail.as_str()),
             Error::SmokeFailed { output, .. } => Some(output.as_str()),
-            Error::BuildFailed { message, tail, .. } => {
-                joined = format!("{}\n{message}", tail.join("\n"));
+            Error::BuildFailed(failure) => {
+                joined = format!("{}\n{}", failure.tail.join("\n"), failure.message);
                 Some(joined.as_str())
             }
             _ => None,

@@ -27,7 +27,7 @@ pub fn main() -> ExitCode {
     match commands::run(cli) {
         Ok(status) => status.into(),
         Err(error) => {
-            eprint!("{}", error.render());
+            crate::output::stderr_exactly(&error.render());
             error.exit_status().into()
         }
     }

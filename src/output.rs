@@ -136,7 +136,7 @@ impl Output {
     /// A line on stderr, unless `-q`.
     pub fn note(&self, message: impl AsRef<str>) {
         if !self.quiet {
-            eprintln!("{}", message.as_ref());
+            stderr(message.as_ref());
         }
     }
 
@@ -211,10 +211,23 @@ pub fn stdout_exactly(text: &str) {
     use std::io::Write;
     match std::io::stdout().lock().write_all(text.as_bytes()) {
         Err(e) if e.kind() != std::io::ErrorKind::BrokenPipe => {
-            eprintln!("hallmark: cannot write to stdout: {e}")
+            stderr(&format!("hallmark: cannot write to stdout: {e}"))
         }
         _ => {}
     }
+}
+
+/// `text` on stderr as it is: the one place outside [`Output`] that writes there (an error
+/// report, a build's streamed log, a note before any `Output` exists). Like [`stdout`], a
+/// stderr that went away ends the printing, not the command.
+pub fn stderr_exactly(text: &str) {
+    use std::io::Write;
+    let _ = std::io::stderr().lock().write_all(text.as_bytes());
+}
+
+/// `text` and a newline on stderr, as [`stderr_exactly`].
+pub fn stderr(text: &str) {
+    stderr_exactly(&format!("{text}\n"));
 }
 
 /// A value in a table cell as the JSON document has it: a string plain, anything else

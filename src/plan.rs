@@ -8,7 +8,7 @@ pub mod compile;
 pub mod fetch;
 pub mod lock;
 
-use crate::error::{Error, Result};
+use crate::error::{Error, Invalid, Result};
 use crate::inputs::patches::{self, SourcePatches};
 use crate::inputs::pins::{self, CheckedPins};
 use crate::inputs::project::Project;
@@ -211,7 +211,7 @@ fn shared_references(project: &Project, walked: &BTreeMap<Name, LoadedSpec>) -> 
                 .filter(|(other, _)| other != name)
                 .map(|(_, p)| p.display().to_string())
                 .collect();
-            let error = Error::Invalid {
+            let error = Error::from(Invalid {
                 path: path.clone(),
                 location: None,
                 key: Some("image.name".into()),
@@ -220,7 +220,7 @@ fn shared_references(project: &Project, walked: &BTreeMap<Name, LoadedSpec>) -> 
                     others.join(" and ")
                 ),
                 hint: Some("give each image a name or a tag of its own ([image] name, tag)".into()),
-            };
+            });
             errors.push((name.clone(), error));
         }
     }
@@ -519,12 +519,14 @@ fn checked_name<'e>(
         .path()
         .strip_prefix(src)
         .expect("walk stays below its root");
-    let relative = relative.to_str().ok_or_else(|| Error::Invalid {
-        path: entry.path().to_path_buf(),
-        location: None,
-        key: Some("file.src".into()),
-        message: "file names must be UTF-8".into(),
-        hint: None,
+    let relative = relative.to_str().ok_or_else(|| {
+        Error::from(Invalid {
+            path: entry.path().to_path_buf(),
+            location: None,
+            key: Some("file.src".into()),
+            message: "file names must be UTF-8".into(),
+            hint: None,
+        })
     })?;
     // Any name reaches the image as it is (the files travel as a tar, never through a
     // Dockerfile line); a control character would break the checksum document's lines.
@@ -595,14 +597,14 @@ fn check_dests(loaded: &LoadedSpec, files: &[ContextFile]) -> Result<()> {
         .map(|f| f.dest.get_ref().as_str())
         .filter(|d| dest == *d || dest.starts_with(&format!("{d}/")))
         .max_by_key(|d| d.len());
-    Err(Error::Invalid {
+    Err(Error::from(Invalid {
         path: loaded.path.clone(),
         location: entry
             .and_then(|d| crate::inputs::spec::locate(&loaded.text, &["file", d, "dest"])),
         key: Some("file.dest".into()),
         message,
         hint: None,
-    })
+    }))
 }
 
 fn template_for(loaded: &LoadedSpec) -> Result<Template> {

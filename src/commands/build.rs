@@ -73,12 +73,12 @@ pub(super) fn run(
         return Ok(ExitStatus::Success);
     }
     for difference in &differences {
-        eprintln!("differs: {difference}");
+        crate::output::stderr(&format!("differs: {difference}"));
     }
-    eprintln!(
+    crate::output::stderr(&format!(
         "error: not reproducible: {} difference(s) between two builds from scratch",
         differences.len()
-    );
+    ));
     Ok(ExitStatus::Failure)
 }
 

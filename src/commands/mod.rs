@@ -113,7 +113,7 @@ fn plan_each(
         .map(|(name, failure)| {
             let why = match failure {
                 crate::plan::Failure::Own(error) => {
-                    eprint!("{}", error.render());
+                    crate::output::stderr_exactly(&error.render());
                     format!("not planned: {error}")
                 }
                 crate::plan::Failure::Parent(cause) => {

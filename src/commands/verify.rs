@@ -42,7 +42,7 @@ pub(super) fn run(settings: &Settings, images: &[String], nodes: &[String]) -> R
         for (name, shipment) in names.iter().zip(shipments) {
             let found = shipment.map_err(|e| {
                 // Said even with `-q`: why the image's rows cannot say `current`.
-                eprint!("{}", e.render());
+                crate::output::stderr_exactly(&e.render());
                 e.to_string()
             });
             judged.push(wanted_or_why(plan.get(name), &store, found));

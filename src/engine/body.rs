@@ -81,7 +81,7 @@ pub fn body_from_writer(
         if let Err(e) = outcome
             && !buffered.get_ref().stopped
         {
-            eprint!("{}", e.render());
+            crate::output::stderr_exactly(&e.render());
         }
     });
     futures_util::stream::unfold(receiver, |mut receiver| async move {

@@ -242,7 +242,7 @@ impl SshBridge {
                         use tokio::io::AsyncBufReadExt as _;
                         let mut lines = tokio::io::BufReader::new(stderr).lines();
                         while let Ok(Some(line)) = lines.next_line().await {
-                            eprintln!("{line}");
+                            crate::output::stderr(&line);
                         }
                     });
                 }

@@ -137,7 +137,7 @@ impl Transport {
             .api_version()
             .and_then(|v| v.split_once('.'))
             .and_then(|(major, minor)| Some((major.parse().ok()?, minor.parse().ok()?)))
-            .map_or(NEWEST_API.clone(), |(major_version, minor_version)| {
+            .map_or(*NEWEST_API, |(major_version, minor_version)| {
                 bollard::ClientVersion {
                     major_version,
                     minor_version,

@@ -119,10 +119,10 @@ impl LayerStore {
             .filter(|file| match file.try_lock_shared() {
                 Ok(()) => true,
                 Err(std::fs::TryLockError::WouldBlock) => {
-                    eprintln!(
+                    crate::output::stderr(&format!(
                         "waiting for `hallmark prune` to finish with the layer store ({})",
                         root.display()
-                    );
+                    ));
                     file.lock_shared().is_ok()
                 }
                 Err(std::fs::TryLockError::Error(_)) => false,
@@ -857,7 +857,7 @@ mod tests {
         let cache = dir.path().join("cache");
         let store = LayerStore::open_for(&cache, Some(&root));
         let (kept_layer, gone_layer) = (b"kept layer".as_slice(), b"gone layer".as_slice());
-        let ids = vec![stored(&store, kept_layer), stored(&store, gone_layer)];
+        let ids = [stored(&store, kept_layer), stored(&store, gone_layer)];
         drop(store);
         prune(&cache, &root, &ids[..1]);
         let store = LayerStore::open_for(&cache, Some(&root));

@@ -4,7 +4,7 @@
 
 use crate::engine::Address;
 use crate::engine::credentials::docker_config_dir;
-use crate::error::{Error, Result};
+use crate::error::{Error, Invalid, Result};
 use crate::inputs::spec::parse_toml;
 use crate::inputs::values::Name;
 
@@ -228,12 +228,14 @@ impl Config {
             });
         };
         let file = read_cluster_file(&path)?;
-        let invalid = |key: &str, message: String| Error::Invalid {
-            path: path.clone(),
-            location: None,
-            key: Some(key.into()),
-            message,
-            hint: None,
+        let invalid = |key: &str, message: String| {
+            Error::from(Invalid {
+                path: path.clone(),
+                location: None,
+                key: Some(key.into()),
+                message,
+                hint: None,
+            })
         };
         // Errors in the order users have seen them: the local engine's discovery, then
         // duplicate names, then addresses, then the label and the registry.

@@ -8,7 +8,7 @@ pub mod refresh;
 pub mod report;
 pub mod scratch;
 
-use crate::error::{Error, Location, Result};
+use crate::error::{Error, Invalid, Location, Result};
 use crate::inputs::values::{Name, RelativePath};
 use sha2::{Digest as _, Sha256};
 use std::path::{Path, PathBuf};
@@ -50,7 +50,7 @@ pub fn read_set(patches_dir: &Path, name: &Name) -> Result<PatchSet> {
         let bytes = match fs_err::read(&path) {
             Ok(bytes) => bytes,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-                return Err(Error::Invalid {
+                return Err(Error::from(Invalid {
                     path: series_path.clone(),
                     location: Some(entry.location),
                     key: None,
@@ -60,16 +60,18 @@ pub fn read_set(patches_dir: &Path, name: &Name) -> Result<PatchSet> {
                         path.display()
                     ),
                     hint: None,
-                });
+                }));
             }
             Err(e) => return Err(Error::io(&path, e)),
         };
-        check_touched_paths(&bytes, entry.strip).map_err(|message| Error::Invalid {
-            path: path.clone(),
-            location: None,
-            key: None,
-            message: format!("patch set `{name}`: {message}"),
-            hint: None,
+        check_touched_paths(&bytes, entry.strip).map_err(|message| {
+            Error::from(Invalid {
+                path: path.clone(),
+                location: None,
+                key: None,
+                message: format!("patch set `{name}`: {message}"),
+                hint: None,
+            })
         })?;
         patches.push(Patch {
             file: entry.file,
@@ -103,12 +105,14 @@ pub fn parse_series(series_path: &Path, text: &str) -> Result<Vec<SeriesEntry>> 
         if content.is_empty() {
             continue;
         }
-        let invalid = |message: String| Error::Invalid {
-            path: series_path.to_path_buf(),
-            location: Some(Location::of_offset(text, at)),
-            key: None,
-            message,
-            hint: None,
+        let invalid = |message: String| {
+            Error::from(Invalid {
+                path: series_path.to_path_buf(),
+                location: Some(Location::of_offset(text, at)),
+                key: None,
+                message,
+                hint: None,
+            })
         };
         let mut words = content.split_whitespace();
         let file = words.next().unwrap_or_default();
@@ -136,13 +140,13 @@ pub fn parse_series(series_path: &Path, text: &str) -> Result<Vec<SeriesEntry>> 
         });
     }
     if entries.is_empty() {
-        return Err(Error::Invalid {
+        return Err(Error::from(Invalid {
             path: series_path.to_path_buf(),
             location: None,
             key: None,
             message: "the series lists no patches".into(),
             hint: None,
-        });
+        }));
     }
     Ok(entries)
 }

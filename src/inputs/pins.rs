@@ -2,7 +2,7 @@
 //! reviewed in git. A pin is stale when the spec no longer asks for what it resolved; then
 //! nothing is built or checksummed from it.
 
-use crate::error::{Error, Result};
+use crate::error::{Error, Invalid, Result};
 use crate::inputs::python;
 use crate::inputs::spec::{LoadedSpec, Parent, parse_toml};
 use crate::inputs::values::{Digest, GitCommit, Name, Sha256Hex};
@@ -99,13 +99,13 @@ pub fn read(root: &Path, image: &Name) -> Result<Pins> {
 pub fn parse(path: PathBuf, text: &str) -> Result<Pins> {
     let pins: Pins = parse_toml(&path, text)?;
     if let Some(Err(message)) = pins.python.as_ref().map(python::Interpreter::check) {
-        return Err(Error::Invalid {
+        return Err(Error::from(Invalid {
             location: crate::inputs::spec::locate(text, &["python"]),
             path,
             key: Some("python".into()),
             message,
             hint: None,
-        });
+        }));
     }
     for wheel in &pins.wheels {
         let distribution = wheel.file.split('-').next().unwrap_or_default();
@@ -117,7 +117,7 @@ pub fn parse(path: PathBuf, text: &str) -> Result<Pins> {
                 .chars()
                 .any(|c| c.is_whitespace() || c.is_control())
         {
-            return Err(Error::Invalid {
+            return Err(Error::from(Invalid {
                 path,
                 location: crate::inputs::spec::locate(text, &["wheel", &wheel.file, "file"]),
                 key: Some("wheel.file".into()),
@@ -126,7 +126,7 @@ pub fn parse(path: PathBuf, text: &str) -> Result<Pins> {
                     wheel.file, wheel.name
                 ),
                 hint: None,
-            });
+            }));
         }
     }
     Ok(pins)

@@ -1,7 +1,7 @@
 //! Where things live: the project root (the folder holding `hallmark.toml`, found by walking
 //! up as Cargo finds `Cargo.toml`), its images, and the caches outside it.
 
-use crate::error::{Error, Result};
+use crate::error::{Error, Invalid, Result};
 use crate::inputs::spec::{self, LoadedSpec};
 use crate::inputs::values::Name;
 use std::path::{Path, PathBuf};
@@ -84,12 +84,14 @@ impl Project {
                 continue;
             }
             let file_name = entry.file_name().to_string_lossy().into_owned();
-            let name = Name::try_from(file_name).map_err(|message| Error::Invalid {
-                path: entry.path(),
-                location: None,
-                key: None,
-                message,
-                hint: Some("the folder name is the image's name".into()),
+            let name = Name::try_from(file_name).map_err(|message| {
+                Error::from(Invalid {
+                    path: entry.path(),
+                    location: None,
+                    key: None,
+                    message,
+                    hint: Some("the folder name is the image's name".into()),
+                })
             })?;
             names.push(name);
         }
@@ -161,7 +163,7 @@ pub fn stays_inside(root: &Path, path: &Path) -> Result<()> {
     if real.starts_with(&root) {
         return Ok(());
     }
-    Err(Error::Invalid {
+    Err(Error::from(Invalid {
         path: path.to_path_buf(),
         location: None,
         key: None,
@@ -174,7 +176,7 @@ pub fn stays_inside(root: &Path, path: &Path) -> Result<()> {
             "keep specs and patches inside the project (copy them in, or link the other way)"
                 .into(),
         ),
-    })
+    }))
 }
 
 /// The user's cache (`$HALLMARK_CACHE`, else `$XDG_CACHE_HOME/hallmark`, else

@@ -8,7 +8,7 @@
 pub mod compile;
 mod variant;
 
-use crate::error::{Error, Location, Result};
+use crate::error::{Error, Invalid, Location, Result};
 use crate::inputs::values::{ImagePath, Name, RelativePath};
 use crate::oci::reference::{self, Reference};
 use serde::{Deserialize, Serialize};
@@ -226,26 +226,26 @@ impl LoadedSpec {
         key: &str,
         message: String,
     ) -> Result<T> {
-        Err(Error::Invalid {
+        Err(Error::from(Invalid {
             path: self.path.clone(),
             location: Some(Location::of_offset(&self.text, span.start)),
             key: Some(key.to_string()),
             message,
             hint: None,
-        })
+        }))
     }
 
     /// An error at `path` in the spec's text, for the checks made after parsing on values
     /// that carry no span of their own. Without a place if the path is not in the text (a
     /// default).
     pub(crate) fn invalid_at<T>(&self, path: &[&str], key: &str, message: String) -> Result<T> {
-        Err(Error::Invalid {
+        Err(Error::from(Invalid {
             path: self.path.clone(),
             location: locate(&self.text, path),
             key: Some(key.to_string()),
             message,
             hint: None,
-        })
+        }))
     }
 }
 
@@ -351,7 +351,7 @@ pub fn read_text(path: &Path) -> Result<String> {
     )
     .map_err(|e| Error::io(path, e))?;
     if bytes.len() as u64 > MAX_TEXT_BYTES {
-        return Err(Error::Invalid {
+        return Err(Error::from(Invalid {
             path: path.to_path_buf(),
             location: None,
             key: None,
@@ -360,7 +360,7 @@ pub fn read_text(path: &Path) -> Result<String> {
                 MAX_TEXT_BYTES >> 20
             ),
             hint: None,
-        });
+        }));
     }
     text_of(path, bytes)
 }
@@ -371,13 +371,13 @@ pub fn text_of(path: &Path, bytes: Vec<u8>) -> Result<String> {
     String::from_utf8(bytes).map_err(|e| {
         let valid = e.utf8_error().valid_up_to();
         let lossy = String::from_utf8_lossy(e.as_bytes());
-        Error::Invalid {
+        Error::from(Invalid {
             path: path.to_path_buf(),
             location: Some(Location::of_offset(&lossy, valid)),
             key: None,
             message: "not UTF-8 text".into(),
             hint: None,
-        }
+        })
     })
 }
 
@@ -652,13 +652,13 @@ fn validate_container_and_name(loaded: &LoadedSpec) -> Result<()> {
     });
     if let Some(message) = named {
         // Where `name` is set; a folder name has no place in the text.
-        return Err(Error::Invalid {
+        return Err(Error::from(Invalid {
             path: loaded.path.clone(),
             location: locate(&loaded.text, &["image", "name"]),
             key: Some("image.name".into()),
             message,
             hint: Some("rename the folder or set `name` in [image]".into()),
-        });
+        }));
     }
     Ok(())
 }

@@ -306,7 +306,7 @@ impl Anchor {
             }
             let name = self.place(&path, out)?;
             match entry.link_name()? {
-                Some(target) => out.append_link(&mut header, &name, target.into_owned())?,
+                Some(target) => out.append_link(&mut header, &name, &target)?,
                 None => append(out, header, &name, &mut entry)?,
             }
         }

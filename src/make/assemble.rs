@@ -12,7 +12,7 @@
 //! builder.
 
 use crate::engine::Engine;
-use crate::error::{Error, Result};
+use crate::error::{Error, Invalid, Result};
 use crate::images::store::{Blob, LAYER_TAR, LayerStore, StoredLayer};
 use crate::images::transfer;
 use crate::inputs::python;
@@ -43,6 +43,14 @@ pub fn assemblable(spec: &ImageSpec) -> bool {
         && spec.build.expect_files.is_empty()
 }
 
+/// The labels an assembled image is stamped with ([`render::stamped_labels`]).
+pub struct Stamp<'a> {
+    /// The checksum label's key and the value it is given (`building-...` until finished).
+    pub checksum_label: &'a str,
+    pub checksum_value: &'a str,
+    pub parent_tag: Option<&'a str>,
+}
+
 /// Assembles `image` on top of the builder's `parent` (an exact image id or digest
 /// reference) and loads it, untagged, into the builder. Returns the builder's id for it.
 pub async fn assemble(
@@ -51,9 +59,7 @@ pub async fn assemble(
     cache: &std::path::Path,
     image: &PlannedImage,
     parent: &str,
-    checksum_label: &str,
-    checksum_value: &str,
-    parent_tag: Option<&str>,
+    stamp: Stamp<'_>,
 ) -> Result<String> {
     let (parent_id, parent_image) = transfer::stored_image(builder, store, parent).await?;
     let mut config = store.read_config(&parent_image)?;
@@ -107,7 +113,12 @@ pub async fn assemble(
     }
     history.push(json!({"created": created, "created_by": CONFIG_STEP, "comment": ASSEMBLED, "empty_layer": true}));
 
-    let labels = render::stamped_labels(image, checksum_label, checksum_value, parent_tag);
+    let labels = render::stamped_labels(
+        image,
+        stamp.checksum_label,
+        stamp.checksum_value,
+        stamp.parent_tag,
+    );
     apply(&mut config, spec, &labels, &created, &layers, history);
     let parent_layers = parent_image.layers.len();
     transfer::load_made(builder, store, &config, layers, parent_layers).await
@@ -131,13 +142,13 @@ fn files_layer(
         })
     });
     if let Some(message) = misplaced {
-        return Err(Error::Invalid {
+        return Err(Error::from(Invalid {
             path: image.loaded.path.clone(),
             location: None,
             key: Some("file.dest".into()),
             message: format!("{message} (parent {parent})"),
             hint: None,
-        });
+        }));
     }
     let (digest, size) = written?;
     Ok(uncompressed_layer(digest, size))

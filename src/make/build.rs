@@ -4,7 +4,7 @@
 //! move: a failed build or smoke leaves the previous image under the tag.
 
 use crate::engine::{self, Engine};
-use crate::error::{Error, Result};
+use crate::error::{BuildFailure, Error, Result};
 use crate::images::identity;
 use crate::images::store::LayerStore;
 use crate::make::assemble;
@@ -221,10 +221,10 @@ async fn up_to_date(
         match identity::unfinished(&store, id, checksum) {
             None => return Ok(Some((id.to_string(), tagged.size))),
             // A warning, said even with `-q`: an image changed by hand loses its tag.
-            Some(why) => eprintln!(
+            Some(why) => crate::output::stderr(&format!(
                 "warning: {reference} on the builder carries checksum {} but hallmark did not finish it ({why}); it is not used: the tag moves to the image hallmark finished for it, or to the one this build makes once it passes",
                 &checksum[..12.min(checksum.len())]
-            ),
+            )),
         }
     }
     let found = engine
@@ -358,9 +358,11 @@ impl Job<'_> {
             self.settings.cache,
             self.image,
             &self.parent(),
-            self.settings.checksum_label,
-            &self.made_label(),
-            self.parent_tag,
+            assemble::Stamp {
+                checksum_label: self.settings.checksum_label,
+                checksum_value: &self.made_label(),
+                parent_tag: self.parent_tag,
+            },
         )
         .await?;
         Ok(Made {
@@ -634,11 +636,11 @@ impl BuildTurn {
         let echo = settings.echo;
         let turn = crate::images::turn::Turn::take(settings.cache, "build", &key, |path| {
             if echo {
-                eprintln!(
+                crate::output::stderr(&format!(
                     "waiting for another hallmark building {reference} on {} (lock {})",
                     engine.node,
                     path.display()
-                );
+                ));
             }
         })
         .await?;
@@ -690,17 +692,19 @@ async fn engine_build(
     let body = context_stream(image.clone(), dockerfile, fetched, context_digest);
     let stream = engine.build(engine::Body::stream(body), &options);
     let followed = follow_build(stream, &mut log, settings.echo).await;
-    let fail = |message: String| Error::BuildFailed {
-        image: image.name().to_string(),
-        node: engine.node.clone(),
-        step: followed.step.clone(),
-        message: crate::error::plain_text(&message),
-        tail: followed
-            .tail
-            .iter()
-            .map(|line| crate::error::plain_text(line))
-            .collect(),
-        log: log_path.clone(),
+    let fail = |message: String| {
+        Error::from(BuildFailure {
+            image: image.name().to_string(),
+            node: engine.node.clone(),
+            step: followed.step.clone(),
+            message: crate::error::plain_text(&message),
+            tail: followed
+                .tail
+                .iter()
+                .map(|line| crate::error::plain_text(line))
+                .collect(),
+            log: log_path.clone(),
+        })
     };
     if let Some(message) = followed.failure.clone() {
         return Err(fail(message));
@@ -738,7 +742,7 @@ async fn follow_build(
             Ok(engine::BuildEvent::Output(text)) => {
                 let _ = log.write_all(text.as_bytes());
                 if echo {
-                    eprint!("{text}");
+                    crate::output::stderr_exactly(&text);
                 }
                 for line in text.lines().filter(|l| !l.trim().is_empty()) {
                     if line.starts_with("Step ") {

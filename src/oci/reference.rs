@@ -250,13 +250,14 @@ impl fmt::Display for Reference {
 /// The reference compared as written (a pin's `ref` against the spec's `from.ref`).
 impl PartialEq<str> for Reference {
     fn eq(&self, other: &str) -> bool {
-        self.to_string() == other
+        let written = self.to_string();
+        written == other
     }
 }
 
 impl PartialEq<&str> for Reference {
     fn eq(&self, other: &&str) -> bool {
-        self.to_string() == *other
+        self == *other
     }
 }
 

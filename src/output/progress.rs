@@ -21,7 +21,7 @@ impl Phases {
     pub fn say(&self, what: impl AsRef<str>) {
         if self.verbose {
             let seconds = self.started.elapsed().as_secs_f64();
-            eprintln!("{seconds:>7.2} s  {}", what.as_ref());
+            crate::output::stderr(&format!("{seconds:>7.2} s  {}", what.as_ref()));
         }
     }
 }

@@ -206,21 +206,21 @@ fn lints_under(image: &PlannedImage, inherited: Option<Vec<String>>) -> Vec<Erro
         message,
         hint: Some(hint.into()),
     };
-    if let Some(entrypoint) = &container.entrypoint {
-        if entrypoint.starts_with(&baked) {
-            found.push(lint(
+    if let Some(entrypoint) = &container.entrypoint
+        && entrypoint.starts_with(&baked)
+    {
+        found.push(lint(
                 format!("`container.entrypoint` repeats the base's baked ENTRYPOINT `{shown}`"),
                 "drop `entrypoint`: the base already runs it, and a launcher that passes the same words doubles them",
             ));
-        }
     }
-    if let (None, Some(cmd)) = (&container.entrypoint, &container.cmd) {
-        if cmd.starts_with(&baked) {
-            found.push(lint(
+    if let (None, Some(cmd)) = (&container.entrypoint, &container.cmd)
+        && cmd.starts_with(&baked)
+    {
+        found.push(lint(
                 format!("`container.cmd` starts with the base's ENTRYPOINT `{shown}`: the container would run `{shown} {}`", cmd.join(" ")),
                 "give `cmd` only the arguments (model and flags): the baked ENTRYPOINT comes first",
             ));
-        }
     }
     found
 }

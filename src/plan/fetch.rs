@@ -6,7 +6,7 @@
 //! --cached`), never to a checkout: checking a 23-patch series against vLLM takes a second,
 //! and `git archive` of the resulting tree is the patched source, ready for the context.
 
-use crate::error::{Error, Result};
+use crate::error::{Error, PatchNotApplied, Result};
 use crate::inputs::git::{git, run};
 use crate::inputs::patches::Patch;
 use crate::inputs::patches::SourcePatches;
@@ -322,15 +322,16 @@ pub fn fetch_source(
         .sets
         .iter()
         .map(|s| (s.name.as_str(), s.patches.as_slice()));
-    let tree =
-        patched_tree(&repo, &pin.commit, sets)?.map_err(|failure| Error::PatchDoesNotApply {
+    let tree = patched_tree(&repo, &pin.commit, sets)?.map_err(|failure| {
+        Error::from(PatchNotApplied {
             image: image.name().to_string(),
             source_name: pin.name.to_string(),
             set: failure.set,
             file: failure.patch.path,
             hunk: failure.hunk,
             detail: failure.detail,
-        })?;
+        })
+    })?;
     Ok(FetchedSource {
         name: pin.name.to_string(),
         repo,

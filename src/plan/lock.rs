@@ -1,7 +1,7 @@
 //! `hallmark lock`: turns every moving reference of a spec into a pin. Existing pins that
 //! still match the spec are kept unless `--update`; nothing else changes in the file.
 
-use crate::error::{Error, Result};
+use crate::error::{Error, Invalid, Result};
 use crate::inputs::pins::{self, BasePin, Pins, SourcePin, WheelPin, wheel_stem};
 use crate::inputs::project::Project;
 use crate::inputs::python;
@@ -338,7 +338,7 @@ fn check_wheel_fits(
             ),
             None,
         )),
-        None if !file.is_pure() => Err(Error::Invalid {
+        None if !file.is_pure() => Err(Error::from(Invalid {
             path: pins_path.to_path_buf(),
             location: None,
             key: Some("python".into()),
@@ -349,7 +349,7 @@ fn check_wheel_fits(
             hint: Some(format!(
                 "load the base on the builder and run `hallmark lock --update {image}`, or write it in this file by hand: [python] version = \"3.12\", implementation = \"cpython\", abi = \"cp312\", machine = \"aarch64\", libc = \"glibc 2.35\" (docs/spec.md)"
             )),
-        }),
+        })),
         _ => Ok(()),
     }
 }

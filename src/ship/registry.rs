@@ -218,7 +218,9 @@ fn stop_leftover(root: &Path) {
             })
         })
     };
-    eprintln!("stopping the registry (pid {pid}) an earlier hallmark left running");
+    crate::output::stderr(&format!(
+        "stopping the registry (pid {pid}) an earlier hallmark left running"
+    ));
     let deadline = Instant::now() + Duration::from_secs(10);
     // SAFETY: kill(2) with a pid and a signal number; no memory is involved.
     unsafe { libc::kill(pid, libc::SIGTERM) };

@@ -4,7 +4,7 @@
 //! (a patch, touching only paths inside the source tree) before anything is written.
 
 use super::{check_touched_paths, parse_series};
-use crate::error::{Error, Result};
+use crate::error::{Error, Invalid, Result};
 use crate::inputs::git;
 use crate::inputs::values::{Name, RelativePath};
 use std::path::{Path, PathBuf};
@@ -56,13 +56,13 @@ pub fn import(
 }
 
 fn refused(origin: &Path, message: String) -> Error {
-    Error::Invalid {
+    Error::from(Invalid {
         path: origin.to_path_buf(),
         location: None,
         key: None,
         message,
         hint: None,
-    }
+    })
 }
 
 /// Writes the set next to where it goes, then moves it into place: a failed import leaves

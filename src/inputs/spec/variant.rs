@@ -6,7 +6,7 @@
 //! (`from.image`) builds on the parent's image instead.
 
 use super::{LoadedSpec, validate};
-use crate::error::{Error, Location, Result};
+use crate::error::{Error, Invalid, Location, Result};
 use crate::inputs::values::Name;
 use serde::Deserialize;
 use std::collections::BTreeMap;
@@ -46,12 +46,14 @@ pub fn is_variant(text: &str) -> bool {
 pub fn load(name: &Name, dir: &Path, path: PathBuf, text: String) -> Result<LoadedSpec> {
     let file: VariantFile = super::parse_toml(&path, &text)?;
     let variant = file.variant;
-    let invalid = |span: std::ops::Range<usize>, key: &str, message: String| Error::Invalid {
-        path: path.clone(),
-        location: Some(Location::of_offset(&text, span.start)),
-        key: Some(key.to_string()),
-        message,
-        hint: None,
+    let invalid = |span: std::ops::Range<usize>, key: &str, message: String| {
+        Error::from(Invalid {
+            path: path.clone(),
+            location: Some(Location::of_offset(&text, span.start)),
+            key: Some(key.to_string()),
+            message,
+            hint: None,
+        })
     };
     let of = variant.of.get_ref();
     let other_dir = dir.parent().unwrap_or(dir).join(of.as_str());

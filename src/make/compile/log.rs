@@ -36,7 +36,7 @@ pub(super) async fn follow_output(
         let _ = writeln!(log, "{line}");
         let Some(tail) = tail else { return };
         if echo {
-            eprintln!("{line}");
+            crate::output::stderr(line);
         }
         tail.push_back(line.to_string());
         if tail.len() > 20 {

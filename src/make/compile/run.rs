@@ -10,7 +10,7 @@ use super::{
     WHEELS_DIR, parse_size, volume_name,
 };
 use crate::engine::{self, Engine};
-use crate::error::{Error, Result};
+use crate::error::{BuildFailure, Error, Result};
 use crate::images::store::LayerStore;
 use crate::inputs::python;
 use crate::make::build::BuildSettings;
@@ -84,10 +84,10 @@ pub async fn compile_all(
         // emptying the store recompiled a stage, an outside test found).
         if kept.is_dir() && !settings.force {
             if settings.echo {
-                eprintln!(
+                crate::output::stderr(&format!(
                     "compile stage `{}`: wheels kept for stage checksum {short}, no container",
                     stage.name
-                );
+                ));
             }
             ran.push((stage.name.to_string(), false));
             continue;
@@ -95,11 +95,11 @@ pub async fn compile_all(
         let started = Instant::now();
         compile_into(engine, image, stage, parent, &kept, settings).await?;
         if settings.echo {
-            eprintln!(
+            crate::output::stderr(&format!(
                 "compile stage `{}`: compiled in {:.1} s, wheels kept for stage checksum {short}",
                 stage.name,
                 started.elapsed().as_secs_f64()
-            );
+            ));
         }
         ran.push((stage.name.to_string(), true));
     }
@@ -272,21 +272,23 @@ async fn run_created(
     engine.start_container(id).await?;
     let Followed { step, tail } = follow_output(engine, id, log_path, settings.echo).await?;
     let code = engine.wait_container(id).await?;
-    let fail = |message: String, tail: Vec<String>, step: usize| Error::BuildFailed {
-        image: image.name().to_string(),
-        node: engine.node.clone(),
-        step: Some(match stage.spec.run.get(step.wrapping_sub(1)) {
-            Some(command) => format!(
-                "compile stage `{}`, command {step} of {}: `{}`",
-                stage.name,
-                stage.spec.run.len(),
-                command.trim().lines().next().unwrap_or_default()
-            ),
-            None => format!("compile stage `{}`", stage.name),
-        }),
-        message,
-        tail: tail.iter().map(|l| crate::error::plain_text(l)).collect(),
-        log: log_path.to_path_buf(),
+    let fail = |message: String, tail: Vec<String>, step: usize| {
+        Error::from(BuildFailure {
+            image: image.name().to_string(),
+            node: engine.node.clone(),
+            step: Some(match stage.spec.run.get(step.wrapping_sub(1)) {
+                Some(command) => format!(
+                    "compile stage `{}`, command {step} of {}: `{}`",
+                    stage.name,
+                    stage.spec.run.len(),
+                    command.trim().lines().next().unwrap_or_default()
+                ),
+                None => format!("compile stage `{}`", stage.name),
+            }),
+            message,
+            tail: tail.iter().map(|l| crate::error::plain_text(l)).collect(),
+            log: log_path.to_path_buf(),
+        })
     };
     if code != 0 {
         return Err(fail(format!("exit code {code}"), tail, step));

@@ -12,7 +12,7 @@
 use super::log::follow_output;
 use super::{PlannedStage, TOOLCHAIN_LABEL, Toolchain, apt_toolchain_reference};
 use crate::engine::Engine;
-use crate::error::{Error, Result};
+use crate::error::{BuildFailure, Error, Result};
 use crate::images::identity;
 use crate::make::build::BuildSettings;
 use crate::plan::PlannedImage;
@@ -128,7 +128,7 @@ async fn with_apt(
         let followed = follow_output(engine, &id, &log, settings.echo).await?;
         let code = engine.wait_container(&id).await?;
         if code != 0 {
-            return Err(Error::BuildFailed {
+            return Err(Error::from(BuildFailure {
                 image: image.name().to_string(),
                 node: engine.node.clone(),
                 step: Some(format!(
@@ -139,7 +139,7 @@ async fn with_apt(
                 message: format!("exit code {code}"),
                 tail: followed.tail,
                 log: log.clone(),
-            });
+            }));
         }
         let reference = apt_toolchain_reference(key);
         let (repository, tag) = reference.split_once(':').expect("a tagged reference");
@@ -149,12 +149,12 @@ async fn with_apt(
     engine.remove_created(&id).await;
     let made = made?;
     if settings.echo {
-        eprintln!(
+        crate::output::stderr(&format!(
             "compile stage `{}`: toolchain with apt packages made in {:.1} s, kept as {}",
             stage.name,
             started.elapsed().as_secs_f64(),
             apt_toolchain_reference(key)
-        );
+        ));
     }
     Ok(made)
 }

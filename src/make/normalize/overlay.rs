@@ -118,7 +118,7 @@ pub async fn locate(
     let mut dirs = Vec::new();
     for (n, diff_id) in diff_ids.iter().enumerate() {
         let layer = layer_dir(n);
-        if read(layer.join("diff"))?.trim() != diff_id.to_string() {
+        if *diff_id != read(layer.join("diff"))?.trim() {
             return Err(format!("{} is not the layer {diff_id}", layer.display()));
         }
         let cache_id = read(layer.join("cache-id"))?;
