@@ -16,6 +16,7 @@
 //! of vLLM takes hours and a load of 24 GB takes minutes.
 
 pub mod credentials;
+pub mod kind;
 
 mod address;
 pub mod answers;
@@ -40,6 +41,7 @@ use bollard::query_parameters::{
     RemoveImageOptionsBuilder, TagImageOptionsBuilder,
 };
 use futures_util::StreamExt;
+pub use kind::{ImageStore, Product, Reach};
 use ssh::SshBridge;
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -87,6 +89,10 @@ struct Node<'a> {
     name: &'a str,
     address: &'a Address,
 }
+
+/// The slowest rate, in bytes a second, at which a Podman node is taken to import a load it
+/// has spooled (about 22 MB/s was seen on a loaded test machine).
+const PODMAN_IMPORT_RATE: f64 = 16.0 * 1024.0 * 1024.0;
 
 impl Engine {
     /// Connects to the engine of node `name` at `address`; an ssh node's control master is
@@ -186,15 +192,30 @@ impl Engine {
         Ok(Engine::new(node, transport, version, Some(bridge)))
     }
 
-    /// How API requests reach the engine: `socket`, `tcp`, `ssh forward` (the ssh master
-    /// forwards the node's engine socket) or `ssh dial-stdio` (a remote session each).
-    pub fn via(&self) -> &'static str {
+    /// How API requests reach the engine.
+    pub fn reach(&self) -> Reach {
         match (&self.bridge, self.address.kind()) {
-            (Some(bridge), _) if bridge.dials_stdio() => "ssh dial-stdio",
-            (Some(_), _) => "ssh forward",
-            (None, Kind::Tls { .. }) => "tcp+tls",
-            (None, Kind::Tcp(_)) => "tcp",
-            (None, _) => "socket",
+            (Some(bridge), _) if bridge.dials_stdio() => Reach::SshDialStdio,
+            (Some(_), _) => Reach::SshForward,
+            (None, Kind::Tls { .. }) => Reach::TcpTls,
+            (None, Kind::Tcp(_)) => Reach::Tcp,
+            (None, _) => Reach::Socket,
+        }
+    }
+
+    /// Which product answers: Podman names itself in its version's components.
+    pub fn product(&self) -> Product {
+        match self.version.podman() {
+            Some(_) => Product::Podman,
+            None => Product::Docker,
+        }
+    }
+
+    /// How the engine keeps images (asks `/info` of a Docker engine).
+    pub async fn store(&self) -> Result<ImageStore> {
+        match self.product() {
+            Product::Podman => Ok(ImageStore::Podman),
+            Product::Docker => Ok(self.info().await?.docker_store()),
         }
     }
 
@@ -286,9 +307,24 @@ impl Engine {
         if references.len() > NAMES_IN_A_FILTER {
             return self.listed_images().await;
         }
-        let filters = serde_json::json!({ "reference": references });
-        self.list_images(&format!("?filters={}", escape(&filters.to_string(), "")))
-            .await
+        let by_names = |names: &[&str]| {
+            let filters = serde_json::json!({ "reference": names });
+            format!("?filters={}", escape(&filters.to_string(), ""))
+        };
+        if self.product() == Product::Docker || references.len() < 2 {
+            return self.list_images(&by_names(references)).await;
+        }
+        // Podman 4 ANDs the values of one filter (several names list nothing): a listing
+        // each, an image named twice kept once.
+        let mut listed: Vec<ImageListed> = Vec::new();
+        for reference in references {
+            for image in self.list_images(&by_names(&[reference])).await? {
+                if !listed.iter().any(|seen| seen.id == image.id) {
+                    listed.push(image);
+                }
+            }
+        }
+        Ok(listed)
     }
 
     async fn list_images(&self, query: &str) -> Result<Vec<ImageListed>> {
@@ -312,10 +348,27 @@ impl Engine {
         Ok(ids)
     }
 
+    /// `reference` as this engine must be asked for it. Podman resolves a short name
+    /// against its own `localhost/` names first (`hello:latest` answered with
+    /// `localhost/hello:latest`, another image), so it is asked by the full name; Docker
+    /// reads short names as Docker Hub's, as written. Ids and digests are left as they are.
+    fn spelt(&self, reference: &str) -> String {
+        let is_id =
+            reference.starts_with("sha256:") || reference.bytes().all(|b| b.is_ascii_hexdigit());
+        if self.product() == Product::Docker || is_id {
+            return reference.to_string();
+        }
+        match crate::oci::Reference::parse(reference) {
+            Ok(parsed) => parsed.qualified(),
+            Err(_) => reference.to_string(),
+        }
+    }
+
     /// `Ok(None)` when the engine does not hold the image.
     pub async fn inspect(&self, reference: &str) -> Result<Option<ImageAnswer>> {
+        let spelt = self.spelt(reference);
         self.transport
-            .get(&format!("/images/{}/json", escape(reference, "/:@")))
+            .get(&format!("/images/{}/json", escape(&spelt, "/:@")))
             .await
             .map_err(|e| self.error(format!("inspecting {reference}: {e}")))
     }
@@ -323,8 +376,9 @@ impl Engine {
     /// The steps that made the image, newest first; `Ok(None)` when the engine does not hold
     /// it.
     pub async fn history(&self, reference: &str) -> Result<Option<Vec<HistoryStep>>> {
+        let spelt = self.spelt(reference);
         self.transport
-            .get(&format!("/images/{}/history", escape(reference, "/:@")))
+            .get(&format!("/images/{}/history", escape(&spelt, "/:@")))
             .await
             .map_err(|e| self.error(format!("asking for the history of {reference}: {e}")))
     }
@@ -346,7 +400,7 @@ impl Engine {
     /// Removes the name `reference` (`docker rmi --no-prune`); the image goes only if no
     /// other tag names it. A failure is not an error.
     pub async fn untag(&self, reference: &str) {
-        self.remove_name(reference).await;
+        self.remove_name(&self.spelt(reference)).await;
     }
 
     async fn remove_name(&self, name: &str) -> bool {
@@ -428,6 +482,16 @@ impl Engine {
     ) -> Reports<'static, ProgressEvent> {
         let options = ImportImageOptionsBuilder::new().quiet(quiet).build();
         let moved = stall::Moved::now();
+        // Podman answers a load only once it has spooled and imported the whole archive
+        // (9 s of silence for 207 MB here): the deadline grows by a second per 16 MiB sent.
+        let spooled = (self.product() == Product::Podman).then(|| moved.clone());
+        let body = body.inspect(move |chunk| {
+            if let Some(moved) = &spooled {
+                moved.allow(std::time::Duration::from_secs_f64(
+                    chunk.len() as f64 / PODMAN_IMPORT_RATE,
+                ));
+            }
+        });
         let body = stall::noting(body, &moved).map(Ok::<_, std::io::Error>);
         let answers = progress::reports(self.docker.import_image_stream(options, body, None));
         stall::watched(answers, moved, stall::stall_timeout(), |words| words)

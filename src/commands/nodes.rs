@@ -3,6 +3,7 @@
 
 use super::{connect, runtime};
 use crate::commands::settings::Settings;
+use crate::engine::{ImageStore, Product};
 use crate::error::{Error, ExitStatus, Result};
 use crate::inputs::config::NodeConfig;
 use crate::output::{Row, cell};
@@ -97,11 +98,14 @@ async fn node_row(settings: &Settings, node: &NodeConfig) -> NodeRow {
         true,
         None,
         Some(Up {
-            via: engine.via(),
+            via: engine.reach().name(),
             version: some(&engine.version.version),
             api: some(&engine.version.api_version),
             api_used: engine.api_version().to_string(),
-            image_store: info.as_ref().map(|i| i.image_store()),
+            image_store: info.as_ref().map(|i| match engine.product() {
+                Product::Podman => ImageStore::Podman.name(),
+                Product::Docker => i.docker_store().name(),
+            }),
             driver: info.as_ref().and_then(|i| some(&i.driver)),
             images: info.as_ref().and_then(|i| i.images),
             data_root: info.as_ref().and_then(|i| some(&i.docker_root_dir)),

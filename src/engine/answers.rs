@@ -6,6 +6,7 @@
 //! container's `Warnings`), and each engine answers at its own API version. An answer is an
 //! error only when it is not JSON or a field hallmark needs has another type.
 
+use super::kind::ImageStore;
 use serde::{Deserialize, Deserializer};
 use serde_json::{Map, Value};
 
@@ -210,16 +211,20 @@ pub struct EngineInfo {
 }
 
 impl EngineInfo {
-    /// `containerd` when images live in containerd's store (the driver reports a containerd
-    /// snapshotter), else `classic`.
-    pub fn image_store(&self) -> &'static str {
+    /// Docker's image store: containerd's when the driver reports a containerd snapshotter,
+    /// else the classic one. (Podman's is known by its version: [`crate::engine::Engine::store`].)
+    pub fn docker_store(&self) -> ImageStore {
         let containerd = self
             .driver_status
             .iter()
             .flatten()
             .filter_map(Value::as_str)
             .any(|v| v.starts_with("io.containerd.snapshotter"));
-        if containerd { "containerd" } else { "classic" }
+        if containerd {
+            ImageStore::Containerd
+        } else {
+            ImageStore::Classic
+        }
     }
 
     /// The value of the storage driver's status line `key` (`Native Overlay Diff`: `true`).
@@ -400,9 +405,9 @@ mod tests {
             r#"{"Driver":"overlayfs","DriverStatus":[["driver-type","io.containerd.snapshotter.v1"]],"Images":3}"#,
         )
         .unwrap();
-        assert_eq!(info.image_store(), "containerd");
+        assert_eq!(info.docker_store(), ImageStore::Containerd);
         let info: EngineInfo = serde_json::from_str(r#"{"DriverStatus":null}"#).unwrap();
-        assert_eq!(info.image_store(), "classic");
+        assert_eq!(info.docker_store(), ImageStore::Classic);
     }
 
     #[test]

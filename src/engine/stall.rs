@@ -33,25 +33,52 @@ pub fn stall_timeout() -> Duration {
 /// hallmark itself (the body's next chunk is being made: a layer normalised, read from the
 /// store), which is no stall of the engine's.
 #[derive(Clone)]
-pub struct Moved(Arc<Mutex<(Instant, bool)>>);
+pub struct Moved(Arc<Mutex<State>>);
+
+struct State {
+    at: Instant,
+    ours: bool,
+    /// Silence the engine is allowed beyond the limit, for work it does before it answers
+    /// ([`Moved::allow`]).
+    grace: Duration,
+}
 
 impl Moved {
     pub fn now() -> Moved {
-        Moved(Arc::new(Mutex::new((Instant::now(), false))))
+        Moved(Arc::new(Mutex::new(State {
+            at: Instant::now(),
+            ours: false,
+            grace: Duration::ZERO,
+        })))
+    }
+
+    fn state(&self) -> std::sync::MutexGuard<'_, State> {
+        self.0.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     fn set(&self, ours: bool) {
-        *self.0.lock().unwrap_or_else(|e| e.into_inner()) = (Instant::now(), ours);
+        let mut state = self.state();
+        (state.at, state.ours) = (Instant::now(), ours);
     }
 
     fn touch(&self) {
-        self.0.lock().unwrap_or_else(|e| e.into_inner()).0 = Instant::now();
+        self.state().at = Instant::now();
     }
 
-    /// How long since it moved; zero while the wait is on hallmark's side.
+    /// Allows the engine `more` silence: an engine that takes the whole body before it
+    /// starts on it (Podman spools a load, then imports it without a word) is silent for a
+    /// time that grows with what it was sent.
+    pub fn allow(&self, more: Duration) {
+        self.state().grace += more;
+    }
+
+    /// How long since it moved, less the grace; zero while the wait is on hallmark's side.
     fn stalled_for(&self) -> Duration {
-        let (at, ours) = *self.0.lock().unwrap_or_else(|e| e.into_inner());
-        if ours { Duration::ZERO } else { at.elapsed() }
+        let state = self.state();
+        match state.ours {
+            true => Duration::ZERO,
+            false => state.at.elapsed().saturating_sub(state.grace),
+        }
     }
 }
 

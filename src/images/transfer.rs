@@ -215,13 +215,13 @@ pub fn usable_chains(
     chain_ids(layers).into_iter().collect()
 }
 
-/// Whether the engine keeps images in containerd's content store (the containerd image
-/// store); if it cannot say, it is taken to (the cost is a thin archive carrying more).
+/// Whether the engine keeps layer blobs as loaded (the containerd image store); if it cannot
+/// say, it is taken to (the cost is a thin archive carrying more).
 pub async fn keeps_blobs(engine: &Engine) -> bool {
     engine
-        .info()
+        .store()
         .await
-        .map_or(true, |info| info.image_store() == "containerd")
+        .map_or(true, |store| store.keeps_blobs())
 }
 
 /// Where hallmark notes what it loaded into engines: `<cache>/loaded/<hex>.json`, named by

@@ -7,6 +7,7 @@
 //! looked up on the network; a builder without it is an error that says `hallmark lock`.
 
 use crate::engine::Engine;
+use crate::engine::ImageStore;
 use crate::error::{Error, Result};
 use crate::images::store::LayerStore;
 use crate::images::transfer;
@@ -117,7 +118,7 @@ pub async fn config_digest(
     let Some(id) = image.id().map(str::to_string) else {
         return Ok(None);
     };
-    if builder.info().await?.image_store() == "classic" {
+    if builder.store().await?.ids_are_config_digests() {
         return Ok(Some((id.clone(), id)));
     }
     let store = Arc::new(LayerStore::open(cache));
@@ -160,7 +161,7 @@ impl crate::plan::lock::BaseResolver for BuilderResolver<'_> {
             let repository = parsed.name();
             // Only the classic store's repo digests are a registry's: the containerd store
             // names every image by a manifest digest, one it made at `docker load` too.
-            let classic = engine.info().await?.image_store() == "classic";
+            let classic = engine.store().await? == ImageStore::Classic;
             let repo_digest = image.repo_digests.iter().filter(|_| classic).find_map(|d| {
                 d.split_once('@')
                     .filter(|(r, _)| *r == repository || r.ends_with(&format!("/{repository}")))

@@ -147,14 +147,10 @@ pub async fn holding(
     shipment: &Shipment,
     settings: &ShipSettings<'_>,
 ) -> Result<verify::NodeHolding> {
-    verify::holding(
-        node,
-        &shipment.reference,
-        settings.checksum_label,
-        &shipment.checksum,
-        &shipment.fingerprint,
-    )
-    .await
+    // The ids engines give the builder's image, from the layer store as it is now (after
+    // the export, it knows the image's config and manifest digests).
+    let wanted = shipment.wanted(&LayerStore::open(settings.cache));
+    verify::holding(node, settings.checksum_label, &wanted).await
 }
 
 /// The outcome of a load, from what the node then holds: `action` if it holds the image,

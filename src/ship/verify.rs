@@ -43,34 +43,38 @@ pub struct NodeHolding {
     pub image_id: Option<String>,
 }
 
-/// What `engine` holds under `reference`, against the expected checksum and fingerprint.
-pub async fn holding(
-    engine: &Engine,
-    reference: &str,
-    label_key: &str,
-    checksum: &str,
-    expected: &str,
-) -> Result<NodeHolding> {
-    holding_of(engine, reference, label_key, checksum, expected, false).await
+/// What `engine` holds under the wanted reference, against the expected checksum and content.
+pub async fn holding(engine: &Engine, label_key: &str, wanted: &Wanted) -> Result<NodeHolding> {
+    holding_of(engine, label_key, wanted, false).await
 }
 
-/// [`holding`], told whether the engine's image list names `reference` already.
+/// [`holding`], told whether the engine's image list names the reference already.
 async fn holding_of(
     engine: &Engine,
-    reference: &str,
     label_key: &str,
-    checksum: &str,
-    expected: &str,
+    wanted: &Wanted,
     listed: bool,
 ) -> Result<NodeHolding> {
+    let (reference, checksum) = (wanted.reference.as_str(), wanted.checksum.as_str());
     let image = inspect_whole(engine, reference, listed).await?;
+    // A store whose inspect leaves fields of the runtime config out (Podman's) is judged by
+    // the image's id instead: there the id is the config digest, which covers the whole
+    // config and the layers' diff ids, so it says no less than the fingerprint.
+    let by_id = match engine.store().await {
+        Ok(store) => !store.reports_whole_config(),
+        Err(_) => false,
+    };
     let (state, checksum_found, fingerprint_found) = match &image {
         None => (Holding::Missing, None, None),
         Some((_, false)) => (Holding::Incomplete, None, None),
         Some((image, true)) => {
             let found = label(image, label_key).map(str::to_string);
             let print = fingerprint(image);
-            let state = match (found.as_deref() == Some(checksum), print == expected) {
+            let same_content = match by_id {
+                true => image.id().is_some_and(|id| wanted.holds_id(id)),
+                false => print == wanted.fingerprint,
+            };
+            let state = match (found.as_deref() == Some(checksum), same_content) {
                 (true, true) => Holding::Current,
                 (true, false) => Holding::Mismatch,
                 (false, _) => Holding::Stale,
@@ -107,6 +111,15 @@ pub struct Wanted {
     pub ids: Vec<String>,
 }
 
+impl Wanted {
+    /// Whether `id` is one of the ids engines give the builder's image (an id without its
+    /// `sha256:`, as Podman writes some, counts).
+    pub fn holds_id(&self, id: &str) -> bool {
+        let hex = |id: &str| id.trim_start_matches("sha256:").to_string();
+        self.ids.iter().any(|known| hex(known) == hex(id))
+    }
+}
+
 /// How many images of one engine are inspected at once.
 const INSPECTS_AT_ONCE: usize = 8;
 
@@ -124,9 +137,9 @@ pub async fn holdings(
     use futures_util::StreamExt as _;
     let references: Vec<&str> = wanted.iter().map(|w| w.reference.as_str()).collect();
     let listing = engine.listed_images_named(&references);
-    let (listed, info) = futures_util::future::join(listing, engine.info()).await;
+    let (listed, store) = futures_util::future::join(listing, engine.store()).await;
     // If the engine cannot say which store it has, every unlisted tag is asked.
-    let lists_all = info.is_ok_and(|info| info.image_store() == "classic");
+    let lists_all = store.is_ok_and(|store| store.lists_every_tag());
     let listed = match listed {
         Ok(listed) => listed,
         Err(e) => {
@@ -174,21 +187,13 @@ pub async fn holdings(
                 Some(seen)
                     if seen.labels.get(label_key) == Some(&want.checksum)
                         && !want.fingerprint.is_empty()
-                        && want.ids.contains(&seen.id) =>
+                        && want.holds_id(&seen.id) =>
                 {
                     return Ok(held(Holding::Current, Some(&want.fingerprint)));
                 }
                 _ => {}
             }
-            holding_of(
-                engine,
-                &want.reference,
-                label_key,
-                &want.checksum,
-                &want.fingerprint,
-                seen.is_some(),
-            )
-            .await
+            holding_of(engine, label_key, want, seen.is_some()).await
         }
     }))
     .buffered(INSPECTS_AT_ONCE)

@@ -21,6 +21,7 @@
 //! blob hallmark cannot read) goes through the export.
 
 use crate::engine::Engine;
+use crate::engine::{ImageStore, Product};
 use crate::oci::Digest;
 use std::io::Read;
 use std::path::{Path, PathBuf};
@@ -48,11 +49,11 @@ pub async fn locate(
     diff_ids: &[Digest],
     parent_layers: usize,
 ) -> std::result::Result<Blobs, Option<String>> {
-    if builder.via() != "socket" {
+    if !builder.reach().is_local() {
         return Err(None);
     }
     let info = builder.info().await.map_err(|e| Some(e.to_string()))?;
-    if info.image_store() != "containerd" {
+    if builder.product() != Product::Docker || info.docker_store() != ImageStore::Containerd {
         return Err(None);
     }
     find(&info.docker_root_dir, id, diff_ids, parent_layers).map_err(Some)

@@ -20,6 +20,7 @@
 
 use super::{Item, Kind, WHITEOUT, join, split, text};
 use crate::engine::Engine;
+use crate::engine::ImageStore;
 use crate::images::store::{Blob, LAYER_TAR, StoredLayer};
 use crate::oci::Digest;
 use std::collections::HashMap;
@@ -72,14 +73,14 @@ pub async fn locate(
     parent: Option<&[StoredLayer]>,
     source_date: u64,
 ) -> std::result::Result<Found, String> {
-    if builder.via() != "socket" {
-        return Err(format!("the builder is reached by {}", builder.via()));
+    if !builder.reach().is_local() {
+        return Err(format!("the builder is reached by {}", builder.reach()));
     }
     let info = builder.info().await.map_err(|e| e.to_string())?;
-    if info.image_store() != "classic" {
+    let store = builder.store().await.map_err(|e| e.to_string())?;
+    if store != ImageStore::Classic {
         return Err(format!(
-            "the builder's image store is {} (its layers are containerd snapshots)",
-            info.image_store()
+            "the builder's image store is {store} (its layers are not overlay2 folders)"
         ));
     }
     if info.driver != "overlay2" {
