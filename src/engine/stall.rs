@@ -239,4 +239,31 @@ mod tests {
         assert_eq!(items, [Ok(7)]);
         assert_eq!(sent.await.unwrap(), [1]);
     }
+
+    #[tokio::test(start_paused = true)]
+    async fn an_allowed_silence_after_the_body_is_no_stall_and_a_longer_one_is() {
+        let limit = Duration::from_secs(10);
+        let answer_after = |seconds| {
+            futures_util::stream::once(async move {
+                tokio::time::sleep(Duration::from_secs(seconds)).await;
+                Ok::<_, String>(7)
+            })
+            .boxed()
+        };
+        let moved = Moved::now();
+        moved.allow(Duration::from_secs(30));
+        let items: Vec<_> = watched(answer_after(35), moved, limit, |w| w)
+            .collect()
+            .await;
+        assert_eq!(items, [Ok(7)]);
+        let moved = Moved::now();
+        moved.allow(Duration::from_secs(30));
+        let items: Vec<_> = watched(answer_after(45), moved, limit, |w| w)
+            .collect()
+            .await;
+        assert!(
+            matches!(&items[..], [Err(words)] if words.contains("nothing moved")),
+            "{items:?}"
+        );
+    }
 }

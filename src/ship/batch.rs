@@ -15,6 +15,7 @@ use super::outcome::{Action, NodeOutcome, Transfer};
 use super::slots::Slots;
 use super::{ShipSettings, Shipment};
 use crate::engine::Engine;
+use crate::engine::Product;
 use crate::error::Result;
 use crate::images::store::{LayerStore, StoredImage};
 use crate::images::transfer;
@@ -270,7 +271,9 @@ async fn serve(
             Ok(image) => together.push((i, image, first_missing)),
         }
     }
-    if together.len() == 1 {
+    // Podman 4 reads an archive of several images as a `docker save` (its OCI reader takes
+    // one manifest) and names them `localhost/...`, not the names sent: one archive each.
+    if together.len() == 1 || node.product() == Product::Podman {
         alone.append(&mut together);
     }
     let mut completing = HashSet::new();

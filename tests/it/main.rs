@@ -9,6 +9,7 @@ mod hostile;
 mod malformed;
 mod offline;
 mod patches;
+mod podman;
 mod registry;
 mod secrets;
 mod ship;

@@ -1,0 +1,112 @@
+//! Podman as a node: Debian 12's Podman 4.3 (`podman system service`, rootful, its own
+//! storage) on a testbed of its own (`--kind node1=podman`), beside a Docker 20.10 ssh node.
+//! Distribute, verify, status and smoke work on it as on Docker; the registry transport is
+//! refused by name (docs/shipping.md).
+
+use crate::support::{self, OwnTestbed, hallmark_json, nodes_of, reference, ship_project};
+
+/// Images whose config carries fields Podman's inspect leaves out (`HEALTHCHECK`, `SHELL`,
+/// `ONBUILD`), several at once (Podman ANDs the names of one listing), and a `localhost/`
+/// name that shadows the short one: every image is shipped once, verified, listed `current`
+/// by status, skipped the second time, and smoke-tested on the node.
+#[test]
+fn a_podman_node_is_shipped_to_verified_listed_and_smoke_tested() {
+    let testbed = OwnTestbed::up(&["--nodes", "2", "--kind", "node1=podman"]);
+    let config = testbed.config();
+    let cfg = config.to_str().unwrap();
+    let project = ship_project(1, "podman");
+
+    // A base built by the builder's engine with the three fields Podman does not report.
+    let base = format!("configured-{}:latest", support::unique());
+    let dir = project.root().join("configured");
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(
+        dir.join("Dockerfile"),
+        "FROM hallmark-testbed/busybox:latest\nHEALTHCHECK --interval=30s CMD true\nSHELL [\"/bin/sh\", \"-c\"]\nONBUILD RUN true\n",
+    )
+    .unwrap();
+    let built = std::process::Command::new("docker")
+        .args([
+            "-H",
+            &testbed.endpoint("builder"),
+            "build",
+            "-q",
+            "-t",
+            &base,
+        ])
+        .arg(&dir)
+        .env("DOCKER_BUILDKIT", "0")
+        .output()
+        .unwrap();
+    assert!(
+        built.status.success(),
+        "{}",
+        String::from_utf8_lossy(&built.stderr)
+    );
+    let name = format!("configured-image-{}", support::unique());
+    project.write(
+        "images/configured/image.toml",
+        &format!("[image]\nname = \"{name}\"\n\n[from]\nref = \"{base}\"\n\n[build]\nrun = [\"echo configured > /configured.txt\"]\n"),
+    );
+    project
+        .run(&["--config", cfg, "-q", "lock", "configured"])
+        .success();
+    project
+        .run(&["--config", cfg, "-q", "build", "wrap", "configured"])
+        .success();
+
+    let images = ["base", "wrap", "configured"];
+    let mut args = vec!["distribute"];
+    args.extend(images);
+    args.extend(["--to", "node1,node2"]);
+    let (code, report) = hallmark_json(&project, &config, &args);
+    assert_eq!(code, 0, "{report}");
+    let rows = nodes_of(&report);
+    assert_eq!(rows.len(), 6, "{report}");
+    for row in &rows {
+        assert_eq!(row["verified"], true, "{row}");
+    }
+
+    // A `localhost/` name on the node for the wrapper's short name, naming another image
+    // (what `podman load` of a Docker 20.10 archive or `podman tag` leaves): the node is
+    // asked by the full name and still holds the wrapper.
+    let wrap = reference(&project, "wrap");
+    let base_id = testbed.docker_ok(
+        "node1",
+        &[
+            "image",
+            "inspect",
+            "--format",
+            "{{.Id}}",
+            &reference(&project, "base"),
+        ],
+    );
+    testbed.docker_ok("node1", &["tag", &base_id, &format!("localhost/{wrap}")]);
+
+    let (code, report) = hallmark_json(&project, &config, &args);
+    assert_eq!(code, 0, "{report}");
+    for row in nodes_of(&report) {
+        assert_eq!(row["action"], "skipped", "the second distribute: {row}");
+    }
+    let mut verify = vec!["verify"];
+    verify.extend(images);
+    verify.extend(["--nodes", "node1"]);
+    let (code, report) = hallmark_json(&project, &config, &verify);
+    assert_eq!(code, 0, "{report}");
+    let (code, report) = hallmark_json(&project, &config, &["status"]);
+    assert_eq!(code, 0, "{report}");
+    let text = report.to_string();
+    for image in images {
+        let row = report
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|r| r["image"] == image && r["node"] == "node1")
+            .unwrap_or_else(|| panic!("no status row of {image} on node1: {text}"));
+        assert_eq!(row["state"], "current", "{row}");
+    }
+    project
+        .run(&["--config", cfg, "-q", "smoke", "wrap", "--node", "node1"])
+        .success();
+    testbed.run_container("node1", &wrap, &["test", "-s", "/wrap.bin"]);
+}
