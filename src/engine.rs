@@ -25,6 +25,7 @@ mod progress;
 mod ssh;
 pub mod stall;
 mod transport;
+pub mod view;
 
 pub use address::{Address, Kind};
 pub use answers::{EngineInfo, EngineVersion, HistoryStep, ImageAnswer, ImageListed};
@@ -47,6 +48,7 @@ use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use transport::{Dial, Transport, escape, with_causes};
+pub use view::ImageView;
 
 pub mod containers;
 

@@ -5,8 +5,8 @@
 //! identity: they differ between the classic and the containerd image stores and across
 //! save/load.
 
-use crate::engine::Engine;
 use crate::engine::ImageAnswer;
+use crate::engine::ImageView;
 use crate::error::Result;
 use crate::images::store::LayerStore;
 use sha2::{Digest as _, Sha256};
@@ -70,7 +70,7 @@ pub fn incomplete(image: &ImageAnswer) -> bool {
 /// leaves it out of its image list, so both are asked (the list only when `listed` does not
 /// already say that the engine lists it).
 pub async fn inspect_whole(
-    engine: &Engine,
+    engine: &impl ImageView,
     reference: &str,
     listed: bool,
 ) -> Result<Option<(ImageAnswer, bool)>> {

@@ -1,7 +1,7 @@
 //! What a node holds, compared with what the plan expects, judged by the image's identity
 //! (`images::identity`: the checksum label and the content fingerprint).
 
-use crate::engine::Engine;
+use crate::engine::ImageView;
 use crate::error::Result;
 use crate::images::identity::{fingerprint, inspect_whole, label};
 use crate::oci::Reference;
@@ -44,13 +44,17 @@ pub struct NodeHolding {
 }
 
 /// What `engine` holds under the wanted reference, against the expected checksum and content.
-pub async fn holding(engine: &Engine, label_key: &str, wanted: &Wanted) -> Result<NodeHolding> {
+pub async fn holding(
+    engine: &impl ImageView,
+    label_key: &str,
+    wanted: &Wanted,
+) -> Result<NodeHolding> {
     holding_of(engine, label_key, wanted, false).await
 }
 
 /// [`holding`], told whether the engine's image list names the reference already.
 async fn holding_of(
-    engine: &Engine,
+    engine: &impl ImageView,
     label_key: &str,
     wanted: &Wanted,
     listed: bool,
@@ -92,7 +96,7 @@ async fn holding_of(
         _ => None,
     };
     Ok(NodeHolding {
-        node: engine.node.clone(),
+        node: engine.node().to_string(),
         state,
         checksum: checksum_found,
         fingerprint: fingerprint_found,
@@ -130,7 +134,7 @@ const INSPECTS_AT_ONCE: usize = 8;
 /// containerd store may hold a tag it does not list (Docker 26, an incomplete image), and an
 /// image under another id is judged by its content.
 pub async fn holdings(
-    engine: &Engine,
+    engine: &impl ImageView,
     label_key: &str,
     wanted: &[Wanted],
 ) -> Vec<Result<NodeHolding>> {
@@ -166,7 +170,7 @@ pub async fn holdings(
                 && *found != want.checksum
             {
                 return Ok(NodeHolding {
-                    node: engine.node.clone(),
+                    node: engine.node().to_string(),
                     state: Holding::Stale,
                     checksum: Some(found.clone()),
                     fingerprint: None,
@@ -175,7 +179,7 @@ pub async fn holdings(
                 });
             }
             let held = |state, fingerprint: Option<&str>| NodeHolding {
-                node: engine.node.clone(),
+                node: engine.node().to_string(),
                 state,
                 checksum: fingerprint.map(|_| want.checksum.clone()),
                 fingerprint: fingerprint.map(str::to_string),
@@ -218,4 +222,146 @@ pub fn by_familiar_tag(
 /// A name that is not a reference (`<none>:<none>`) is compared as it is.
 pub fn familiar(reference: &str) -> String {
     Reference::parse(reference).map_or_else(|_| reference.to_string(), |r| r.familiar())
+}
+
+/// The decisions on what a node holds, on an engine in memory: no dockerd, milliseconds.
+/// The same states on real engines of every kind: tests/it (ship, podman, engine).
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::engine::ImageStore;
+    use crate::engine::view::fake::FakeEngine;
+    use serde_json::json;
+    use std::sync::atomic::Ordering;
+
+    const LABEL: &str = "hallmark.checksum";
+
+    /// An inspect answer: `id`, the checksum label, one layer, and `extra` config fields.
+    fn image(id: &str, checksum: &str, extra: serde_json::Value) -> serde_json::Value {
+        let mut config = json!({"Labels": {LABEL: checksum}, "Cmd": ["sh"]});
+        config
+            .as_object_mut()
+            .unwrap()
+            .extend(extra.as_object().unwrap().clone());
+        json!({
+            "Id": id,
+            "Config": config,
+            "RootFS": {"Layers": ["sha256:aaaa"]},
+            "Os": "linux",
+            "Architecture": "amd64",
+        })
+    }
+
+    fn with_id(image: &serde_json::Value, id: &str) -> serde_json::Value {
+        let mut image = image.clone();
+        image["Id"] = json!(id);
+        image
+    }
+
+    /// What the builder holds: the wanted image as `builder` answers it.
+    fn wanted(reference: &str, builder: &serde_json::Value, ids: &[&str]) -> Wanted {
+        let answer: crate::engine::ImageAnswer = serde_json::from_value(builder.clone()).unwrap();
+        Wanted {
+            reference: reference.into(),
+            checksum: label(&answer, LABEL).unwrap().into(),
+            fingerprint: fingerprint(&answer),
+            ids: ids.iter().map(|s| s.to_string()).collect(),
+        }
+    }
+
+    fn states(engine: &FakeEngine, wanted: &[Wanted]) -> Vec<Holding> {
+        let run = tokio::runtime::Builder::new_current_thread()
+            .build()
+            .unwrap();
+        run.block_on(holdings(engine, LABEL, wanted))
+            .into_iter()
+            .map(|held| held.unwrap().state)
+            .collect()
+    }
+
+    #[test]
+    fn a_classic_node_is_judged_from_one_listing_without_an_inspect() {
+        let built = image("sha256:1111", "c1", json!({}));
+        let node = FakeEngine::new(ImageStore::Classic)
+            .holding("hello:latest", built.clone(), true)
+            .holding("old:latest", image("sha256:2222", "c0", json!({})), true);
+        let wanted = [
+            wanted("hello:latest", &built, &["sha256:1111"]),
+            wanted(
+                "old:latest",
+                &image("sha256:3333", "c3", json!({})),
+                &["sha256:3333"],
+            ),
+            wanted("gone:latest", &built, &["sha256:1111"]),
+        ];
+        assert_eq!(
+            states(&node, &wanted),
+            [Holding::Current, Holding::Stale, Holding::Missing]
+        );
+        assert_eq!(node.inspects.load(Ordering::SeqCst), 0);
+    }
+
+    #[test]
+    fn the_same_label_on_other_content_is_a_mismatch_and_an_unlisted_stub_incomplete() {
+        let built = image("sha256:1111", "c1", json!({}));
+        // The label copied onto another image (a HEALTHCHECK added on the node).
+        let forged = image(
+            "sha256:9999",
+            "c1",
+            json!({"Healthcheck": {"Test": ["CMD", "false"]}}),
+        );
+        let stub = json!({"Id": "sha256:1111", "Config": {}});
+        let node = FakeEngine::new(ImageStore::Containerd)
+            .holding("forged:latest", forged, true)
+            .holding("stub:latest", stub, false)
+            .holding("unlisted:latest", built.clone(), false);
+        let wanted = [
+            wanted("forged:latest", &built, &["sha256:1111"]),
+            wanted("stub:latest", &built, &["sha256:1111"]),
+            wanted("unlisted:latest", &built, &["sha256:1111"]),
+        ];
+        // A containerd store may hold a tag it does not list (Docker 26): inspected, and an
+        // image it lists under no name it was asked for is not whole.
+        assert_eq!(
+            states(&node, &wanted),
+            [Holding::Mismatch, Holding::Incomplete, Holding::Incomplete]
+        );
+        assert_eq!(node.inspects.load(Ordering::SeqCst), 3);
+    }
+
+    #[test]
+    fn a_podman_node_is_judged_by_id_where_its_inspect_leaves_config_out() {
+        // The builder's image has a HEALTHCHECK; Podman reports none, under the same id.
+        let built = image(
+            "sha256:1111",
+            "c1",
+            json!({"Healthcheck": {"Test": ["CMD", "true"]}}),
+        );
+        let on_podman = image("1111", "c1", json!({}));
+        let other = image("sha256:8888", "c1", json!({}));
+        let node = FakeEngine::new(ImageStore::Podman)
+            .holding("same:latest", on_podman.clone(), true)
+            .holding("other:latest", other, true);
+        let wanted = [
+            wanted("same:latest", &built, &["sha256:1111"]),
+            wanted("other:latest", &built, &["sha256:1111"]),
+        ];
+        assert_eq!(
+            states(&node, &wanted),
+            [Holding::Current, Holding::Mismatch]
+        );
+        // A Docker store reports the whole config: judged by content, whatever the id.
+        let docker = FakeEngine::new(ImageStore::Containerd).holding(
+            "same:latest",
+            image("sha256:7777", "c1", json!({})),
+            true,
+        );
+        assert_eq!(states(&docker, &wanted[..1]), [Holding::Mismatch]);
+        let docker = FakeEngine::new(ImageStore::Containerd).holding(
+            "same:latest",
+            with_id(&built, "sha256:7777"),
+            true,
+        );
+        assert_eq!(states(&docker, &wanted[..1]), [Holding::Current]);
+    }
 }
