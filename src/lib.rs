@@ -1,10 +1,12 @@
 //! hallmark: reproducible container images from declarative specs, stamped with a checksum
 //! of their inputs and shipped to the nodes of a small cluster.
 //!
-//! The pipeline runs one way, one module per stage: `spec` + `pins` -> `plan` (graph and
-//! checksum) -> `fetch` (sources, patches, wheels) -> `context` (deterministic tar) ->
-//! `render` (Dockerfile). Image references, digests, OCI archives and the one deterministic tar
-//! writer they all use are typed once in `oci`.
+//! The folders are the pipeline, each layer importing only those below it (docs/architecture.md,
+//! held by tests/layers.rs): `inputs` (specs, pins, project, cluster file, patches) -> `plan`
+//! (graph, checksums, fetch) -> `make` (render, build, assemble, compile, normalise) ->
+//! `ship` (stream, registry, verify), with the commands on top and, below, `images` (the
+//! layer store and what an image is), `engine` (the Engine API), `oci` (references, digests,
+//! archives, the one tar writer) and `error`/`output`.
 
 pub mod cli;
 pub mod commands;
