@@ -123,6 +123,15 @@ pub enum Command {
     /// Patch sets: import one, report how each patch applies, refresh a series for a new pin.
     #[command(subcommand)]
     Patches(PatchesCommand),
+    /// Print a completion script for SHELL (e.g. `hallmark completions bash >
+    /// /etc/bash_completion.d/hallmark`); no project needed.
+    Completions {
+        #[arg(value_enum)]
+        shell: clap_complete::Shell,
+    },
+    /// Print the man page (roff: `hallmark man > hallmark.1; man ./hallmark.1`); no project
+    /// needed.
+    Man,
 }
 
 #[derive(Debug, Subcommand)]

@@ -8,6 +8,7 @@ mod caches;
 mod check;
 mod checksum;
 mod distribute;
+mod help;
 mod lock;
 mod nodes;
 mod patches;
@@ -26,6 +27,12 @@ use crate::inputs::values::Name;
 use crate::plan::Plan;
 
 pub fn run(cli: Cli) -> Result<ExitStatus> {
+    // What clap writes from the command line's own definition needs no project.
+    match &cli.command {
+        Command::Completions { shell } => return Ok(help::completions(*shell)),
+        Command::Man => return help::man(),
+        _ => {}
+    }
     let settings = Settings::resolve(&cli)?;
     // Records this process writes to the shared layer store belong to this project.
     crate::images::store::set_project(&settings.project.root);
@@ -56,6 +63,7 @@ pub fn run(cli: Cli) -> Result<ExitStatus> {
         Command::Prune => prune::run(settings),
         Command::Caches => caches::run(settings),
         Command::Patches(command) => patches::run(settings, &command),
+        Command::Completions { .. } | Command::Man => unreachable!("answered above"),
     }
 }
 

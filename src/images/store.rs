@@ -76,13 +76,9 @@ pub fn mark_cache(cache: &Path) {
     }
 }
 
-fn open_lock(root: &Path) -> std::io::Result<std::fs::File> {
-    std::fs::create_dir_all(root)?;
-    std::fs::OpenOptions::new()
-        .create(true)
-        .truncate(false)
-        .write(true)
-        .open(root.join("lock"))
+fn open_lock(root: &Path) -> Result<std::fs::File> {
+    fs_err::create_dir_all(root).map_err(|e| Error::io(root, e))?;
+    crate::images::turn::lock_file(&root.join("lock"))
 }
 
 #[derive(Deserialize)]
@@ -140,7 +136,7 @@ impl LayerStore {
     pub fn for_prune(cache: &Path, project: &Path, wait: bool) -> Result<Option<LayerStore>> {
         mark_cache(cache);
         let root = cache.join("store");
-        let file = open_lock(&root).map_err(|e| Error::io(root.join("lock"), e))?;
+        let file = open_lock(&root)?;
         match file.try_lock() {
             Ok(()) => {}
             Err(std::fs::TryLockError::WouldBlock) if !wait => return Ok(None),

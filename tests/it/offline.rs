@@ -1015,3 +1015,23 @@ fn checksum_all_prints_the_others_when_one_spec_is_broken() {
         .collect();
     assert_eq!(images, ["addon", "app"], "{stdout}");
 }
+
+/// Completions and the man page come from the command line's definition, outside any project.
+#[test]
+fn completions_and_the_man_page_are_written_outside_a_project() {
+    let dir = tempfile::tempdir().unwrap();
+    for shell in ["bash", "zsh", "fish"] {
+        let run = support::run_in(dir.path(), &["completions", shell]);
+        run.success();
+        for verb in ["distribute", "verify", "patches"] {
+            assert!(run.stdout().contains(verb), "{shell}: {}", run.stdout());
+        }
+    }
+    let man = support::run_in(dir.path(), &["man"]);
+    man.success();
+    assert!(man.stdout().starts_with(".ie") && man.stdout().contains(".TH hallmark 1"));
+    assert_eq!(
+        support::run_in(dir.path(), &["completions", "cmd"]).code(),
+        2
+    );
+}
