@@ -152,7 +152,16 @@ pub fn parse_series(series_path: &Path, text: &str) -> Result<Vec<SeriesEntry>> 
 }
 
 /// Every file a unified or git diff names must stay inside the source tree.
+/// Whether a patch file holds nothing but white space: quilt applies it as nothing ("appears
+/// to be empty"), and so do `check`, `build` and the patch tools (its status is `empty`).
+pub fn is_empty_patch(bytes: &[u8]) -> bool {
+    bytes.iter().all(u8::is_ascii_whitespace)
+}
+
 pub fn check_touched_paths(bytes: &[u8], strip: u32) -> Result<(), String> {
+    if is_empty_patch(bytes) {
+        return Ok(());
+    }
     let text = String::from_utf8_lossy(bytes);
     let mut touched = 0;
     let lines: Vec<&str> = text.lines().collect();

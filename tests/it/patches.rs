@@ -920,3 +920,62 @@ fn an_offset_into_another_function_is_not_rewritten_silently() {
         accepted.stderr()
     );
 }
+
+/// A quilt series as distributions keep them: a patch in a subfolder, one with `-p0`, an
+/// empty one, comments. Import keeps each as quilt reads it (it failed with an I/O error on
+/// the subfolder, dropped `-p0`, and refused the empty patch), `check` applies the set, the
+/// report calls the empty patch `empty`, and `render` has the patched tree.
+#[test]
+fn a_quilt_series_with_subfolders_p0_and_an_empty_patch_imports_and_applies() {
+    let parent = tempfile::tempdir().unwrap();
+    let repo = GitRepo::new(parent.path(), "upstream");
+    let commit = repo.commit(&[("a.txt", "a\n"), ("b.txt", "b\n")], "first");
+    let project = project_on(&repo, &commit, "quilt");
+    let incoming = project.root().join("incoming");
+    std::fs::create_dir_all(incoming.join("debian")).unwrap();
+    std::fs::write(
+        incoming.join("debian/0001-a.patch"),
+        support::one_line_patch("a.txt", "a", "A"),
+    )
+    .unwrap();
+    std::fs::write(
+        incoming.join("0002-b.patch"),
+        "--- b.txt\n+++ b.txt\n@@ -1 +1 @@\n-b\n+B\n",
+    )
+    .unwrap();
+    std::fs::write(incoming.join("0003-empty.patch"), "").unwrap();
+    std::fs::write(
+        incoming.join("series"),
+        "# from the distribution\ndebian/0001-a.patch\n0002-b.patch -p0\n\n0003-empty.patch\n",
+    )
+    .unwrap();
+    let imported = project.run(&["patches", "import", "quilt", incoming.to_str().unwrap()]);
+    assert_eq!(imported.code(), 0, "{}", imported.stderr());
+    assert_eq!(
+        project.read("patches/quilt/series"),
+        "debian/0001-a.patch\n0002-b.patch -p0\n0003-empty.patch\n"
+    );
+    assert_eq!(project.read("patches/quilt/0003-empty.patch"), "");
+    let checked = project.run(&["check", "app"]);
+    assert_eq!(checked.code(), 0, "{}", checked.stderr());
+    let reported = project.run(&["--json", "patches", "report", "app"]);
+    let report = document(&reported.stdout());
+    assert_eq!(reported.code(), 0, "{report}");
+    let states = statuses(&report);
+    assert_eq!(
+        states,
+        [
+            ("debian/0001-a.patch".to_string(), "applies".to_string()),
+            ("0002-b.patch".to_string(), "applies".to_string()),
+            ("0003-empty.patch".to_string(), "empty".to_string()),
+        ],
+        "{report}"
+    );
+    let out = project.root().join("ctx");
+    project
+        .run(&["render", "app", "--out", out.to_str().unwrap()])
+        .success();
+    let tree = out.join("sources/upstream");
+    assert_eq!(std::fs::read_to_string(tree.join("a.txt")).unwrap(), "A\n");
+    assert_eq!(std::fs::read_to_string(tree.join("b.txt")).unwrap(), "B\n");
+}

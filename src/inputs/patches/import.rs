@@ -13,6 +13,8 @@ use std::process::Command;
 /// One patch to write: its file name in the set, its bytes, and where it came from.
 struct Incoming {
     name: String,
+    /// The series' `-pN` (1 unless it says otherwise).
+    strip: u32,
     bytes: Vec<u8>,
     origin: PathBuf,
 }
@@ -48,7 +50,7 @@ pub fn import(
     for patch in &incoming {
         RelativePath::try_from(patch.name.clone())
             .map_err(|message| refused(&patch.origin, message))?;
-        check_touched_paths(&patch.bytes, 1)
+        check_touched_paths(&patch.bytes, patch.strip)
             .map_err(|message| refused(&patch.origin, format!("patch set `{set}`: {message}")))?;
     }
     write_set(patches_dir, &target, &incoming)?;
@@ -76,8 +78,15 @@ fn write_set(patches_dir: &Path, target: &Path, incoming: &[Incoming]) -> Result
     let mut series = String::new();
     for patch in incoming {
         let path = staged.path().join(&patch.name);
+        // A series may keep patches in subfolders (`debian/0001-x.patch`), as quilt reads it.
+        if let Some(folder) = path.parent() {
+            fs_err::create_dir_all(folder).map_err(|e| Error::io(folder, e))?;
+        }
         fs_err::write(&path, &patch.bytes).map_err(|e| Error::io(&path, e))?;
         series.push_str(&patch.name);
+        if patch.strip != 1 {
+            series.push_str(&format!(" -p{}", patch.strip));
+        }
         series.push('\n');
     }
     let series_path = staged.path().join("series");
@@ -134,22 +143,23 @@ fn format_patch(repo: &Path, range: &str, out: &Path) -> Result<PathBuf> {
 /// number their names start with (`git format-patch`), then by name.
 fn from_folder(dir: &Path) -> Result<Vec<Incoming>> {
     let series = dir.join("series");
-    let names: Vec<String> = if series.is_file() {
+    let names: Vec<(String, u32)> = if series.is_file() {
         let text = crate::inputs::spec::read_text(&series)?;
         parse_series(&series, &text)?
             .into_iter()
-            .map(|e| e.file.to_string())
+            .map(|e| (e.file.to_string(), e.strip))
             .collect()
     } else {
-        listed(dir)?
+        listed(dir)?.into_iter().map(|name| (name, 1)).collect()
     };
     names
         .into_iter()
-        .map(|name| {
+        .map(|(name, strip)| {
             let origin = dir.join(&name);
             let bytes = fs_err::read(&origin).map_err(|e| Error::io(&origin, e))?;
             Ok(Incoming {
                 name,
+                strip,
                 bytes,
                 origin,
             })
@@ -200,6 +210,7 @@ fn from_file(file: &Path, scratch: &Path) -> Result<Vec<Incoming>> {
             .unwrap_or_default();
         return Ok(vec![Incoming {
             name,
+            strip: 1,
             bytes,
             origin: file.to_path_buf(),
         }]);
@@ -223,6 +234,7 @@ fn from_file(file: &Path, scratch: &Path) -> Result<Vec<Incoming>> {
             let bytes = fs_err::read(dir.join(message)).map_err(|e| Error::io(file, e))?;
             Ok(Incoming {
                 name: format!("{:04}-{}.patch", i + 1, slug(&subject(&bytes))),
+                strip: 1,
                 bytes,
                 origin: PathBuf::from(format!("{} (message {})", file.display(), i + 1)),
             })

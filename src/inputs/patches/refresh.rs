@@ -103,7 +103,7 @@ pub fn refresh(rows: &[PatchStatus], force: bool, accept_fuzz: bool) -> Result<R
                 edits.0.insert(row.patch.clone());
                 outcome.dropped.push(name(row));
             }
-            Status::Applies | Status::Conflicts => {}
+            Status::Applies | Status::Conflicts | Status::Empty => {}
         }
     }
     for (dir, (dropped, restripped)) in series {

@@ -31,12 +31,14 @@ pub enum Status {
     Upstream,
     /// Neither: `conflicts` names the files and hunks.
     Conflicts,
+    /// Nothing but white space: applied as nothing, as quilt does.
+    Empty,
 }
 
 impl Status {
     /// Whether `check` and `build` take the patch as it is (git allows an offset).
     pub fn as_is(self) -> bool {
-        matches!(self, Status::Applies | Status::Offset)
+        matches!(self, Status::Applies | Status::Offset | Status::Empty)
     }
 
     pub fn word(self) -> &'static str {
@@ -47,6 +49,7 @@ impl Status {
             Status::ThreeWay => "three-way",
             Status::Upstream => "upstream",
             Status::Conflicts => "conflicts",
+            Status::Empty => "empty",
         }
     }
 }
@@ -186,6 +189,11 @@ impl Run<'_> {
     /// Tries the ways a patch can go on, cheapest first; the index takes the patch when one
     /// succeeds.
     fn classify(&mut self, patch: &Patch, status: &mut PatchStatus) -> Result<()> {
+        let bytes = fs_err::read(&patch.path).map_err(|e| Error::io(&patch.path, e))?;
+        if super::is_empty_patch(&bytes) {
+            status.status = Status::Empty;
+            return Ok(());
+        }
         let plain = self.index.apply(&patch.path, patch.strip, &["-v"])?;
         if plain.status.success() {
             status.offset = offset(&String::from_utf8_lossy(&plain.stderr));

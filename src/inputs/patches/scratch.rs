@@ -47,7 +47,18 @@ impl ScratchIndex {
         command
     }
 
+    /// `git apply --cached` of `patch`; an empty patch ([`super::is_empty_patch`]) changes
+    /// nothing and succeeds without git, whose apply refuses it ("No valid patches").
     pub fn apply(&self, patch: &Path, strip: u32, args: &[&str]) -> Result<Output> {
+        let bytes = fs_err::read(patch).map_err(|e| Error::io(patch, e))?;
+        if super::is_empty_patch(&bytes) {
+            return self
+                .git()
+                .arg("--version")
+                .stdin(Stdio::null())
+                .output()
+                .map_err(|e| Error::io(patch, e));
+        }
         self.git()
             .args(["apply", "--cached", &format!("-p{strip}")])
             .args(args)
