@@ -123,6 +123,9 @@ pub enum Command {
     /// Patch sets: import one, report how each patch applies, refresh a series for a new pin.
     #[command(subcommand)]
     Patches(PatchesCommand),
+    /// Move a source's pin to the newest upstream revision where the patch series applies
+    /// (upstream patches dropped, offset-only ones refreshed), by bisection.
+    Bump(BumpArgs),
     /// Print a completion script for SHELL (e.g. `hallmark completions bash >
     /// /etc/bash_completion.d/hallmark`); no project needed.
     Completions {
@@ -132,6 +135,33 @@ pub enum Command {
     /// Print the man page (roff: `hallmark man > hallmark.1; man ./hallmark.1`); no project
     /// needed.
     Man,
+}
+
+#[derive(Debug, Args)]
+pub struct BumpArgs {
+    pub image: String,
+    /// The source to move (default: the image's only source, or its only patched one).
+    #[arg(long, value_name = "NAME")]
+    pub source: Option<String>,
+    /// The branch whose first-parent history is walked (default: the source's `rev`).
+    #[arg(long, conflicts_with = "tags")]
+    pub branch: Option<String>,
+    /// The newest commit of the branch to consider (default: its head).
+    #[arg(long, value_name = "REV", conflicts_with = "tags")]
+    pub to: Option<String>,
+    /// Walk the tags matching GLOB (`v*`), in version order, instead of a branch.
+    #[arg(long, value_name = "GLOB")]
+    pub tags: Option<String>,
+    /// Say what would be pinned; write nothing.
+    #[arg(long, conflicts_with = "build")]
+    pub dry_run: bool,
+    /// Then build and smoke-test the bumped image on the builder.
+    #[arg(long)]
+    pub build: bool,
+    /// With --build: when the build or a smoke test fails, find the first candidate that
+    /// fails and leave the newest good one pinned.
+    #[arg(long, requires = "build")]
+    pub bisect: bool,
 }
 
 #[derive(Debug, Subcommand)]

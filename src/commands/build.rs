@@ -8,6 +8,25 @@ use crate::make::build::{self, BuildSettings};
 use crate::plan::Plan;
 use crate::plan::check;
 
+/// Builds `name` (and the parents it needs) on the builder, smoke tests included: the
+/// error says what failed (`bump --build`).
+pub(super) fn build_one(settings: &Settings, name: &crate::inputs::values::Name) -> Result<()> {
+    let plan = Plan::new(&settings.project, std::slice::from_ref(name))?;
+    let build_settings = BuildSettings {
+        checksum_label: &settings.checksum_label,
+        cache: &settings.cache,
+        state_dir: &settings.state_dir,
+        force: false,
+        echo: settings.output.echo(),
+    };
+    let (_, outcome) = runtime()?.block_on(async {
+        let engine = connect(settings, &settings.config.builder).await?;
+        let work = build::build_all(&engine, &plan, &build_settings);
+        Ok::<_, Error>(until_interrupted(&engine, "the build", work).await)
+    })?;
+    outcome
+}
+
 pub(super) fn run(
     settings: &Settings,
     images: &[String],

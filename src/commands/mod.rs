@@ -4,6 +4,7 @@
 pub mod settings;
 
 mod build;
+mod bump;
 mod caches;
 mod check;
 mod checksum;
@@ -63,6 +64,7 @@ pub fn run(cli: Cli) -> Result<ExitStatus> {
         Command::Prune => prune::run(settings),
         Command::Caches => caches::run(settings),
         Command::Patches(command) => patches::run(settings, &command),
+        Command::Bump(args) => bump::run(settings, &args),
         Command::Completions { .. } | Command::Man => unreachable!("answered above"),
     }
 }

@@ -979,3 +979,149 @@ fn a_quilt_series_with_subfolders_p0_and_an_empty_patch_imports_and_applies() {
     assert_eq!(std::fs::read_to_string(tree.join("a.txt")).unwrap(), "A\n");
     assert_eq!(std::fs::read_to_string(tree.join("b.txt")).unwrap(), "B\n");
 }
+
+/// `numbered` lines of file `f{i}`: what the bump tests' upstream holds.
+fn bump_file(i: usize, extra_top: usize) -> String {
+    let mut text = String::new();
+    for n in 0..extra_top {
+        text.push_str(&format!("inserted {n}\n"));
+    }
+    for n in 1..=30 {
+        text.push_str(&format!("f{i:02} line {n}\n"));
+    }
+    text
+}
+
+/// An upstream of 221 commits and a series of 25 patches (one per file): from commit 50 on,
+/// patch 3 applies only with an offset; at commit 100, patch 7's change lands upstream; from
+/// commit 160 on, patch 12 conflicts. Commits 1..220 otherwise touch another file.
+fn bump_upstream(parent: &std::path::Path) -> (GitRepo, Vec<String>) {
+    let repo = GitRepo::new(parent, "upstream");
+    let mut files: Vec<(String, String)> = (1..=25)
+        .map(|i| (format!("f{i:02}.txt"), bump_file(i, 0)))
+        .collect();
+    files.push(("log.txt".into(), String::new()));
+    let mut commits = Vec::new();
+    let first: Vec<(&str, &str)> = files
+        .iter()
+        .map(|(p, t)| (p.as_str(), t.as_str()))
+        .collect();
+    commits.push(repo.commit(&first, "commit 0"));
+    let mut log = String::new();
+    for k in 1..=220 {
+        log.push_str(&format!("change {k}\n"));
+        let mut changed = vec![("log.txt".to_string(), log.clone())];
+        match k {
+            50 => changed.push(("f03.txt".into(), bump_file(3, 3))),
+            100 => changed.push((
+                "f07.txt".into(),
+                with_line(&bump_file(7, 0), 10, "f07 patched"),
+            )),
+            160 => changed.push((
+                "f12.txt".into(),
+                with_line(&bump_file(12, 0), 10, "f12 rewritten upstream"),
+            )),
+            _ => {}
+        }
+        let refs: Vec<(&str, &str)> = changed
+            .iter()
+            .map(|(p, t)| (p.as_str(), t.as_str()))
+            .collect();
+        commits.push(repo.commit(&refs, &format!("commit {k}")));
+    }
+    (repo, commits)
+}
+
+/// `bump --dry-run` picks exactly the newest commit where the series applies (commit 159)
+/// in a handful of series checks, and writes nothing; `bump` then writes the pin (the
+/// spec's rev stays the branch), drops the upstreamed patch from the series, refreshes the
+/// offset one, and `check` passes at the new pin.
+#[test]
+fn bump_finds_the_newest_applying_commit_by_bisection_and_writes_it_all() {
+    let parent = tempfile::tempdir().unwrap();
+    let (repo, commits) = bump_upstream(parent.path());
+    let project = project_on(&repo, &commits[0], "series");
+    let mut series = String::new();
+    for i in 1..=25 {
+        let name = format!("{i:04}-f{i:02}.patch");
+        let file = format!("f{i:02}.txt");
+        let patch = line_patch_of(&file, &bump_file(i, 0), 10, &format!("f{i:02} patched"));
+        project.write(&format!("patches/series/{name}"), &patch);
+        series.push_str(&name);
+        series.push('\n');
+    }
+    project.write("patches/series/series", &series);
+    project.run(&["check", "app"]).success();
+    let written = |project: &TestProject| {
+        format!(
+            "{}{}{}",
+            walkdir_text(&project.root().join("patches")),
+            project.read("pins/app.toml"),
+            project.read("images/app/image.toml")
+        )
+    };
+    let before = written(&project);
+
+    let dry = project.run(&["--json", "bump", "app", "--dry-run"]);
+    assert_eq!(dry.code(), 0, "{}", dry.stderr());
+    let report: Value = serde_json::from_str(&dry.stdout()).unwrap();
+    let bump = &report["bump"];
+    assert_eq!(bump["candidates"], 220, "{report}");
+    assert_eq!(bump["chosen"]["commit"], commits[159].as_str(), "{report}");
+    let checks = bump["checks"].as_u64().unwrap();
+    let bound = 2.0 * 220f64.log2() + 5.0;
+    assert!((checks as f64) <= bound, "{checks} checks > {bound}");
+    assert_eq!(bump["written"], false);
+    let tried = report["tried"].as_array().unwrap();
+    assert_eq!(tried.len() as u64, checks);
+    let failing = tried.iter().find(|t| t["applies"] == false).unwrap();
+    assert_eq!(failing["failing"][0], "series/0012-f12.patch", "{failing}");
+    assert_eq!(written(&project), before, "--dry-run wrote something");
+
+    let bumped = project.run(&["bump", "app"]);
+    assert_eq!(bumped.code(), 0, "{}", bumped.stderr());
+    let pins = project.read("pins/app.toml");
+    assert!(
+        pins.contains(&format!("commit = \"{}\"", commits[159])),
+        "{pins}"
+    );
+    assert!(
+        project
+            .read("images/app/image.toml")
+            .contains("rev = \"main\"")
+    );
+    let series = project.read("patches/series/series");
+    assert_eq!(series.lines().count(), 24, "{series}");
+    assert!(!series.contains("0007-f07.patch"), "{series}");
+    assert!(
+        project
+            .read("patches/series/0003-f03.patch")
+            .contains("@@ -10,")
+    );
+    let checked = project.run(&["check", "app"]);
+    assert_eq!(checked.code(), 0, "{}", checked.stderr());
+    let again = project.run(&["--json", "patches", "report", "app"]);
+    for (patch, status) in statuses(&document(&again.stdout())) {
+        assert_eq!(status, "applies", "{patch}");
+    }
+}
+
+/// A one-line patch of line `line` of `text` (file `file`), with three lines of context.
+fn line_patch_of(file: &str, text: &str, line: usize, new: &str) -> String {
+    let lines: Vec<&str> = text.lines().collect();
+    let from = line.saturating_sub(3).max(1);
+    let to = (line + 3).min(lines.len());
+    let mut patch = format!(
+        "--- a/{file}\n+++ b/{file}\n@@ -{from},{} +{from},{} @@\n",
+        to - from + 1,
+        to - from + 1
+    );
+    for n in from..=to {
+        if n == line {
+            patch.push_str(&format!("-{}\n+{new}\n", lines[n - 1]));
+        } else {
+            patch.push_str(&format!(" {}\n", lines[n - 1]));
+        }
+    }
+    patch
+}

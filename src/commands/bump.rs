@@ -1,0 +1,528 @@
+//! `hallmark bump`: moves a source's pin to the newest upstream revision where the image's
+//! patch series still applies (upstream patches dropped, offset-only ones refreshed), found
+//! by bisection over the candidates; writes the pin, the refreshed series and, in tags mode,
+//! the spec's `rev`, all or nothing; with `--build`, builds and smoke-tests the result, and
+//! with `--bisect` finds the first candidate whose build or smoke fails (docs/patches.md).
+
+use crate::cli::BumpArgs;
+use crate::commands::settings::Settings;
+use crate::error::{Error, ExitStatus, Result};
+use crate::inputs::patches::report::{self, PatchStatus, Status, Target};
+use crate::inputs::pins;
+use crate::inputs::values::{GitCommit, Name};
+use crate::output::{Column, Row};
+use crate::plan::Plan;
+use crate::plan::bump::{self, Along, Candidate};
+use serde::Serialize;
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+pub(super) fn run(settings: &Settings, args: &BumpArgs) -> Result<ExitStatus> {
+    let name = settings.project.image_name(&args.image)?;
+    let plan = Plan::new(&settings.project, std::slice::from_ref(&name))?;
+    let planned = plan.get(&name);
+    let index = source_index(planned, &name, args.source.as_deref())?;
+    let spec_source = &planned.loaded.spec.sources[index];
+    let pin = &planned.pins.sources[index];
+    let along = match (&args.tags, &args.branch) {
+        (Some(glob), _) => Along::Tags(glob),
+        (None, Some(branch)) => Along::Branch {
+            branch,
+            to: args.to.as_deref(),
+        },
+        (None, None) => Along::Branch {
+            branch: &spec_source.rev,
+            to: args.to.as_deref(),
+        },
+    };
+    if let (Along::Branch { branch, .. }, None) = (&along, &args.branch) {
+        is_branch(&pin.git, branch)?;
+    }
+    let (repo, candidates) = bump::candidates(&settings.cache, &pin.git, &pin.commit, &along)?;
+    let sets = &planned.patches[index].sets;
+    settings.output.note(format!(
+        "{name} source `{}`: {} candidate(s) after {}",
+        pin.name,
+        candidates.len(),
+        short(pin.commit.as_str())
+    ));
+    let mut tried = Vec::new();
+    let chosen = bump::newest_holding(candidates.len(), |i| {
+        let rows = report::examine(
+            &Target {
+                image: name.as_str(),
+                source: pin.name.as_str(),
+                repo: &repo,
+                commit: &candidates[i].commit,
+                pin: &pin.commit,
+                sets,
+            },
+            false,
+        )?;
+        let row = Tried::of(i, &candidates[i], &rows);
+        settings
+            .output
+            .detail(|| format!("{} {}", row.commit, row.summary));
+        let applies = row.applies;
+        tried.push(row);
+        Ok(applies)
+    })?;
+    tried.sort_by_key(|t| t.index);
+    let checks = tried.len();
+    let mut report = Report {
+        candidates: candidates.len(),
+        checks,
+        chosen: chosen.map(|i| Chosen::of(&candidates[i])),
+        written: false,
+        broken: None,
+    };
+    let Some(chosen) = chosen else {
+        show(settings, &tried, &report);
+        settings.output.note(match candidates.is_empty() {
+            true => "nothing to do: no revision after the pin".to_string(),
+            false => "no candidate applies the series: the pin stays".to_string(),
+        });
+        return Ok(ExitStatus::from_success(candidates.is_empty()));
+    };
+    if args.dry_run {
+        show(settings, &tried, &report);
+        return Ok(ExitStatus::Success);
+    }
+    let bumping = Bumping {
+        settings,
+        name: &name,
+        index,
+        spec_path: &planned.loaded.path,
+        spec_rev: &spec_source.rev,
+        branch: match &along {
+            Along::Branch { branch, .. } => Some(*branch),
+            Along::Tags(_) => None,
+        },
+        repo: &repo,
+        old_pin: &pin.commit,
+        sets: sets.iter().map(|s| s.dir.clone()).collect(),
+    };
+    bumping.write(&candidates[chosen])?;
+    report.written = true;
+    if !args.build {
+        show(settings, &tried, &report);
+        return Ok(ExitStatus::Success);
+    }
+    let Err(failure) = bumping.build() else {
+        show(settings, &tried, &report);
+        return Ok(ExitStatus::Success);
+    };
+    if !args.bisect {
+        show(settings, &tried, &report);
+        settings.output.note(format!(
+            "{} is pinned, and its build failed: {failure}",
+            short(candidates[chosen].commit.as_str())
+        ));
+        return Ok(ExitStatus::Failure);
+    }
+    // The chosen candidate builds badly: the newest one before it that builds and passes its
+    // smoke tests, by bisection (the old pin taken to be good).
+    let mut failures: BTreeMap<usize, String> = BTreeMap::from([(chosen, failure.to_string())]);
+    let good = bump::newest_holding(chosen, |i| {
+        bumping.write(&candidates[i])?;
+        match bumping.build() {
+            Ok(()) => Ok(true),
+            Err(e) => {
+                failures.insert(i, e.to_string());
+                Ok(false)
+            }
+        }
+    })?;
+    let first_bad = good.map_or(0, |g| g + 1);
+    match good {
+        Some(g) => bumping.write(&candidates[g])?,
+        None => bumping.restore_pin()?,
+    }
+    report.chosen = good.map(|g| Chosen::of(&candidates[g]));
+    report.written = good.is_some();
+    report.broken = Some(Broken {
+        commit: candidates[first_bad].commit.to_string(),
+        error: failures.get(&first_bad).cloned().unwrap_or_default(),
+    });
+    show(settings, &tried, &report);
+    settings.output.note(format!(
+        "{} broke the build or its smoke tests: {}; {}",
+        short(candidates[first_bad].commit.as_str()),
+        failures.get(&first_bad).map(String::as_str).unwrap_or(""),
+        match good {
+            Some(g) => format!("{} is pinned", short(candidates[g].commit.as_str())),
+            None => "the old pin stays".into(),
+        }
+    ));
+    Ok(ExitStatus::Failure)
+}
+
+/// The source to bump: the one named, else the image's only one (else the patched one).
+fn source_index(
+    planned: &crate::plan::PlannedImage,
+    name: &Name,
+    source: Option<&str>,
+) -> Result<usize> {
+    let sources = &planned.loaded.spec.sources;
+    if let Some(source) = source {
+        return sources
+            .iter()
+            .position(|s| s.name.get_ref().as_str() == source)
+            .ok_or_else(|| Error::usage(format!("image `{name}` has no source `{source}`")));
+    }
+    let patched: Vec<usize> = (0..sources.len())
+        .filter(|&i| !planned.patches[i].sets.is_empty())
+        .collect();
+    match (sources.len(), patched.as_slice()) {
+        (0, _) => Err(Error::usage(format!(
+            "image `{name}` has no `[[source]]` to bump"
+        ))),
+        (1, _) => Ok(0),
+        (_, [one]) => Ok(*one),
+        _ => Err(Error::Usage {
+            message: format!("image `{name}` has {} sources", sources.len()),
+            hint: Some("name the one to bump with `--source`".into()),
+        }),
+    }
+}
+
+/// A spec `rev` that is no branch needs `--branch` to say which history to walk.
+fn is_branch(url: &str, rev: &str) -> Result<()> {
+    let listing = crate::inputs::git::run(
+        std::process::Command::new("git").args(["ls-remote", "--heads", "--", url, rev]),
+        || format!("asking {url} for branch `{rev}`"),
+    )?;
+    let found = listing
+        .lines()
+        .any(|l| l.ends_with(&format!("refs/heads/{rev}")));
+    match found {
+        true => Ok(()),
+        false => Err(Error::Usage {
+            message: format!("the source's rev `{rev}` is not a branch of {url}"),
+            hint: Some(
+                "name the branch to walk with `--branch`, or tags with `--tags GLOB`".into(),
+            ),
+        }),
+    }
+}
+
+fn short(commit: &str) -> &str {
+    &commit[..12.min(commit.len())]
+}
+
+/// One candidate checked: how each patch applies there.
+#[derive(Serialize)]
+struct Tried {
+    #[serde(skip)]
+    index: usize,
+    commit: String,
+    date: String,
+    tag: Option<String>,
+    /// How many patches have each status.
+    statuses: BTreeMap<&'static str, usize>,
+    /// The patches that keep the series from applying (fuzz, three-way, conflicts).
+    failing: Vec<String>,
+    applies: bool,
+    #[serde(skip)]
+    summary: String,
+}
+
+impl Tried {
+    fn of(index: usize, candidate: &Candidate, rows: &[PatchStatus]) -> Tried {
+        let mut statuses = BTreeMap::new();
+        for row in rows {
+            *statuses.entry(row.status.word()).or_insert(0) += 1;
+        }
+        let failing: Vec<String> = rows
+            .iter()
+            .filter(|r| !takes(r.status))
+            .map(|r| format!("{}/{}", r.set, r.patch))
+            .collect();
+        let mut summary: Vec<String> = statuses.iter().map(|(s, n)| format!("{n} {s}")).collect();
+        if !failing.is_empty() {
+            summary.push(format!("({})", failing.join(", ")));
+        }
+        Tried {
+            index,
+            commit: short(candidate.commit.as_str()).to_string(),
+            date: candidate.date.clone(),
+            tag: candidate.tag.clone(),
+            statuses,
+            applies: failing.is_empty(),
+            failing,
+            summary: summary.join(", "),
+        }
+    }
+}
+
+/// Whether bump takes a patch in this state: as it is, refreshed (an offset), dropped
+/// (upstream) or as nothing (empty). A fuzz or three-way match needs a person.
+fn takes(status: Status) -> bool {
+    matches!(
+        status,
+        Status::Applies | Status::Offset | Status::Upstream | Status::Empty
+    )
+}
+
+impl Row for Tried {
+    fn columns() -> Option<&'static [Column]> {
+        const COLUMNS: [Column; 4] = [
+            Column::left("revision", 12),
+            Column::left("date", 25),
+            Column::left("verdict", 8),
+            Column::left("patches", 0),
+        ];
+        Some(&COLUMNS)
+    }
+
+    fn cells(&self) -> Vec<Vec<String>> {
+        let revision = match &self.tag {
+            Some(tag) => format!("{tag} ({})", self.commit),
+            None => self.commit.clone(),
+        };
+        let verdict = if self.applies { "applies" } else { "fails" };
+        vec![vec![
+            revision,
+            self.date.clone(),
+            verdict.into(),
+            self.summary.clone(),
+        ]]
+    }
+}
+
+#[derive(Serialize)]
+struct Chosen {
+    commit: String,
+    date: String,
+    tag: Option<String>,
+}
+
+impl Chosen {
+    fn of(candidate: &Candidate) -> Chosen {
+        Chosen {
+            commit: candidate.commit.to_string(),
+            date: candidate.date.clone(),
+            tag: candidate.tag.clone(),
+        }
+    }
+}
+
+/// The first candidate whose build or smoke tests failed (`--bisect`).
+#[derive(Serialize)]
+struct Broken {
+    commit: String,
+    error: String,
+}
+
+#[derive(Serialize)]
+struct Report {
+    candidates: usize,
+    /// How many times the series was checked (one report of every patch each).
+    checks: usize,
+    chosen: Option<Chosen>,
+    written: bool,
+    broken: Option<Broken>,
+}
+
+fn show(settings: &Settings, tried: &[Tried], report: &Report) {
+    if settings.output.json {
+        settings.output.document(&[
+            ("tried", serde_json::to_value(tried).expect("json")),
+            ("bump", serde_json::to_value(report).expect("json")),
+        ]);
+        return;
+    }
+    settings.output.table("tried", tried);
+    settings.output.note(format!(
+        "{} of {} candidates checked; {}",
+        report.checks,
+        report.candidates,
+        match (&report.chosen, report.written) {
+            (Some(c), true) => format!("pinned {} ({})", short(&c.commit), c.date),
+            (Some(c), false) => format!(
+                "would pin {} ({}); --dry-run wrote nothing",
+                short(&c.commit),
+                c.date
+            ),
+            (None, _) => "nothing pinned".into(),
+        }
+    ));
+}
+
+/// One image's source being moved: what is written, and how to put it back.
+struct Bumping<'a> {
+    settings: &'a Settings,
+    name: &'a Name,
+    index: usize,
+    spec_path: &'a Path,
+    spec_rev: &'a str,
+    /// The branch walked (its name stays the spec's `rev` when it is one).
+    branch: Option<&'a str>,
+    repo: &'a Path,
+    old_pin: &'a GitCommit,
+    sets: Vec<PathBuf>,
+}
+
+impl Bumping<'_> {
+    /// Moves the pin to `candidate`: the series refreshed there, the pins file, and the
+    /// spec's `rev` when it must name the candidate (a tag, or a commit off the spec's
+    /// branch). All or nothing: on any failure every file is as it was.
+    fn write(&self, candidate: &Candidate) -> Result<()> {
+        let project = &self.settings.project;
+        let pins_path = pins::path_for(&project.root, self.name);
+        let mut files = vec![self.spec_path.to_path_buf(), pins_path];
+        files.extend(self.sets.iter().cloned());
+        let saved = Saved::of(&files)?;
+        let written = self.write_unguarded(candidate);
+        if written.is_err() {
+            saved.restore()?;
+        }
+        written
+    }
+
+    fn write_unguarded(&self, candidate: &Candidate) -> Result<()> {
+        let project = &self.settings.project;
+        // The series as it is now, examined at the candidate, then refreshed there.
+        let plan = Plan::new(project, std::slice::from_ref(self.name))?;
+        let planned = plan.get(self.name);
+        let pin = &planned.pins.sources[self.index];
+        let rows = report::examine(
+            &Target {
+                image: self.name.as_str(),
+                source: pin.name.as_str(),
+                repo: self.repo,
+                commit: &candidate.commit,
+                pin: &pin.commit,
+                sets: &planned.patches[self.index].sets,
+            },
+            true,
+        )?;
+        let refreshed = crate::inputs::patches::refresh::refresh(&rows, false, false)?;
+        if !refreshed.conflicting.is_empty() || !refreshed.doubtful.is_empty() {
+            return Err(Error::usage(format!(
+                "the series does not apply at {} as it is: {}",
+                candidate.commit,
+                refreshed.lines().join("; ")
+            )));
+        }
+        let rev = match (&candidate.tag, self.branch) {
+            (Some(tag), _) => tag.clone(),
+            (None, Some(branch)) if branch == self.spec_rev => self.spec_rev.to_string(),
+            (None, _) => candidate.commit.to_string(),
+        };
+        if rev != self.spec_rev {
+            rewrite_rev(self.spec_path, pin.name.as_str(), &rev)?;
+        }
+        let mut all = pins::read(&project.root, self.name)?;
+        let entry = all
+            .sources
+            .iter_mut()
+            .find(|s| s.name == pin.name)
+            .ok_or_else(|| Error::usage(format!("no pin of source `{}`", pin.name)))?;
+        entry.rev = rev;
+        entry.commit = candidate.commit.clone();
+        pins::write(&project.root, self.name, &all)?;
+        // What `check` would say: the plan loads and the series applies at the new pin.
+        let plan = Plan::new(project, std::slice::from_ref(self.name))?;
+        crate::plan::fetch::fetch(&self.settings.cache, plan.get(self.name))?;
+        Ok(())
+    }
+
+    /// Puts the old pin back (when no candidate builds): the refreshed series is rewritten
+    /// for it, as for any candidate.
+    fn restore_pin(&self) -> Result<()> {
+        self.write(&Candidate {
+            commit: self.old_pin.clone(),
+            date: String::new(),
+            tag: (self.branch.is_none()).then(|| self.spec_rev.to_string()),
+        })
+    }
+
+    /// Builds the image as it is now pinned, smoke tests included.
+    fn build(&self) -> Result<()> {
+        super::build::build_one(self.settings, self.name)
+    }
+}
+
+/// Rewrites `rev = "..."` of the `[[source]]` named `source` in the spec at `path`, the rest
+/// of the file byte for byte (toml_edit would do it too; the one value is found by its span).
+fn rewrite_rev(path: &Path, source: &str, rev: &str) -> Result<()> {
+    #[derive(serde::Deserialize)]
+    struct Revs {
+        #[serde(default)]
+        source: Vec<SourceRev>,
+    }
+    #[derive(serde::Deserialize)]
+    struct SourceRev {
+        name: String,
+        rev: toml::Spanned<String>,
+    }
+    let text = fs_err::read_to_string(path).map_err(|e| Error::io(path, e))?;
+    let revs: Revs = crate::inputs::spec::parse_toml(path, &text)?;
+    let span = revs
+        .source
+        .iter()
+        .find(|s| s.name == source)
+        .map(|s| s.rev.span())
+        .ok_or_else(|| {
+            Error::usage(format!(
+                "{}: no `[[source]]` named `{source}` with a `rev` to rewrite (a variant's source is written in the spec it varies)",
+                path.display()
+            ))
+        })?;
+    let literal = toml::Value::String(rev.to_string()).to_string();
+    let new = format!("{}{literal}{}", &text[..span.start], &text[span.end..]);
+    fs_err::write(path, new).map_err(|e| Error::io(path, e))
+}
+
+/// Copies of files and folders, put back on failure.
+struct Saved {
+    copies: Vec<(PathBuf, Option<tempfile::TempDir>)>,
+}
+
+impl Saved {
+    fn of(paths: &[PathBuf]) -> Result<Saved> {
+        let mut copies = Vec::new();
+        for path in paths {
+            if !path.exists() {
+                copies.push((path.clone(), None));
+                continue;
+            }
+            let dir = tempfile::tempdir().map_err(|e| Error::io(std::env::temp_dir(), e))?;
+            copy(path, &dir.path().join("copy"))?;
+            copies.push((path.clone(), Some(dir)));
+        }
+        Ok(Saved { copies })
+    }
+
+    fn restore(self) -> Result<()> {
+        for (path, copy_dir) in self.copies {
+            if path.is_dir() {
+                fs_err::remove_dir_all(&path).map_err(|e| Error::io(&path, e))?;
+            } else if path.exists() {
+                fs_err::remove_file(&path).map_err(|e| Error::io(&path, e))?;
+            }
+            if let Some(dir) = copy_dir {
+                copy(&dir.path().join("copy"), &path)?;
+            }
+        }
+        Ok(())
+    }
+}
+
+fn copy(from: &Path, to: &Path) -> Result<()> {
+    if from.is_file() {
+        fs_err::copy(from, to).map_err(|e| Error::io(to, e))?;
+        return Ok(());
+    }
+    for entry in walkdir::WalkDir::new(from) {
+        let entry = entry.map_err(|e| Error::io(from, e.into()))?;
+        let target = to.join(entry.path().strip_prefix(from).expect("under from"));
+        if entry.file_type().is_dir() {
+            fs_err::create_dir_all(&target).map_err(|e| Error::io(&target, e))?;
+        } else {
+            fs_err::copy(entry.path(), &target).map_err(|e| Error::io(&target, e))?;
+        }
+    }
+    Ok(())
+}
