@@ -1125,3 +1125,86 @@ fn line_patch_of(file: &str, text: &str, line: usize, new: &str) -> String {
     }
     patch
 }
+
+/// `bump --build --bisect` on the testbed's builder: the newest commit applies the series
+/// but a commit planted on the way breaks the image's smoke test. Bump names that commit and
+/// leaves the one before it pinned (the series refreshed for it), and that image is built.
+#[test]
+fn bump_build_bisect_names_the_commit_that_broke_the_smoke_test() {
+    let testbed = support::Testbed::get();
+    let config = testbed.config();
+    let run = support::unique();
+    let parent = tempfile::tempdir().unwrap();
+    let repo = GitRepo::new(parent.path(), "upstream");
+    let mut commits = vec![repo.commit(&[("a.txt", &numbered("a", 10)), ("run.txt", &run)], "0")];
+    for k in 1..=40 {
+        let mut files = vec![("log.txt".to_string(), format!("{k}\n"))];
+        if k == 25 {
+            files.push(("broken".into(), "this breaks the smoke test\n".into()));
+        }
+        let refs: Vec<(&str, &str)> = files
+            .iter()
+            .map(|(p, t)| (p.as_str(), t.as_str()))
+            .collect();
+        commits.push(repo.commit(&refs, &format!("commit {k}")));
+    }
+    let project = project_on(&repo, &commits[0], "fix");
+    project
+        .write(
+            "patches/fix/0001-a.patch",
+            &line_patch_of("a.txt", &numbered("a", 10), 5, "a5 fixed"),
+        )
+        .write("patches/fix/series", "0001-a.patch\n");
+    let image = project.read("images/app/image.toml").replace(
+        "[from]\nref = \"example/base:1\"",
+        "[from]\nref = \"hallmark-testbed/busybox:latest\"",
+    );
+    project.write(
+        "images/app/image.toml",
+        &format!(
+            "[image]\nname = \"bisect-{run}\"\n\n{image}\n[[smoke]]\nname = \"not broken\"\nrun = [\"sh\", \"-c\", \"test ! -e /src/upstream/broken\"]\n"
+        ),
+    );
+    let pins = project.read("pins/app.toml");
+    let source = pins.split("[[source]]").nth(1).unwrap();
+    project.write(
+        "pins/app.toml",
+        &format!(
+            "{}\n[[source]]{source}",
+            include_str!("../../pins/hello.toml")
+        ),
+    );
+    let cfg = config.to_str().unwrap();
+    project.run(&["--config", cfg, "check", "app"]).success();
+
+    let bumped = project.run(&[
+        "--config", cfg, "--json", "bump", "app", "--build", "--bisect",
+    ]);
+    assert_eq!(bumped.code(), 1, "{}", bumped.stderr());
+    let report: Value = serde_json::from_str(&bumped.stdout()).unwrap();
+    let bump = &report["bump"];
+    assert_eq!(bump["broken"]["commit"], commits[25].as_str(), "{report}");
+    assert!(
+        bump["broken"]["error"]
+            .as_str()
+            .unwrap()
+            .contains("not broken"),
+        "{report}"
+    );
+    assert_eq!(bump["chosen"]["commit"], commits[24].as_str(), "{report}");
+    assert!(
+        bumped.stderr().contains(&commits[25][..12]),
+        "{}",
+        bumped.stderr()
+    );
+    let pins = project.read("pins/app.toml");
+    assert!(
+        pins.contains(&format!("commit = \"{}\"", commits[24])),
+        "{pins}"
+    );
+    project.run(&["--config", cfg, "check", "app"]).success();
+    // The pinned image is the one built last: up to date, its smoke test passed.
+    let again = project.run(&["--config", cfg, "--json", "build", "app"]);
+    assert_eq!(again.code(), 0, "{}", again.stderr());
+    assert!(again.stdout().contains("up-to-date"), "{}", again.stdout());
+}
