@@ -1208,3 +1208,46 @@ fn bump_build_bisect_names_the_commit_that_broke_the_smoke_test() {
     assert_eq!(again.code(), 0, "{}", again.stderr());
     assert!(again.stdout().contains("up-to-date"), "{}", again.stdout());
 }
+
+/// `after` names only the earlier patches a patch needs: the one whose change is in its
+/// context, not another that changed the same file elsewhere (an outside test's real
+/// series named 58 where 20 were needed).
+#[test]
+fn after_names_the_least_set_of_earlier_patches() {
+    let parent = tempfile::tempdir().unwrap();
+    let repo = GitRepo::new(parent.path(), "upstream");
+    let text = numbered("a", 30);
+    let commit = repo.commit(&[("a.txt", &text)], "first");
+    let project = project_on(&repo, &commit, "set");
+    let after_first = with_line(&text, 2, "a2 first");
+    project
+        .write(
+            "patches/set/0001-first.patch",
+            &line_patch_of("a.txt", &text, 2, "a2 first"),
+        )
+        .write(
+            "patches/set/0002-far.patch",
+            &line_patch_of("a.txt", &text, 20, "a20 far"),
+        )
+        .write(
+            "patches/set/0003-next.patch",
+            &line_patch_of("a.txt", &after_first, 3, "a3 next"),
+        )
+        .write(
+            "patches/set/series",
+            "0001-first.patch\n0002-far.patch\n0003-next.patch\n",
+        );
+    let reported = project.run(&["--json", "patches", "report", "app"]);
+    assert_eq!(reported.code(), 0, "{}", reported.stderr());
+    let report = document(&reported.stdout());
+    assert_eq!(
+        row(&report, "0003")["after"],
+        serde_json::json!(["set/0001-first.patch"]),
+        "{report}"
+    );
+    assert_eq!(
+        row(&report, "0002")["after"],
+        serde_json::json!([]),
+        "{report}"
+    );
+}

@@ -115,6 +115,7 @@ pub fn examine(target: &Target, keep_trees: bool) -> Result<Vec<PatchStatus>> {
         pristine: None,
         primed: target.commit == target.pin,
         touched: BTreeMap::new(),
+        taken: BTreeMap::new(),
     };
     let mut found = Vec::new();
     for set in target.sets {
@@ -135,6 +136,8 @@ struct Run<'a> {
     primed: bool,
     /// Each file the patches so far changed, with the patches that changed it.
     touched: BTreeMap<String, Vec<String>>,
+    /// The patches so far that applied, by name (`set/file`), in series order.
+    taken: BTreeMap<String, (usize, Patch)>,
 }
 
 impl Run<'_> {
@@ -173,6 +176,8 @@ impl Run<'_> {
                 status.after = self.applies_only_after(patch, &files)?;
             }
             let name = format!("{}/{}", set.name, patch.file);
+            let order = self.taken.len();
+            self.taken.insert(name.clone(), (order, patch.clone()));
             for file in &files {
                 self.touched
                     .entry(file.clone())
@@ -312,9 +317,42 @@ impl Run<'_> {
         Ok(found)
     }
 
-    /// The earlier patches a patch that applied needs: it touches a file they changed and
-    /// does not apply to the commit alone.
+    /// The earlier patches a patch that applied needs: the least set, each one without
+    /// which it does not apply (an outside test's real series named 58 where 20 were
+    /// needed: every earlier patch touching the same files). Those candidates are the
+    /// earlier patches that changed its files, when it does not apply to the commit alone;
+    /// each is tried left out, the others applied to those files only.
     fn applies_only_after(&mut self, patch: &Patch, files: &[String]) -> Result<Vec<String>> {
+        let earlier = self.candidates_before(patch, files)?;
+        if earlier.len() < 2 {
+            return Ok(earlier);
+        }
+        let only_its_files: Vec<String> = files.iter().map(|f| format!("--include={f}")).collect();
+        let only_its_files: Vec<&str> = only_its_files.iter().map(String::as_str).collect();
+        let mut needed = Vec::new();
+        for left_out in &earlier {
+            let index = ScratchIndex::of(self.target.repo, self.target.commit.as_str())?;
+            let mut others_apply = true;
+            for name in earlier.iter().filter(|n| *n != left_out) {
+                let (_, other) = &self.taken[name];
+                let applied = index.apply(&other.path, other.strip, &only_its_files)?;
+                others_apply &= applied.status.success();
+            }
+            let alone = index.apply(&patch.path, patch.strip, &["--check"])?;
+            // Without it the patch fails: needed. (When the others do not apply without it,
+            // it is needed by them, and so by this patch too.)
+            if !others_apply || !alone.status.success() {
+                needed.push(left_out.clone());
+            }
+        }
+        // Two earlier patches that each would do (either one suffices): neither is needed
+        // alone, so both are named.
+        Ok(if needed.is_empty() { earlier } else { needed })
+    }
+
+    /// The earlier patches that changed `files`, in series order, when `patch` does not
+    /// apply to the commit alone (else none).
+    fn candidates_before(&mut self, patch: &Patch, files: &[String]) -> Result<Vec<String>> {
         let mut earlier: Vec<String> = files
             .iter()
             .filter_map(|f| self.touched.get(f))
@@ -338,7 +376,7 @@ impl Run<'_> {
         {
             return Ok(Vec::new());
         }
-        earlier.sort();
+        earlier.sort_by_key(|name| self.taken.get(name).map(|(order, _)| *order));
         earlier.dedup();
         Ok(earlier)
     }
