@@ -19,6 +19,19 @@ pub(super) fn run(settings: &Settings, selection: &Selection) -> Result<ExitStat
     let (passed, problems, hashing) =
         crate::plan::check::check(&settings.project, &names, &settings.cache);
     hashing_note(settings, hashing);
+    let unreviewed = crate::plan::check::unreviewed(&settings.project, &names);
+    let warnings: Vec<String> = unreviewed
+        .iter()
+        .map(|(path, mark)| {
+            format!(
+                "{}: {mark}; review where it landed, then delete its `{}` line",
+                path.strip_prefix(&settings.project.root)
+                    .unwrap_or(path)
+                    .display(),
+                crate::inputs::patches::REVIEW_MARK
+            )
+        })
+        .collect();
     if settings.output.json {
         let passed: Vec<_> = passed
             .iter()
@@ -32,10 +45,14 @@ pub(super) fn run(settings: &Settings, selection: &Selection) -> Result<ExitStat
         settings.output.document(&[
             ("passed", serde_json::to_value(&passed).expect("json")),
             ("problems", serde_json::to_value(&problems).expect("json")),
+            ("warnings", serde_json::to_value(&warnings).expect("json")),
         ]);
     } else {
         for (name, _) in &passed {
             settings.output.note(format!("ok  {name}"));
+        }
+        for warning in &warnings {
+            settings.output.note(format!("warning: {warning}"));
         }
     }
     if problems.is_empty() {

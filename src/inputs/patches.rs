@@ -152,6 +152,20 @@ pub fn parse_series(series_path: &Path, text: &str) -> Result<Vec<SeriesEntry>> 
 }
 
 /// Every file a unified or git diff names must stay inside the source tree.
+/// The field a patch refreshed from a doubtful match carries until reviewed
+/// (`patches refresh --accept-fuzz`); `check` warns about every patch that has it.
+pub const REVIEW_MARK: &str = "Hallmark-Review:";
+
+/// The review mark's text if the patch at `path` carries one in its header.
+pub fn review_mark(path: &Path) -> Option<String> {
+    let text = fs_err::read_to_string(path).ok()?;
+    let preamble = diff::parse(&text).preamble;
+    preamble
+        .lines()
+        .find_map(|line| line.strip_prefix(REVIEW_MARK))
+        .map(|rest| rest.trim().to_string())
+}
+
 /// Whether a patch file holds nothing but white space: quilt applies it as nothing ("appears
 /// to be empty"), and so do `check`, `build` and the patch tools (its status is `empty`).
 pub fn is_empty_patch(bytes: &[u8]) -> bool {

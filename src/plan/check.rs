@@ -13,6 +13,24 @@ use crate::plan::{Failure, Plan, PlannedImage};
 use std::collections::BTreeMap;
 use std::path::Path;
 
+/// Every patch the images `names` apply that still carries a review mark (refreshed from a
+/// doubtful match, not yet reviewed): its path and the mark's words. A warning, not a problem:
+/// the patch applies; a person has not yet looked at where it landed.
+pub fn unreviewed(project: &Project, names: &[Name]) -> Vec<(std::path::PathBuf, String)> {
+    let (plan, _) = Plan::each(project, names);
+    let mut found = BTreeMap::new();
+    for image in plan.images.values() {
+        for set in image.patches.iter().flat_map(|p| &p.sets) {
+            for patch in &set.patches {
+                if let Some(mark) = crate::inputs::patches::review_mark(&patch.path) {
+                    found.insert(patch.path.clone(), mark);
+                }
+            }
+        }
+    }
+    found.into_iter().collect()
+}
+
 /// Checks `names`; returns the images that passed with their checksums, every problem
 /// found, and what planning read. Each image is planned once (a 3,000-deep chain checked in
 /// seconds, not in the minutes planning it again for each image cost), and a problem that

@@ -891,6 +891,15 @@ fn an_offset_into_another_function_is_not_rewritten_silently() {
     repo.git(&["diff", &output]);
     repo.git(&["checkout", "--", "dup.c"]);
     project.write("patches/s/series", "0001-f1.patch\n");
+    // A quilt-style header: its `Index:` and rule name the old diff's file.
+    let made = project.read("patches/s/0001-f1.patch");
+    project.write(
+        "patches/s/0001-f1.patch",
+        &format!(
+            "Description: f1 counts by 100\nIndex: dup.c\n{}\n{made}",
+            "=".repeat(67)
+        ),
+    );
     let original = project.read("patches/s/0001-f1.patch");
     assert!(original.contains("@@ int f1(int x)"), "{original}");
     // Upstream rewrites f1 and adds lines above: the old body now stands only in f2.
@@ -918,6 +927,47 @@ fn an_offset_into_another_function_is_not_rewritten_silently() {
             .contains("rewrote s/0001-f1.patch (it would land at"),
         "{}",
         accepted.stderr()
+    );
+    // The rewritten patch says it came from a doubtful match, keeps its description, drops
+    // the stale `Index:` header; `check` at the new pin warns until the mark is deleted.
+    let rewritten = project.read("patches/s/0001-f1.patch");
+    let first = rewritten.lines().next().unwrap();
+    assert!(
+        first.starts_with("Hallmark-Review: refreshed from a doubtful match (offset)")
+            && first.contains("(in `int f2(int x)`)"),
+        "{rewritten}"
+    );
+    assert!(
+        rewritten.contains("Description: f1 counts by 100"),
+        "{rewritten}"
+    );
+    assert!(
+        !rewritten.contains("Index:") && !rewritten.contains("====="),
+        "{rewritten}"
+    );
+    let v2 = repo.git(&["rev-parse", "v2"]);
+    let pins = project.read("pins/app.toml").replace(&commit, &v2);
+    project.write("pins/app.toml", &pins);
+    let checked = project.run(&["check", "app"]);
+    assert_eq!(checked.code(), 0, "{}", checked.stderr());
+    assert!(
+        checked
+            .stderr()
+            .contains("warning: patches/s/0001-f1.patch: refreshed from a doubtful match"),
+        "{}",
+        checked.stderr()
+    );
+    let reviewed: String = rewritten
+        .split_inclusive('\n')
+        .filter(|l| !l.starts_with("Hallmark-Review:"))
+        .collect();
+    project.write("patches/s/0001-f1.patch", &reviewed);
+    let checked = project.run(&["check", "app"]);
+    assert_eq!(checked.code(), 0, "{}", checked.stderr());
+    assert!(
+        !checked.stderr().contains("warning"),
+        "{}",
+        checked.stderr()
     );
 }
 

@@ -89,7 +89,16 @@ pub fn refresh(rows: &[PatchStatus], force: bool, accept_fuzz: bool) -> Result<R
                     outcome.doubtful.push((name(row), landing.words()));
                     continue;
                 }
-                rewrite(row)?;
+                // A doubtful match written says so in the patch, until a person reviews it.
+                let mark = doubtful.then(|| {
+                    format!(
+                        "refreshed from a doubtful match ({}) at {}: {}",
+                        row.status.word(),
+                        &row.commit[..12.min(row.commit.len())],
+                        landing.words()
+                    )
+                });
+                rewrite(row, mark.as_deref())?;
                 if row.file.strip > 1 {
                     edits.1.insert(row.patch.clone());
                 }
@@ -115,7 +124,10 @@ pub fn refresh(rows: &[PatchStatus], force: bool, accept_fuzz: bool) -> Result<R
 }
 
 /// The patch as the difference of the trees around it, after its mail header or text.
-fn rewrite(row: &PatchStatus) -> Result<()> {
+/// The patch at `row` rewritten as the difference its application made, after its header
+/// (stale `Index:` and `===` lines, which name files and revisions of the old diff, left
+/// out), with `mark` as a [`REVIEW_MARK`] line when a doubtful match was written.
+fn rewrite(row: &PatchStatus, mark: Option<&str>) -> Result<()> {
     let (before, after) = row.trees.as_ref().expect("refresh asks for trees");
     let path = &row.file.path;
     let old = fs_err::read_to_string(path).map_err(|e| Error::io(path, e))?;
@@ -127,8 +139,35 @@ fn rewrite(row: &PatchStatus) -> Result<()> {
     let diff = git::run(command.args([before, after]), || {
         format!("diffing the refreshed {}", path.display())
     })?;
-    let text = format!("{}{diff}", diff::parse(&old).preamble);
+    let preamble: String = (diff::parse(&old).preamble.split_inclusive('\n'))
+        .filter(|line| !stale_header(line))
+        .collect();
+    let text = format!("{}{diff}", with_mark(&preamble, mark));
     write_atomically(path, &text)
+}
+
+use super::REVIEW_MARK;
+
+/// `Index: file` and its `=====` rule (quilt's and CVS's headers): stale once the diff
+/// below them is rewritten.
+fn stale_header(line: &str) -> bool {
+    let line = line.trim_end();
+    line.starts_with("Index: ") || (line.len() >= 10 && line.bytes().all(|b| b == b'='))
+}
+
+/// `preamble` with the review mark: among a mail's headers (before the first blank line) when
+/// it is one (`git am` keeps reading it), else as the first line (a DEP-3 style field).
+fn with_mark(preamble: &str, mark: Option<&str>) -> String {
+    let Some(mark) = mark else {
+        return preamble.to_string();
+    };
+    let line = format!("{REVIEW_MARK} {mark}\n");
+    if preamble.starts_with("From ")
+        && let Some(end) = preamble.find("\n\n")
+    {
+        return format!("{}{line}{}", &preamble[..=end], &preamble[end + 1..]);
+    }
+    format!("{line}{preamble}")
 }
 
 /// Where a patch's hunks land at the new commit (the difference of the trees around it, with
