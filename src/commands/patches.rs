@@ -71,7 +71,10 @@ fn detail(row: &PatchStatus) -> String {
     if row.status == Status::Upstream {
         parts.push("already upstream (reverses cleanly)".into());
     }
-    for conflict in &row.conflicts {
+    if let Some(evidence) = &row.evidence {
+        parts.push(format!("probably upstream in another form: {evidence}"));
+    }
+    for conflict in row.conflicts.iter().filter(|_| row.evidence.is_none()) {
         parts.push(match &conflict.hunk {
             Some(hunk) => format!("{} hunk {hunk}", conflict.file),
             None => conflict.file.clone(),

@@ -1301,3 +1301,44 @@ fn after_names_the_least_set_of_earlier_patches() {
         "{report}"
     );
 }
+
+/// A patch upstream in another form (its lines re-indented, two of them swapped, other
+/// context around them) neither applies nor reverses: `upstream?`, with where its lines were
+/// found, apart from a patch that really conflicts (it showed as `conflicts` like that one).
+#[test]
+fn a_patch_upstream_in_another_form_is_upstream_maybe_with_evidence() {
+    let parent = tempfile::tempdir().unwrap();
+    let repo = GitRepo::new(parent.path(), "upstream");
+    let v1 =
+        "def setup():\n    prepare()\n    return 0\n\n\ndef check():\n    a = 1\n    return a\n";
+    let commit = repo.commit(&[("app.py", v1), ("other.py", "x = 1\n")], "v1");
+    let project = project_on(&repo, &commit, "set");
+    let adds = "--- a/app.py\n+++ b/app.py\n@@ -1,3 +1,5 @@\n def setup():\n     prepare()\n+    register_hooks(cache=True)\n+    load_plugins(strict=False)\n     return 0\n";
+    let conflicts = support::one_line_patch("other.py", "x = 1", "x = 100");
+    project
+        .write("patches/set/0001-adds.patch", adds)
+        .write("patches/set/0002-conflicts.patch", &conflicts)
+        .write(
+            "patches/set/series",
+            "0001-adds.patch\n0002-conflicts.patch\n",
+        );
+    project.run(&["check", "app"]).success();
+    // Upstream took the change its own way: tabs, the two calls swapped, a comment above.
+    let v2 = "def setup():\n\t# hooks first\n\tprepare()\n\tload_plugins(strict=False)\n\tregister_hooks(cache=True)\n\treturn 0\n\n\ndef check():\n    a = 1\n    return a\n";
+    repo.commit(&[("app.py", v2), ("other.py", "x = 2\n")], "v2");
+    repo.git(&["tag", "v2"]);
+    let reported = project.run(&["--json", "patches", "report", "app", "--rev", "v2"]);
+    assert_eq!(reported.code(), 1, "{}", reported.stderr());
+    let report = document(&reported.stdout());
+    let maybe = row(&report, "0001");
+    assert_eq!(maybe["status"], "upstream?", "{report}");
+    assert!(
+        maybe["evidence"]
+            .as_str()
+            .unwrap()
+            .contains("app.py:4, reordered"),
+        "{maybe}"
+    );
+    assert_eq!(row(&report, "0002")["status"], "conflicts", "{report}");
+    assert_eq!(row(&report, "0002")["evidence"], Value::Null, "{report}");
+}

@@ -66,7 +66,7 @@ pub fn refresh(rows: &[PatchStatus], force: bool, accept_fuzz: bool) -> Result<R
     let mut outcome = Refreshed {
         conflicting: rows
             .iter()
-            .filter(|r| r.status == Status::Conflicts)
+            .filter(|r| matches!(r.status, Status::Conflicts | Status::UpstreamMaybe))
             .map(|r| name(r))
             .collect(),
         ..Refreshed::default()
@@ -112,7 +112,7 @@ pub fn refresh(rows: &[PatchStatus], force: bool, accept_fuzz: bool) -> Result<R
                 edits.0.insert(row.patch.clone());
                 outcome.dropped.push(name(row));
             }
-            Status::Applies | Status::Conflicts | Status::Empty => {}
+            Status::Applies | Status::Conflicts | Status::Empty | Status::UpstreamMaybe => {}
         }
     }
     for (dir, (dropped, restripped)) in series {

@@ -33,6 +33,11 @@ pub enum Status {
     Conflicts,
     /// Nothing but white space: applied as nothing, as quilt does.
     Empty,
+    /// Probably already upstream in another form: it neither applies nor reverses, but the
+    /// lines each hunk adds are in the tree (re-indented, reordered, with other context);
+    /// `evidence` says where. A person confirms before dropping it.
+    #[serde(rename = "upstream?")]
+    UpstreamMaybe,
 }
 
 impl Status {
@@ -50,6 +55,7 @@ impl Status {
             Status::Upstream => "upstream",
             Status::Conflicts => "conflicts",
             Status::Empty => "empty",
+            Status::UpstreamMaybe => "upstream?",
         }
     }
 }
@@ -82,6 +88,8 @@ pub struct PatchStatus {
     /// The earlier patches this one applies only after (it does not apply to the commit
     /// alone): the cumulative effect of the series.
     pub after: Vec<String>,
+    /// With `upstream?`: where each hunk's lines were found.
+    pub evidence: Option<String>,
     #[serde(skip)]
     pub file: Patch,
     /// The set's folder, which holds its `series`.
@@ -165,6 +173,7 @@ impl Run<'_> {
             conflicts: Vec::new(),
             whitespace: None,
             after: Vec::new(),
+            evidence: None,
             file: patch.clone(),
             set_dir: set.dir.clone(),
             repo: self.target.repo.to_path_buf(),
@@ -235,7 +244,68 @@ impl Run<'_> {
         }
         status.conflicts = self.conflicts(patch, &trial.unmerged()?)?;
         status.whitespace = self.whitespace_only(patch)?;
+        if status.whitespace.is_none()
+            && let Some(evidence) = self.upstream_in_another_form(patch)?
+        {
+            status.status = Status::UpstreamMaybe;
+            status.evidence = Some(evidence);
+        }
         Ok(())
+    }
+
+    /// Whether a patch that neither applies nor reverses is upstream in another form: every
+    /// hunk's added lines are in the file as it is now, whitespace aside, in one block or
+    /// (reordered) each somewhere; a hunk that only removes, its lines gone. Only lines with
+    /// more than punctuation count (a `}` is everywhere). Where each was found, if all were.
+    fn upstream_in_another_form(&self, patch: &Patch) -> Result<Option<String>> {
+        let text = fs_err::read_to_string(&patch.path).map_err(|e| Error::io(&patch.path, e))?;
+        let mut places = Vec::new();
+        for file in diff::parse(&text).files {
+            let path = file.stripped(patch.strip);
+            let shown = self
+                .index
+                .git()
+                .args(["show", &format!(":{path}")])
+                .output();
+            let Ok(shown) = shown.map_err(|e| Error::io(&patch.path, e)) else {
+                return Ok(None);
+            };
+            let now: Vec<String> = String::from_utf8_lossy(&shown.stdout)
+                .lines()
+                .map(squeezed)
+                .collect();
+            for hunk in &file.hunks {
+                let changed = |sign: char| -> Vec<String> {
+                    (hunk.text.lines().skip(1))
+                        .filter_map(|l| l.strip_prefix(sign))
+                        .map(squeezed)
+                        .filter(|l| l.chars().any(char::is_alphanumeric))
+                        .collect()
+                };
+                let (added, removed) = (changed('+'), changed('-'));
+                let place = match (added.is_empty(), removed.is_empty()) {
+                    (true, true) => continue,
+                    (false, _) => found_at(&now, &added).map(|(line, together)| {
+                        let how = if together { "" } else { ", reordered" };
+                        format!("{path}:{line}{how}")
+                    }),
+                    (true, false) => {
+                        (found_at(&now, &removed).is_none()).then(|| format!("{path} (removed)"))
+                    }
+                };
+                match place {
+                    Some(place) => places.push(place),
+                    None => return Ok(None),
+                }
+            }
+        }
+        if places.is_empty() {
+            return Ok(None);
+        }
+        Ok(Some(format!(
+            "every hunk's lines are in the tree, whitespace and context aside: {}",
+            places.join(", ")
+        )))
     }
 
     /// Why a patch that conflicts would apply if whitespace did not count, if it would: line
@@ -380,6 +450,24 @@ impl Run<'_> {
         earlier.dedup();
         Ok(earlier)
     }
+}
+
+/// A line with its runs of white space made one space, trimmed.
+fn squeezed(line: &str) -> String {
+    line.split_whitespace().collect::<Vec<_>>().join(" ")
+}
+
+/// Where `wanted` is in `lines`: the first line of it as one block (1-based, `true`), else,
+/// when each of its lines is somewhere, the first of them (`false`).
+fn found_at(lines: &[String], wanted: &[String]) -> Option<(usize, bool)> {
+    if let Some(at) = lines.windows(wanted.len()).position(|w| w == wanted) {
+        return Some((at + 1, true));
+    }
+    let each: Option<Vec<usize>> = (wanted.iter())
+        .map(|w| lines.iter().position(|l| l == w))
+        .collect();
+    each.and_then(|at| at.into_iter().min())
+        .map(|first| (first + 1, false))
 }
 
 /// The most lines a hunk moved, from `git apply -v`'s `Hunk #1 succeeded at 9 (offset 2
