@@ -687,7 +687,9 @@ fn a_missing_cluster_file_is_bad_usage() {
     project
         .write("images/ok/image.toml", "[from]\nimage = \"ok2\"\n")
         .write("images/ok2/image.toml", "[from]\nref = \"x:1\"\n");
-    let run = project.run(&["--config", "/nonexistent/hallmark.toml", "nodes"]);
+    let run = project
+        .with_config("/nonexistent/hallmark.toml")
+        .run(&["nodes"]);
     assert_eq!(run.code(), 2, "{}", run.stderr());
     assert!(
         run.stderr()

@@ -623,7 +623,6 @@ fn layers(testbed: &support::Testbed, reference: &str) -> Vec<String> {
 fn a_dcp2_variant_builds_with_its_own_checksum_and_ships_only_the_layers_it_changes() {
     let testbed = support::Testbed::get();
     let config = testbed.config();
-    let config = config.to_str().unwrap();
     let run = support::unique();
     let dir = tempfile::tempdir().unwrap();
     let upstream = upstream(dir.path());
@@ -662,7 +661,9 @@ fn a_dcp2_variant_builds_with_its_own_checksum_and_ships_only_the_layers_it_chan
                  upstream = [\"dcp2\"]\n\n[variant.env]\nPROFILE = \"dcp2\"\n"
             ),
         );
-    let built = project.run(&["--config", config, "--json", "build", "app", "dcp2"]);
+    let built = project
+        .with_config(&config)
+        .run(&["--json", "build", "app", "dcp2"]);
     assert_eq!(built.code(), 0, "{}", built.stderr());
     let sums = project.run(&["checksum", "app", "dcp2"]).success().stdout();
     let sums: Vec<&str> = sums.lines().map(|l| &l[..64]).collect();
@@ -700,15 +701,10 @@ fn a_dcp2_variant_builds_with_its_own_checksum_and_ships_only_the_layers_it_chan
         .find(|n| testbed.kind(n).1 == "classic")
         .expect("a classic-store node");
     for (name, sent) in [("app", None), ("dcp2", Some(changed))] {
-        let shipped = project.run(&[
-            "--config",
-            config,
-            "--json",
-            "distribute",
-            name,
-            "--to",
-            &node,
-        ]);
+        let shipped =
+            project
+                .with_config(&config)
+                .run(&["--json", "distribute", name, "--to", &node]);
         assert_eq!(shipped.code(), 0, "{}", shipped.stderr());
         let rows = support::nodes_of(&document(&shipped.stdout()));
         assert_eq!(rows[0]["verified"], true, "{rows:?}");

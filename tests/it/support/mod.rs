@@ -38,6 +38,36 @@ impl TestProject {
     pub fn run(&self, args: &[&str]) -> Run {
         run_in(self.root(), args)
     }
+
+    /// hallmark in this project on the cluster file `config`: each run is
+    /// `hallmark --config CONFIG ARGS...`, as [`TestProject::run`] runs it.
+    pub fn with_config(&self, config: impl AsRef<Path>) -> Configured<'_> {
+        Configured {
+            project: self,
+            config: config.as_ref().to_path_buf(),
+        }
+    }
+}
+
+/// A project and its cluster file ([`TestProject::with_config`]).
+pub struct Configured<'a> {
+    pub project: &'a TestProject,
+    pub config: PathBuf,
+}
+
+impl Configured<'_> {
+    /// `hallmark --config CONFIG ARGS...` in the project root with a private cache.
+    pub fn run(&self, args: &[&str]) -> Run {
+        self.run_with(args, &[])
+    }
+
+    /// [`Configured::run`] with these environment variables set.
+    pub fn run_with(&self, args: &[&str], env: &[(&str, &str)]) -> Run {
+        let config = self.config.to_str().expect("a UTF-8 config path");
+        let mut all = vec!["--config", config];
+        all.extend_from_slice(args);
+        run_in_with(self.project.root(), &all, env)
+    }
 }
 
 /// `text` with the project's temporary root written `[project]`, for snapshots.
@@ -67,6 +97,14 @@ pub fn without_hex(text: &str) -> String {
 
 pub fn hallmark() -> Command {
     Command::new(env!("CARGO_BIN_EXE_hallmark"))
+}
+
+/// [`hallmark`] on the cluster file `config` (`--config CONFIG`), for runs that set their own
+/// folder, cache or environment.
+pub fn hallmark_at(config: impl AsRef<Path>) -> Command {
+    let mut command = hallmark();
+    command.arg("--config").arg(config.as_ref());
+    command
 }
 
 pub fn run_in(dir: &Path, args: &[&str]) -> Run {
@@ -480,9 +518,9 @@ pub fn hallmark_json_with(
     args: &[&str],
     env: &[(&str, &str)],
 ) -> (i32, Value) {
-    let mut all = vec!["--config", config.to_str().unwrap(), "--json"];
+    let mut all = vec!["--json"];
     all.extend_from_slice(args);
-    let run = run_in_with(project.root(), &all, env);
+    let run = project.with_config(config).run_with(&all, env);
     if serde_json::from_str::<Value>(&run.stdout()).is_err() {
         panic!("not json: {}\n{}", run.stdout(), run.stderr());
     }
@@ -574,9 +612,7 @@ pub fn assert_rerun_finishes_only(project: &TestProject, config: &Path, node: &s
 
 /// hallmark started in the project (private cache), its output piped; for tests that stop it.
 pub fn spawn(project: &TestProject, config: &Path, args: &[&str]) -> std::process::Child {
-    hallmark()
-        .arg("--config")
-        .arg(config)
+    hallmark_at(config)
         .args(args)
         .current_dir(project.root())
         .env("HALLMARK_CACHE", project.root().join(".test-cache"))
