@@ -78,6 +78,18 @@ pub fn without_root(project: &TestProject, text: &str) -> String {
         .replace(&root.display().to_string(), "[project]")
 }
 
+/// What a user reads of `run`, for snapshots: `exit N`, stdout, then `stderr:` and stderr,
+/// the project's temporary root written `[project]`.
+pub fn transcript(project: &TestProject, run: &Run) -> String {
+    let text = format!(
+        "exit {}\n{}stderr:\n{}",
+        run.code(),
+        run.stdout(),
+        run.stderr()
+    );
+    without_root(project, &text)
+}
+
 /// `text` with every run of 12 or more hex digits (checksums, ids, digests) written `[hex]`.
 pub fn without_hex(text: &str) -> String {
     let mut out = String::new();
