@@ -72,10 +72,15 @@ impl Configured<'_> {
 
 /// `text` with the project's temporary root written `[project]`, for snapshots.
 pub fn without_root(project: &TestProject, text: &str) -> String {
-    let root = project.root();
-    let canonical = root.canonicalize().unwrap();
-    text.replace(&canonical.display().to_string(), "[project]")
-        .replace(&root.display().to_string(), "[project]")
+    without_dir(text, project.root(), "[project]")
+}
+
+/// `text` with the folder `dir` (as given, and its canonical path) written `name`, for
+/// snapshots.
+pub fn without_dir(text: &str, dir: &Path, name: &str) -> String {
+    let canonical = dir.canonicalize().unwrap();
+    text.replace(&canonical.display().to_string(), name)
+        .replace(&dir.display().to_string(), name)
 }
 
 /// What a user reads of `run`, for snapshots: `exit N`, stdout, then `stderr:` and stderr,
