@@ -757,11 +757,14 @@ fn smoke_runs_the_tagged_image_not_another_with_the_same_label() {
     );
 }
 
-/// The `status` and `verify` tables, exactly: one image current on one node and missing on
-/// the others, then stale everywhere it is once its spec changes. The project's unique names
-/// and the hex of checksums and ids are filtered out; the rest is what the user reads.
+/// The `distribute`, `status` and `verify` tables, exactly: one image sent to one node (then
+/// skipped there), current on it and missing on the others, then stale everywhere it is once
+/// its spec changes, and current everywhere once the new build is sent to every node. The
+/// project's unique names, engine addresses, the hex of checksums and ids, and the bytes and
+/// seconds of a transfer are filtered out (support::testbed_transcript); the rest is what the
+/// user reads.
 #[test]
-fn status_and_verify_tables_read_exactly_as_snapshotted() {
+fn distribute_status_and_verify_tables_read_exactly_as_snapshotted() {
     let testbed = Testbed::get();
     let config = testbed.config();
     let project = support::ship_project(1, "v1");
@@ -770,29 +773,24 @@ fn status_and_verify_tables_read_exactly_as_snapshotted() {
         .run(&["-q", "build", "wrap"])
         .success();
     let first = &testbed.nodes()[0];
-    project
-        .with_config(&config)
-        .run(&["-q", "distribute", "wrap", "--to", first])
-        .success();
-    let filtered = |run: &support::Run| {
-        let mut text = format!(
-            "exit {}\n{}stderr:\n{}",
-            run.code(),
-            run.stdout(),
-            run.stderr()
-        );
-        // Engine addresses name this testbed's own folder.
-        let cluster = std::fs::read_to_string(&config).unwrap();
-        for engine in cluster.lines().filter_map(|l| l.strip_prefix("engine = ")) {
-            text = text.replace(engine.trim_matches('"'), "[engine]");
-        }
-        for image in ["base", "wrap"] {
-            let reference = support::reference(&project, image);
-            let name = reference.trim_end_matches(":latest");
-            text = text.replace(name, &format!("[{image}]"));
-        }
-        support::without_hex(&support::without_root(&project, &text))
+    let filtered = |run: &support::Run| support::testbed_transcript(&project, &config, run);
+    // The distribute table: what each node took; the bytes and seconds vary. (Whether a
+    // node takes a thin or a full copy of an image new to it depends on what earlier tests
+    // left there, so a first sending is `--full`.)
+    let shipped = |run: &support::Run| {
+        let text = support::without_column(&filtered(run), "bytes sent", "[bytes]");
+        support::without_column(&text, "seconds", "[s]")
     };
+    let run = project
+        .with_config(&config)
+        .run(&["distribute", "wrap", "--to", first, "--full"]);
+    assert_eq!(run.code(), 0, "{}", run.stderr());
+    insta::assert_snapshot!("distribute_to_one_node", shipped(&run));
+    let run = project
+        .with_config(&config)
+        .run(&["distribute", "wrap", "--to", first]);
+    assert_eq!(run.code(), 0, "{}", run.stderr());
+    insta::assert_snapshot!("distribute_again_skips_it", shipped(&run));
     insta::assert_snapshot!(
         "status_one_node_current",
         filtered(&project.with_config(&config).run(&["status"]))
@@ -821,6 +819,26 @@ fn status_and_verify_tables_read_exactly_as_snapshotted() {
     insta::assert_snapshot!(
         "verify_after_the_new_build",
         filtered(&project.with_config(&config).run(&["verify", "wrap"]))
+    );
+    // The new build: thin to the node that holds the old one (its parent's layers), then
+    // skipped there and whole to every other node; verify and status say current everywhere.
+    let run = project
+        .with_config(&config)
+        .run(&["distribute", "wrap", "--to", first]);
+    assert_eq!(run.code(), 0, "{}", run.stderr());
+    insta::assert_snapshot!("distribute_the_new_build_thin", shipped(&run));
+    let run = project
+        .with_config(&config)
+        .run(&["distribute", "wrap", "--full"]);
+    assert_eq!(run.code(), 0, "{}", run.stderr());
+    insta::assert_snapshot!("distribute_to_every_node", shipped(&run));
+    insta::assert_snapshot!(
+        "verify_every_node_current",
+        filtered(&project.with_config(&config).run(&["verify", "wrap"]))
+    );
+    insta::assert_snapshot!(
+        "status_every_node_current",
+        filtered(&project.with_config(&config).run(&["status"]))
     );
 }
 

@@ -572,6 +572,29 @@ fn a_stream_load_onto_a_containerd_store_holding_pulled_layers_leaves_the_whole_
     }
 }
 
+/// What a user reads of `hallmark nodes` (support::testbed_transcript), with what varies by
+/// engine version or by what other tests left on a node written `[version]`, `[api]` and
+/// `[n] images`: `NODE ok VERSION api API STORE N images  ENGINE (VIA)`.
+fn nodes_table(
+    project: &support::TestProject,
+    config: &std::path::Path,
+    run: &support::Run,
+) -> String {
+    let text = support::testbed_transcript(project, config, run);
+    let row = |line: &str| -> Option<String> {
+        let (head, rest) = (line.get(..20)?, line.get(20..)?);
+        let (_version, rest) = rest.split_once(" api ")?;
+        let (_api, rest) = rest.split_once(' ')?;
+        let at = rest.find(" images  ")?;
+        let (store, _count) = rest[..at].rsplit_once(' ')?;
+        let tail = &rest[at..];
+        Some(format!("{head}[version] api [api] {store} [n]{tail}"))
+    };
+    text.lines()
+        .map(|line| row(line).unwrap_or_else(|| line.to_string()) + "\n")
+        .collect()
+}
+
 #[test]
 fn nodes_status_and_prune_report_what_is_there() {
     let _serial = NODES.lock().unwrap_or_else(|e| e.into_inner());
@@ -600,6 +623,10 @@ fn nodes_status_and_prune_report_what_is_there() {
             .all(|r| r["reachable"] == true && r["version"].is_string()),
         "{nodes}"
     );
+    // The table, as a user reads it.
+    let table = project.with_config(&config).run(&["nodes"]);
+    assert_eq!(table.code(), 0, "{}", table.stderr());
+    insta::assert_snapshot!("nodes_table", nodes_table(&project, &config, &table));
 
     let (code, _) = hallmark_json(&project, &config, &["distribute", "wrap", "--to", "node3"]);
     assert_eq!(code, 0);

@@ -95,6 +95,63 @@ pub fn transcript(project: &TestProject, run: &Run) -> String {
     without_root(project, &text)
 }
 
+/// What a user reads of `run` on the cluster file `config` (the testbed's): [`transcript`] with
+/// the engine addresses `config` names written `[engine]`, each of the project's image names
+/// (`name = ` in images/FOLDER/image.toml) `[FOLDER]`, and runs of hex `[hex]`.
+pub fn testbed_transcript(project: &TestProject, config: &Path, run: &Run) -> String {
+    let mut text = transcript(project, run);
+    let cluster = std::fs::read_to_string(config).unwrap();
+    for engine in cluster.lines().filter_map(|l| l.strip_prefix("engine = ")) {
+        text = text.replace(engine.trim_matches('"'), "[engine]");
+    }
+    let mut folders: Vec<String> = std::fs::read_dir(project.root().join("images"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    folders.sort();
+    for folder in folders {
+        let spec = project
+            .root()
+            .join("images")
+            .join(&folder)
+            .join("image.toml");
+        let Ok(spec) = std::fs::read_to_string(spec) else {
+            continue;
+        };
+        if let Some(name) = spec.lines().find_map(|l| l.strip_prefix("name = ")) {
+            text = text.replace(name.trim_matches('"'), &format!("[{folder}]"));
+        }
+    }
+    without_hex(&text)
+}
+
+/// `text` with each cell of the right-aligned column titled `title` written `placeholder`,
+/// ending where it ended: from the line under the header that holds `title` to the first
+/// line without such a cell. For columns whose values vary (bytes, seconds).
+pub fn without_column(text: &str, title: &str, placeholder: &str) -> String {
+    let mut end: Option<usize> = None;
+    let lines = text.split('\n').map(|line| {
+        let Some(e) = end else {
+            end = line.find(title).map(|i| i + title.len());
+            return line.to_string();
+        };
+        let bytes = line.as_bytes();
+        if bytes.len() < e || !line.is_char_boundary(e) || bytes[e - 1] == b' ' {
+            end = None;
+            return line.to_string();
+        }
+        let start = line[..e].rfind(' ').map_or(0, |i| i + 1);
+        let width = (e - start).max(placeholder.len());
+        let from = e.checked_sub(width).expect("room for the placeholder");
+        assert!(
+            line[from..start].bytes().all(|b| b == b' '),
+            "no room for {placeholder} in {line:?}"
+        );
+        format!("{}{placeholder:>width$}{}", &line[..from], &line[e..])
+    });
+    lines.collect::<Vec<_>>().join("\n")
+}
+
 /// `text` with every run of 12 or more hex digits (checksums, ids, digests) written `[hex]`.
 pub fn without_hex(text: &str) -> String {
     let mut out = String::new();
