@@ -661,7 +661,7 @@ fn every_malformed_input_exits_2_naming_file_and_place() {
 }
 
 /// The whole error report, caret layout included, of every case: a change to what a user
-/// reads shows up as a snapshot diff (tests/snapshots/malformed__every_malformed_error.snap).
+/// reads shows up as a snapshot diff (tests/it/snapshots/it__malformed__every_malformed_error.snap).
 #[test]
 fn every_malformed_error_reads_exactly_as_snapshotted() {
     let mut report = String::new();
