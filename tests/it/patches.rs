@@ -1184,12 +1184,14 @@ fn bump_build_bisect_names_the_commit_that_broke_the_smoke_test() {
             include_str!("../../pins/hello.toml")
         ),
     );
-    let cfg = config.to_str().unwrap();
-    project.run(&["--config", cfg, "check", "app"]).success();
+    project
+        .with_config(&config)
+        .run(&["check", "app"])
+        .success();
 
-    let bumped = project.run(&[
-        "--config", cfg, "--json", "bump", "app", "--build", "--bisect",
-    ]);
+    let bumped = project
+        .with_config(&config)
+        .run(&["--json", "bump", "app", "--build", "--bisect"]);
     assert_eq!(bumped.code(), 1, "{}", bumped.stderr());
     let report: Value = serde_json::from_str(&bumped.stdout()).unwrap();
     let bump = &report["bump"];
@@ -1212,9 +1214,14 @@ fn bump_build_bisect_names_the_commit_that_broke_the_smoke_test() {
         pins.contains(&format!("commit = \"{}\"", commits[24])),
         "{pins}"
     );
-    project.run(&["--config", cfg, "check", "app"]).success();
+    project
+        .with_config(&config)
+        .run(&["check", "app"])
+        .success();
     // The pinned image is the one built last: up to date, its smoke test passed.
-    let again = project.run(&["--config", cfg, "--json", "build", "app"]);
+    let again = project
+        .with_config(&config)
+        .run(&["--json", "build", "app"]);
     assert_eq!(again.code(), 0, "{}", again.stderr());
     assert!(again.stdout().contains("up-to-date"), "{}", again.stdout());
 }
