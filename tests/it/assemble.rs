@@ -47,13 +47,9 @@ cmd = ["/opt/tool/bin/tool"]
 }
 
 fn build(project: &TestProject, config: &std::path::Path) -> serde_json::Value {
-    let run = project.run(&[
-        "--config",
-        config.to_str().unwrap(),
-        "--json",
-        "build",
-        "tool",
-    ]);
+    let run = project
+        .with_config(config)
+        .run(&["--json", "build", "tool"]);
     run.success();
     let records: serde_json::Value = support::document(&run.stdout());
     records[0].clone()
@@ -179,14 +175,8 @@ fn two_engines_assemble_the_same_config_digest() {
     let on_builder = build(&project, &testbed.config());
     let other = testbed.config_with_builder(project.root(), &other_node);
     // A fresh layer store too: nothing carries over but the spec.
-    let run = support::hallmark()
-        .args([
-            "--config",
-            other.to_str().unwrap(),
-            "--json",
-            "build",
-            "tool",
-        ])
+    let run = support::hallmark_at(&other)
+        .args(["--json", "build", "tool"])
         .current_dir(project.root())
         .env("HALLMARK_CACHE", project.root().join(".other-cache"))
         .output()
@@ -220,9 +210,7 @@ fn shipping_an_assembled_image_exports_nothing() {
     let (project, _tag) = assembled_project();
     let config = testbed.config();
     build(&project, &config);
-    let run = project.run(&[
-        "--config",
-        config.to_str().unwrap(),
+    let run = project.with_config(&config).run(&[
         "-v",
         "--json",
         "distribute",
@@ -277,8 +265,8 @@ run = ["hmtool"]
         ),
     );
     let config = testbed.config();
-    let lock = support::hallmark()
-        .args(["--config", config.to_str().unwrap(), "lock", "py"])
+    let lock = support::hallmark_at(&config)
+        .args(["lock", "py"])
         .current_dir(project.root())
         .env("HALLMARK_CACHE", project.root().join(".test-cache"))
         .env("PIP_FIND_LINKS", &wheelhouse)
@@ -290,13 +278,7 @@ run = ["hmtool"]
         String::from_utf8_lossy(&lock.stderr)
     );
     let record = {
-        let run = project.run(&[
-            "--config",
-            config.to_str().unwrap(),
-            "--json",
-            "build",
-            "py",
-        ]);
+        let run = project.with_config(&config).run(&["--json", "build", "py"]);
         run.success();
         support::document(&run.stdout())[0].clone()
     };
@@ -334,7 +316,8 @@ fn a_wheel_for_another_platform_says_why_and_what_to_do() {
     // pin written by hand (`lock` would choose the x86_64 wheel again).
     let config = testbed.config();
     project
-        .run(&["--config", config.to_str().unwrap(), "lock", "native"])
+        .with_config(&config)
+        .run(&["lock", "native"])
         .success();
     let pins = project.read("pins/native.toml");
     project
@@ -349,7 +332,7 @@ fn a_wheel_for_another_platform_says_why_and_what_to_do() {
                 "d".repeat(64)
             ),
         );
-    let build = project.run(&["--config", config.to_str().unwrap(), "build", "native"]);
+    let build = project.with_config(&config).run(&["build", "native"]);
     assert_eq!(build.code(), 1, "{}", build.stderr());
     let err = build.stderr();
     assert!(err.contains("wheel `fastthing==1.0`"), "{err}");
@@ -420,16 +403,10 @@ fn an_arm64_parent_gives_an_arm64_image_assembled_here() {
         .write("images/arm/image.toml", &format!("[image]\nname = \"arm-{run}\"\n\n[from]\nref = \"{parent}\"\n\n[[file]]\nsrc = \"note.txt\"\ndest = \"/note.txt\"\n"))
         .write("images/arm/note.txt", "assembled on x86\n");
     let config = testbed.config();
-    project
-        .run(&["--config", config.to_str().unwrap(), "lock", "arm"])
-        .success();
-    let build = project.run(&[
-        "--config",
-        config.to_str().unwrap(),
-        "--json",
-        "build",
-        "arm",
-    ]);
+    project.with_config(&config).run(&["lock", "arm"]).success();
+    let build = project
+        .with_config(&config)
+        .run(&["--json", "build", "arm"]);
     build.success();
     assert!(
         build.stdout().contains("\"assembled\""),
@@ -463,7 +440,8 @@ fn two_engines_assemble_the_same_wheel_image() {
     );
     let config = testbed.config();
     project
-        .run(&["--config", config.to_str().unwrap(), "lock", "b12x"])
+        .with_config(&config)
+        .run(&["lock", "b12x"])
         .success();
     let ids: Vec<String> = [
         (config.clone(), ".cache-a"),
@@ -474,14 +452,8 @@ fn two_engines_assemble_the_same_wheel_image() {
     ]
     .iter()
     .map(|(config, cache)| {
-        let output = support::hallmark()
-            .args([
-                "--config",
-                config.to_str().unwrap(),
-                "--json",
-                "build",
-                "b12x",
-            ])
+        let output = support::hallmark_at(config)
+            .args(["--json", "build", "b12x"])
             .current_dir(project.root())
             .env("HALLMARK_CACHE", project.root().join(cache))
             .output()
@@ -536,8 +508,8 @@ with zipfile.ZipFile(path, "w") as z:
         ),
     );
     let config = testbed.config();
-    let lock = support::hallmark()
-        .args(["--config", config.to_str().unwrap(), "lock", "py"])
+    let lock = support::hallmark_at(&config)
+        .args(["lock", "py"])
         .current_dir(project.root())
         .env("HALLMARK_CACHE", project.root().join(".test-cache"))
         .env("PIP_FIND_LINKS", &wheelhouse)
@@ -559,13 +531,7 @@ with zipfile.ZipFile(path, "w") as z:
     ] {
         assert!(pins.contains(line), "{line} in {pins}");
     }
-    let build = project.run(&[
-        "--config",
-        config.to_str().unwrap(),
-        "--json",
-        "build",
-        "py",
-    ]);
+    let build = project.with_config(&config).run(&["--json", "build", "py"]);
     build.success();
     let record: serde_json::Value = support::document(&build.stdout());
     assert_eq!(record[0]["outcome"], "assembled", "{record}");
@@ -589,9 +555,7 @@ fn prune_in_one_project_keeps_the_layers_of_another() {
         .tempdir()
         .unwrap();
     let hallmark = |project: &TestProject, args: &[&str]| {
-        let output = support::hallmark()
-            .arg("--config")
-            .arg(&config)
+        let output = support::hallmark_at(&config)
             .args(args)
             .current_dir(project.root())
             .env("HALLMARK_CACHE", cache.path())
@@ -651,13 +615,7 @@ fn prune_in_one_project_keeps_the_layers_of_another() {
 }
 
 fn build_named(project: &TestProject, config: &std::path::Path, image: &str) -> serde_json::Value {
-    let run = project.run(&[
-        "--config",
-        config.to_str().unwrap(),
-        "--json",
-        "build",
-        image,
-    ]);
+    let run = project.with_config(config).run(&["--json", "build", image]);
     run.success();
     let records: serde_json::Value = support::document(&run.stdout());
     records[0].clone()
@@ -814,7 +772,8 @@ cmd = ["x\ny", "$HOME"]
     std::fs::set_permissions(project.root().join("images/exact/tool"), exec).unwrap();
     let config = testbed.config();
     project
-        .run(&["--config", config.to_str().unwrap(), "lock", "exact"])
+        .with_config(&config)
+        .run(&["lock", "exact"])
         .success();
 
     let assembled = build_named(&project, &config, "exact");
@@ -826,14 +785,8 @@ cmd = ["x\ny", "$HOME"]
         &["tag", &assembled, &format!("kept-exact-{run}:latest")],
     );
     project
-        .run(&[
-            "--config",
-            config.to_str().unwrap(),
-            "distribute",
-            "exact",
-            "--to",
-            "node1",
-        ])
+        .with_config(&config)
+        .run(&["distribute", "exact", "--to", "node1"])
         .success();
 
     let context = project.root().join("ctx");

@@ -99,10 +99,7 @@ MARKER = "one"
     }
 
     fn hallmark(&self, args: &[&str]) -> support::Run {
-        let config = Testbed::get().config();
-        let mut all = vec!["--config", config.to_str().unwrap()];
-        all.extend_from_slice(args);
-        self.project.run(&all)
+        self.project.with_config(Testbed::get().config()).run(args)
     }
 
     fn edit(&self, from: &str, to: &str) {
@@ -408,14 +405,8 @@ fn a_warm_and_an_empty_cache_compile_give_the_same_image_and_check_repro_passes(
     let reference = format!("{}:latest", compile.name);
     let build_with_store = |store: &str| {
         let config = testbed.config();
-        let output = support::hallmark()
-            .args([
-                "--config",
-                config.to_str().unwrap(),
-                "build",
-                "--force",
-                "cext",
-            ])
+        let output = support::hallmark_at(&config)
+            .args(["build", "--force", "cext"])
             .current_dir(compile.project.root())
             .env("HALLMARK_CACHE", compile.project.root().join(store))
             .output()
@@ -507,9 +498,11 @@ wheels = ["hmext"]
             &spec("new", "image = \"old\"", &new),
         );
     let config = testbed.config();
-    let config = config.to_str().unwrap();
-    project.run(&["--config", config, "lock"]).success();
-    project.run(&["--config", config, "build", "new"]).success();
+    project.with_config(&config).run(&["lock"]).success();
+    project
+        .with_config(&config)
+        .run(&["build", "new"])
+        .success();
 
     let reference = format!("new-{run}:latest");
     let python =

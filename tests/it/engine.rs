@@ -27,13 +27,7 @@ fn hello_project() -> (TestProject, String) {
 }
 
 fn build_json(project: &TestProject, config: &std::path::Path, image: &str) -> serde_json::Value {
-    let run = project.run(&[
-        "--config",
-        config.to_str().unwrap(),
-        "--json",
-        "build",
-        image,
-    ]);
+    let run = project.with_config(config).run(&["--json", "build", image]);
     run.success();
     let records: serde_json::Value = support::document(&run.stdout());
     records.as_array().unwrap().last().unwrap().clone()
@@ -84,23 +78,15 @@ fn hello_builds_smokes_and_is_up_to_date_the_second_time() {
 
     let junit = project.root().join("smoke.xml");
     project
-        .run(&[
-            "--config",
-            config.to_str().unwrap(),
-            "smoke",
-            "hello",
-            "--junit",
-            junit.to_str().unwrap(),
-        ])
+        .with_config(&config)
+        .run(&["smoke", "hello", "--junit", junit.to_str().unwrap()])
         .success();
     let xml = std::fs::read_to_string(&junit).unwrap();
     assert!(xml.contains("tests=\"2\" failures=\"0\""), "{xml}");
 
     // On a node that never received the image the smoke run fails, and CI still gets its
     // report, with the reason as an error case.
-    let missing = project.run(&[
-        "--config",
-        config.to_str().unwrap(),
+    let missing = project.with_config(&config).run(&[
         "smoke",
         "hello",
         "--node",
@@ -169,7 +155,7 @@ run = ["grep", "-qx", "hello, world!", "/opt/upstream/greeting.txt"]
             &one_line_patch("greeting.txt", "hello world", "hello, world!"),
         );
     let config = testbed.config();
-    let lock = project.run(&["--config", config.to_str().unwrap(), "lock", "app"]);
+    let lock = project.with_config(&config).run(&["lock", "app"]);
     lock.success();
     let pins = project.read("pins/app.toml");
     assert!(pins.contains("kind = \"config-digest\""), "{pins}");
@@ -247,7 +233,7 @@ fn a_failing_run_step_names_the_step_and_keeps_the_previous_tag() {
     );
     assert_ne!(spec, broken);
     project.write("images/hello/image.toml", &broken);
-    let run = project.run(&["--config", config.to_str().unwrap(), "build", "hello"]);
+    let run = project.with_config(&config).run(&["build", "hello"]);
     assert_eq!(run.code(), 1, "{}", run.stderr());
     let err = run.stderr();
     assert!(err.contains("failed to build at Step 7/"), "{err}");
@@ -284,7 +270,7 @@ fn a_cmd_repeating_the_parents_entrypoint_is_refused_before_any_build() {
         check.stderr()
     );
     let config = testbed.config();
-    let build = project.run(&["--config", config.to_str().unwrap(), "build", "served"]);
+    let build = project.with_config(&config).run(&["build", "served"]);
     assert_eq!(build.code(), 2, "{}", build.stderr());
     assert!(
         !project.root().join(".hallmark/logs").exists(),
@@ -513,14 +499,9 @@ fn check_repro_names_a_file_that_differs_and_passes_hello() {
     let testbed = Testbed::get();
     let (project, _tag) = hello_project();
     let config = testbed.config();
-    let run = project.run(&[
-        "--config",
-        config.to_str().unwrap(),
-        "--json",
-        "build",
-        "--check-repro",
-        "hello",
-    ]);
+    let run = project
+        .with_config(&config)
+        .run(&["--json", "build", "--check-repro", "hello"]);
     run.success();
     assert!(run.stderr().contains("reproducible"), "{}", run.stderr());
     let records: serde_json::Value = support::document(&run.stdout());
@@ -541,13 +522,9 @@ fn check_repro_names_a_file_that_differs_and_passes_hello() {
             "run = [\"hello > /etc/hello.txt\", \"date +%s%N > /stamp\"]",
         ),
     );
-    let run = project.run(&[
-        "--config",
-        config.to_str().unwrap(),
-        "build",
-        "--check-repro",
-        "hello",
-    ]);
+    let run = project
+        .with_config(&config)
+        .run(&["build", "--check-repro", "hello"]);
     assert_eq!(run.code(), 1, "{}", run.stderr());
     let err = run.stderr();
     let differs: Vec<&str> = err.lines().filter(|l| l.starts_with("differs: ")).collect();
@@ -660,14 +637,10 @@ fn a_failed_smoke_test_leaves_no_image_with_the_checksum_and_a_re_run_builds_aga
                     .success()
             );
         }
-        let shipped = project.run(&[
-            "--config",
-            config.to_str().unwrap(),
-            "distribute",
-            "smokefail",
-            "--to",
-            "node2",
-        ]);
+        let shipped =
+            project
+                .with_config(&config)
+                .run(&["distribute", "smokefail", "--to", "node2"]);
         assert_ne!(shipped.code(), 0, "a failed image was shipped");
 
         // The same making with a passing smoke test is stamped, and nothing unfinished stays.
@@ -751,14 +724,9 @@ fn ctrl_c_during_normalisation_or_smoke_leaves_no_container_and_nothing_to_adopt
             .status
             .success()
     );
-    let verify = project.run(&[
-        "--config",
-        config.to_str().unwrap(),
-        "verify",
-        "interrupted",
-        "--nodes",
-        "node2",
-    ]);
+    let verify = project
+        .with_config(&config)
+        .run(&["verify", "interrupted", "--nodes", "node2"]);
     assert_ne!(verify.code(), 0, "{}", verify.stdout());
 }
 
@@ -768,16 +736,17 @@ fn smoke_runs_the_tagged_image_not_another_with_the_same_label() {
     let config = testbed.config();
     let body = "[[file]]\nsrc = \"marker.txt\"\ndest = \"/marker.txt\"\n\n[[smoke]]\nname = \"marker\"\nrun = [\"grep\", \"-q\", \"marker\", \"/marker.txt\"]\n";
     let (project, tag, _) = busybox_project("forged", "", body);
-    let config_arg = config.to_str().unwrap();
     project
-        .run(&["--config", config_arg, "build", "forged"])
+        .with_config(&config)
+        .run(&["build", "forged"])
         .success();
     project
-        .run(&["--config", config_arg, "smoke", "forged"])
+        .with_config(&config)
+        .run(&["smoke", "forged"])
         .success();
     // The tag now names an image hallmark did not make; the real one is still on the engine.
     testbed.docker_ok("builder", &["tag", "hallmark-testbed/busybox:latest", &tag]);
-    let forged = project.run(&["--config", config_arg, "smoke", "forged"]);
+    let forged = project.with_config(&config).run(&["smoke", "forged"]);
     assert_eq!(forged.code(), 1, "{}", forged.stderr());
     assert!(
         forged
@@ -788,56 +757,47 @@ fn smoke_runs_the_tagged_image_not_another_with_the_same_label() {
     );
 }
 
-/// The `status` and `verify` tables, exactly: one image current on one node and missing on
-/// the others, then stale everywhere it is once its spec changes. The project's unique names
-/// and the hex of checksums and ids are filtered out; the rest is what the user reads.
+/// The `distribute`, `status` and `verify` tables, exactly: one image sent to one node (then
+/// skipped there), current on it and missing on the others, then stale everywhere it is once
+/// its spec changes, and current everywhere once the new build is sent to every node. The
+/// project's unique names, engine addresses, the hex of checksums and ids, and the bytes and
+/// seconds of a transfer are filtered out (support::testbed_transcript); the rest is what the
+/// user reads.
 #[test]
-fn status_and_verify_tables_read_exactly_as_snapshotted() {
+fn distribute_status_and_verify_tables_read_exactly_as_snapshotted() {
     let testbed = Testbed::get();
     let config = testbed.config();
-    let config_arg = config.to_str().unwrap();
     let project = support::ship_project(1, "v1");
     project
-        .run(&["--config", config_arg, "-q", "build", "wrap"])
+        .with_config(&config)
+        .run(&["-q", "build", "wrap"])
         .success();
     let first = &testbed.nodes()[0];
-    project
-        .run(&[
-            "--config",
-            config_arg,
-            "-q",
-            "distribute",
-            "wrap",
-            "--to",
-            first,
-        ])
-        .success();
-    let filtered = |run: &support::Run| {
-        let mut text = format!(
-            "exit {}\n{}stderr:\n{}",
-            run.code(),
-            run.stdout(),
-            run.stderr()
-        );
-        // Engine addresses name this testbed's own folder.
-        let cluster = std::fs::read_to_string(&config).unwrap();
-        for engine in cluster.lines().filter_map(|l| l.strip_prefix("engine = ")) {
-            text = text.replace(engine.trim_matches('"'), "[engine]");
-        }
-        for image in ["base", "wrap"] {
-            let reference = support::reference(&project, image);
-            let name = reference.trim_end_matches(":latest");
-            text = text.replace(name, &format!("[{image}]"));
-        }
-        support::without_hex(&support::without_root(&project, &text))
+    let filtered = |run: &support::Run| support::testbed_transcript(&project, &config, run);
+    // The distribute table: what each node took; the bytes and seconds vary. (Whether a
+    // node takes a thin or a full copy of an image new to it depends on what earlier tests
+    // left there, so a first sending is `--full`.)
+    let shipped = |run: &support::Run| {
+        let text = support::without_column(&filtered(run), "bytes sent", "[bytes]");
+        support::without_column(&text, "seconds", "[s]")
     };
+    let run = project
+        .with_config(&config)
+        .run(&["distribute", "wrap", "--to", first, "--full"]);
+    assert_eq!(run.code(), 0, "{}", run.stderr());
+    insta::assert_snapshot!("distribute_to_one_node", shipped(&run));
+    let run = project
+        .with_config(&config)
+        .run(&["distribute", "wrap", "--to", first]);
+    assert_eq!(run.code(), 0, "{}", run.stderr());
+    insta::assert_snapshot!("distribute_again_skips_it", shipped(&run));
     insta::assert_snapshot!(
         "status_one_node_current",
-        filtered(&project.run(&["--config", config_arg, "status"]))
+        filtered(&project.with_config(&config).run(&["status"]))
     );
     insta::assert_snapshot!(
         "verify_one_node_current",
-        filtered(&project.run(&["--config", config_arg, "verify", "wrap"]))
+        filtered(&project.with_config(&config).run(&["verify", "wrap"]))
     );
     let spec = project.read("images/wrap/image.toml");
     project.write(
@@ -846,18 +806,39 @@ fn status_and_verify_tables_read_exactly_as_snapshotted() {
     );
     insta::assert_snapshot!(
         "status_after_a_spec_change",
-        filtered(&project.run(&["--config", config_arg, "status"]))
+        filtered(&project.with_config(&config).run(&["status"]))
     );
     insta::assert_snapshot!(
         "verify_before_the_new_build",
-        filtered(&project.run(&["--config", config_arg, "verify", "wrap"]))
+        filtered(&project.with_config(&config).run(&["verify", "wrap"]))
     );
     project
-        .run(&["--config", config_arg, "-q", "build", "wrap"])
+        .with_config(&config)
+        .run(&["-q", "build", "wrap"])
         .success();
     insta::assert_snapshot!(
         "verify_after_the_new_build",
-        filtered(&project.run(&["--config", config_arg, "verify", "wrap"]))
+        filtered(&project.with_config(&config).run(&["verify", "wrap"]))
+    );
+    // The new build: thin to the node that holds the old one (its parent's layers), then
+    // skipped there and whole to every other node; verify and status say current everywhere.
+    let run = project
+        .with_config(&config)
+        .run(&["distribute", "wrap", "--to", first]);
+    assert_eq!(run.code(), 0, "{}", run.stderr());
+    insta::assert_snapshot!("distribute_the_new_build_thin", shipped(&run));
+    let run = project
+        .with_config(&config)
+        .run(&["distribute", "wrap", "--full"]);
+    assert_eq!(run.code(), 0, "{}", run.stderr());
+    insta::assert_snapshot!("distribute_to_every_node", shipped(&run));
+    insta::assert_snapshot!(
+        "verify_every_node_current",
+        filtered(&project.with_config(&config).run(&["verify", "wrap"]))
+    );
+    insta::assert_snapshot!(
+        "status_every_node_current",
+        filtered(&project.with_config(&config).run(&["status"]))
     );
 }
 
@@ -867,19 +848,13 @@ fn status_says_unverified_when_the_builder_no_longer_holds_the_image() {
     let config = testbed.config();
     let body = "[[file]]\nsrc = \"marker.txt\"\ndest = \"/marker.txt\"\n";
     let (project, tag, _) = busybox_project("gone", "", body);
-    let config_arg = config.to_str().unwrap();
     project
-        .run(&["--config", config_arg, "build", "gone"])
+        .with_config(&config)
+        .run(&["build", "gone"])
         .success();
     project
-        .run(&[
-            "--config",
-            config_arg,
-            "distribute",
-            "gone",
-            "--to",
-            "node2",
-        ])
+        .with_config(&config)
+        .run(&["distribute", "gone", "--to", "node2"])
         .success();
     let state = |report: &serde_json::Value| {
         report
@@ -947,13 +922,9 @@ fn a_failed_build_still_reports_its_parents_in_json_and_its_output_as_plain_text
         "images/child/image.toml",
         "[from]\nimage = \"parent\"\n\n[build]\nrun = [\"printf '\\\\033[31mred-failure\\\\033[0m\\\\n'; exit 4\"]\n",
     );
-    let run = project.run(&[
-        "--config",
-        config.to_str().unwrap(),
-        "--json",
-        "build",
-        "child",
-    ]);
+    let run = project
+        .with_config(&config)
+        .run(&["--json", "build", "child"]);
     assert_eq!(run.code(), 1, "{}", run.stderr());
     let records: serde_json::Value = support::document(&run.stdout());
     let outcomes: Vec<&str> = records
@@ -993,13 +964,12 @@ fn foreign_platform(testbed: &Testbed) -> (String, String) {
 fn the_platform_a_spec_names_is_the_platform_it_gets_or_the_build_says_why_not() {
     let testbed = Testbed::get();
     let config = testbed.config();
-    let config_arg = config.to_str().unwrap();
     let (own, other) = foreign_platform(testbed);
     let platform = format!("platform = \"{other}\"");
 
     // RUN steps run on the builder: refused before any build.
     let (project, _, _) = busybox_project("foreignrun", &platform, "[build]\nrun = [\"true\"]\n");
-    let run = project.run(&["--config", config_arg, "build", "foreignrun"]);
+    let run = project.with_config(&config).run(&["build", "foreignrun"]);
     assert_eq!(run.code(), 1, "{}", run.stderr());
     assert!(
         run.stderr().contains(&format!("the builder is {own}")),
@@ -1010,7 +980,9 @@ fn the_platform_a_spec_names_is_the_platform_it_gets_or_the_build_says_why_not()
     // Assembled on a parent of the builder's own platform: the result is not what it names.
     let files = "[[file]]\nsrc = \"marker.txt\"\ndest = \"/marker.txt\"\n";
     let (project, _, _) = busybox_project("foreignparent", &platform, files);
-    let run = project.run(&["--config", config_arg, "build", "foreignparent"]);
+    let run = project
+        .with_config(&config)
+        .run(&["build", "foreignparent"]);
     assert_eq!(run.code(), 1, "{}", run.stderr());
     assert!(
         run.stderr()
@@ -1054,9 +1026,10 @@ fn the_platform_a_spec_names_is_the_platform_it_gets_or_the_build_says_why_not()
     );
     project.write("pins/foreignsmoke.toml", "");
     project
-        .run(&["--config", config_arg, "lock", "foreignsmoke"])
+        .with_config(&config)
+        .run(&["lock", "foreignsmoke"])
         .success();
-    let run = project.run(&["--config", config_arg, "build", "foreignsmoke"]);
+    let run = project.with_config(&config).run(&["build", "foreignsmoke"]);
     assert_eq!(run.code(), 1, "{}", run.stderr());
     assert!(
         run.stderr().contains(&format!(
@@ -1378,14 +1351,9 @@ fn requests_carry_the_negotiated_api_version() {
         let node = row["node"].as_str().unwrap();
         // Nothing holds this image: smoke asks the node for it by name (status and verify
         // list each node's images once instead), and says it is not there.
-        let smoke = project.run(&[
-            "--config",
-            config.to_str().unwrap(),
-            "smoke",
-            "hello",
-            "--node",
-            node,
-        ]);
+        let smoke = project
+            .with_config(&config)
+            .run(&["smoke", "hello", "--node", node]);
         assert_ne!(smoke.code(), 0, "{}", smoke.stderr());
         let api = row["api_used"].as_str().unwrap();
         assert_eq!(row["api"], api, "the newest both speak: {row}");
@@ -1426,13 +1394,8 @@ fn a_local_base_pin_builds_on_a_containerd_store_builder() {
     );
 
     project
-        .run(&[
-            "--config",
-            config.to_str().unwrap(),
-            "lock",
-            "--update",
-            "hello",
-        ])
+        .with_config(&config)
+        .run(&["lock", "--update", "hello"])
         .success();
     let pins = project.read("pins/hello.toml");
     assert!(pins.contains("kind = \"config-digest\""), "{pins}");
@@ -1449,7 +1412,7 @@ fn a_local_base_pin_builds_on_a_containerd_store_builder() {
         hex::encode(<sha2::Sha256 as sha2::Digest>::digest(&tag))
     );
     project.write("pins/hello.toml", &pins.replace(digest, &absent));
-    let run = project.run(&["--config", config.to_str().unwrap(), "build", "hello"]);
+    let run = project.with_config(&config).run(&["build", "hello"]);
     assert_eq!(run.code(), 1, "{}", run.stderr());
     let err = run.stderr();
     for word in ["node1", "`hello`", &absent, "hallmark lock --update hello"] {
@@ -1664,7 +1627,8 @@ fn a_normalised_build_keeps_no_raw_copy_and_removes_the_image_it_supersedes() {
         let config = testbed.config_with_builder(project.root(), node);
         let build = || {
             project
-                .run(&["--config", config.to_str().unwrap(), "-q", "build", "lean"])
+                .with_config(&config)
+                .run(&["-q", "build", "lean"])
                 .success();
         };
         std::fs::write(&spec_path, spec.replace(" one ", &format!(" one{round} "))).unwrap();
@@ -1707,13 +1671,8 @@ fn a_normalised_build_keeps_no_raw_copy_and_removes_the_image_it_supersedes() {
     testbed.docker_ok("builder", &["tag", &second, &other]);
     std::fs::write(&spec_path, spec.replace(" one ", " three ")).unwrap();
     project
-        .run(&[
-            "--config",
-            testbed.config().to_str().unwrap(),
-            "-q",
-            "build",
-            "lean",
-        ])
+        .with_config(testbed.config())
+        .run(&["-q", "build", "lean"])
         .success();
     assert_eq!(testbed.image_id("builder", &other), second);
     testbed.docker_ok("builder", &["rmi", &other]);
@@ -1729,7 +1688,8 @@ fn an_interrupted_normalisation_leaves_the_tag_and_the_previous_image() {
     let body = "[build]\nrun = [\"echo RUNWORD > /built-by\"]\n";
     let (project, tag, _) = busybox_project("kept", "", body);
     project
-        .run(&["--config", config.to_str().unwrap(), "-q", "build", "kept"])
+        .with_config(&config)
+        .run(&["-q", "build", "kept"])
         .success();
     let before = testbed.image_id("builder", &tag);
     let spec_path = project.root().join("images/kept/image.toml");
@@ -1776,7 +1736,6 @@ fn prune_removes_the_build_cache_of_superseded_builds_on_every_engine_kind() {
             testbed.script("load-bases", &["--node", &node]);
         }
         let config = testbed.config_with_builder(project.root(), &node);
-        let config = config.to_str().unwrap();
         let ours = || -> std::collections::BTreeSet<String> {
             let listed = testbed.docker_ok(&node, &["image", "ls", "-aq", "--no-trunc"]);
             let mut ids: Vec<&str> = listed.lines().collect();
@@ -1799,7 +1758,8 @@ fn prune_removes_the_build_cache_of_superseded_builds_on_every_engine_kind() {
         };
         let build = || {
             project
-                .run(&["--config", config, "-q", "build", "--force", "hello"])
+                .with_config(&config)
+                .run(&["-q", "build", "--force", "hello"])
                 .success();
         };
         build();
@@ -1815,7 +1775,8 @@ fn prune_removes_the_build_cache_of_superseded_builds_on_every_engine_kind() {
             assert!(!latest.is_empty(), "{node} ({kind}): {second:?}");
         }
         let pruned = project
-            .run(&["--config", config, "prune"])
+            .with_config(&config)
+            .run(&["prune"])
             .success()
             .stderr();
         let after = ours();
@@ -1891,7 +1852,7 @@ fn a_smoke_program_that_cannot_start_is_named_with_its_test_and_spec_line() {
     let body = "[build]\nrun = [\"echo RUNWORD > /built-by\"]\n\n[[smoke]]\nname = \"starts nothing\"\nrun = [\"/no/such/program\", \"--flag\"]\n";
     let (project, _, checksum) = busybox_project("unstartable", "", body);
     let config = testbed.config();
-    let run = project.run(&["--config", config.to_str().unwrap(), "build", "unstartable"]);
+    let run = project.with_config(&config).run(&["build", "unstartable"]);
     let stderr = run.stderr();
     assert_eq!(run.code(), 1, "{stderr}");
     for word in [

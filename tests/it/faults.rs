@@ -28,7 +28,8 @@ fn loading(testbed: &Testbed, node: &str) -> bool {
 
 fn build(project: &TestProject, config: &Path, image: &str) {
     project
-        .run(&["--config", config.to_str().unwrap(), "-q", "build", image])
+        .with_config(config)
+        .run(&["-q", "build", image])
         .success();
 }
 
@@ -423,13 +424,8 @@ fn a_node_that_freezes_during_a_load_fails_alone_serial_and_parallel() {
         &spec.replace("/base.bin", &unique),
     );
     project
-        .run(&[
-            "--config",
-            testbed.config().to_str().unwrap(),
-            "-q",
-            "build",
-            "wrap",
-        ])
+        .with_config(testbed.config())
+        .run(&["-q", "build", "wrap"])
         .success();
     let ssh_config = std::fs::read_to_string(testbed.dir.join("ssh_config")).unwrap();
     // (Deadlines short for the test; the defaults are 600 s and 60 s.)
@@ -553,7 +549,8 @@ fn a_builder_that_freezes_during_an_export_fails_distribute_in_bounded_time() {
     project.write("images/base/image.toml", &spec);
     let shared = testbed.config();
     project
-        .run(&["--config", shared.to_str().unwrap(), "-q", "build", "base"])
+        .with_config(&shared)
+        .run(&["-q", "build", "base"])
         .success();
 
     let socket = project.root().join("frozen-builder.sock");

@@ -13,7 +13,6 @@ use crate::support::{self, OwnTestbed, hallmark_json, nodes_of, reference, ship_
 fn a_podman_node_is_shipped_to_verified_listed_and_smoke_tested() {
     let testbed = OwnTestbed::up(&["--nodes", "2", "--kind", "node1=podman"]);
     let config = testbed.config();
-    let cfg = config.to_str().unwrap();
     let project = ship_project(1, "podman");
 
     // A base built by the builder's engine with the three fields Podman does not report.
@@ -49,10 +48,12 @@ fn a_podman_node_is_shipped_to_verified_listed_and_smoke_tested() {
         &format!("[image]\nname = \"{name}\"\n\n[from]\nref = \"{base}\"\n\n[build]\nrun = [\"echo configured > /configured.txt\"]\n"),
     );
     project
-        .run(&["--config", cfg, "-q", "lock", "configured"])
+        .with_config(&config)
+        .run(&["-q", "lock", "configured"])
         .success();
     project
-        .run(&["--config", cfg, "-q", "build", "wrap", "configured"])
+        .with_config(&config)
+        .run(&["-q", "build", "wrap", "configured"])
         .success();
 
     let images = ["base", "wrap", "configured"];
@@ -106,7 +107,8 @@ fn a_podman_node_is_shipped_to_verified_listed_and_smoke_tested() {
         assert_eq!(row["state"], "current", "{row}");
     }
     project
-        .run(&["--config", cfg, "-q", "smoke", "wrap", "--node", "node1"])
+        .with_config(&config)
+        .run(&["-q", "smoke", "wrap", "--node", "node1"])
         .success();
     testbed.run_container("node1", &wrap, &["test", "-s", "/wrap.bin"]);
 }

@@ -28,7 +28,8 @@ fn nodes_pull_from_the_registry_verify_and_a_node_that_cannot_reach_it_fails_alo
     let config = registry_config(testbed, &run, &port.to_string());
     let wrap = reference(&project, "wrap");
     project
-        .run(&["--config", config.to_str().unwrap(), "-q", "build", "wrap"])
+        .with_config(&config)
+        .run(&["-q", "build", "wrap"])
         .success();
 
     // First distribute: every node pulls, and verifies.
@@ -59,14 +60,9 @@ fn nodes_pull_from_the_registry_verify_and_a_node_that_cannot_reach_it_fails_alo
     }
     // A node that lost the image pulls it again; the registry already has every layer.
     testbed.docker_ok("node2", &["rmi", &wrap]);
-    let run_v = project.run(&[
-        "--config",
-        config.to_str().unwrap(),
-        "-v",
-        "--json",
-        "distribute",
-        "wrap",
-    ]);
+    let run_v = project
+        .with_config(&config)
+        .run(&["-v", "--json", "distribute", "wrap"]);
     assert_eq!(run_v.code(), 0, "{}", run_v.stderr());
     assert!(
         run_v.stderr().contains(": 0 blobs sent"),
@@ -105,7 +101,8 @@ fn nodes_pull_from_the_registry_verify_and_a_node_that_cannot_reach_it_fails_alo
     let spec = project.read("images/wrap/image.toml");
     project.write("images/wrap/image.toml", &spec.replace("\"v1\"", "\"v2\""));
     project
-        .run(&["--config", config.to_str().unwrap(), "-q", "build", "wrap"])
+        .with_config(&config)
+        .run(&["-q", "build", "wrap"])
         .success();
     let (code, report) = hallmark_json(&project, &config, &["distribute", "wrap"]);
     drop(squatter.stdin.take());
@@ -121,7 +118,7 @@ fn nodes_pull_from_the_registry_verify_and_a_node_that_cannot_reach_it_fails_alo
     support::assert_rerun_finishes_only(&project, &config, "node4", "pulled");
 
     // v1 is no longer tagged in the registry: prune's garbage collection removes its layer.
-    let prune = project.run(&["--config", config.to_str().unwrap(), "prune"]);
+    let prune = project.with_config(&config).run(&["prune"]);
     prune.success();
     let said = format!("{}{}", prune.stdout(), prune.stderr());
     let removed: u64 = said
@@ -137,7 +134,8 @@ fn a_registry_left_by_a_killed_hallmark_is_stopped_and_one_cache_serves_one_dist
     let project = ship_project(48, "left");
     let config = registry_config(testbed, &support::unique(), &free_port().to_string());
     project
-        .run(&["--config", config.to_str().unwrap(), "-q", "build", "wrap"])
+        .with_config(&config)
+        .run(&["-q", "build", "wrap"])
         .success();
 
     // hallmark SIGKILLed once its registry runs: the registry outlives it.
@@ -161,13 +159,9 @@ fn a_registry_left_by_a_killed_hallmark_is_stopped_and_one_cache_serves_one_dist
     );
 
     // The next distribute stops it and finishes.
-    let run = project.run(&[
-        "--config",
-        config.to_str().unwrap(),
-        "--json",
-        "distribute",
-        "wrap",
-    ]);
+    let run = project
+        .with_config(&config)
+        .run(&["--json", "distribute", "wrap"]);
     assert_eq!(run.code(), 0, "{}\n{}", run.stderr(), run.stdout());
     assert!(
         run.stderr()
@@ -271,22 +265,15 @@ fn an_operators_registry_gets_the_docker_configs_credentials_and_no_output_shows
     )
     .unwrap();
     project
-        .run(&["--config", config.to_str().unwrap(), "-q", "build", "wrap"])
+        .with_config(&config)
+        .run(&["-q", "build", "wrap"])
         .success();
     let docker_config = tempfile::tempdir().unwrap();
     let helpers = tempfile::tempdir().unwrap();
     let mut outputs = Vec::new();
     let mut distribute = |node: &str| {
-        let output = support::hallmark()
-            .args([
-                "--config",
-                config.to_str().unwrap(),
-                "--json",
-                "distribute",
-                "wrap",
-                "--to",
-                node,
-            ])
+        let output = support::hallmark_at(&config)
+            .args(["--json", "distribute", "wrap", "--to", node])
             .current_dir(project.root())
             .env("HALLMARK_CACHE", project.root().join(".test-cache"))
             .env("DOCKER_CONFIG", docker_config.path())
@@ -387,7 +374,8 @@ fn a_pull_onto_a_containerd_store_that_shares_layers_leaves_the_whole_image() {
     let stream = testbed.config();
     let wrap = reference(&project, "wrap");
     project
-        .run(&["--config", stream.to_str().unwrap(), "-q", "build", "wrap"])
+        .with_config(&stream)
+        .run(&["-q", "build", "wrap"])
         .success();
     let nodes = testbed.local_containerd_nodes();
     let docker28 = testbed.node_of("28", "containerd");
@@ -498,7 +486,8 @@ fn the_first_registry_update_after_the_stream_moves_only_the_new_layer() {
     let config = registry_config(testbed, &run, &free_port().to_string());
     let streamed = testbed.config();
     project
-        .run(&["--config", config.to_str().unwrap(), "-q", "build", "wrap"])
+        .with_config(&config)
+        .run(&["-q", "build", "wrap"])
         .success();
     let (code, report) = hallmark_json(&project, &streamed, &["distribute", "base"]);
     assert_eq!(code, 0, "{report}");
@@ -538,7 +527,8 @@ fn the_first_stream_update_after_a_registry_pull_moves_only_the_new_layer() {
     let config = registry_config(testbed, &run, &free_port().to_string());
     let streamed = testbed.config();
     project
-        .run(&["--config", config.to_str().unwrap(), "-q", "build", "wrap"])
+        .with_config(&config)
+        .run(&["-q", "build", "wrap"])
         .success();
     let (code, report) = hallmark_json(&project, &config, &["distribute", "base"]);
     assert_eq!(code, 0, "{report}");

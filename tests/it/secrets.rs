@@ -134,8 +134,8 @@ run = ["hmtool"]
     // for pip, a token in the environment.
     let config = testbed.config();
     let hallmark = |args: &[&str]| {
-        let output = support::hallmark()
-            .args(["--config", config.to_str().unwrap(), "-v"])
+        let output = support::hallmark_at(&config)
+            .args(["-v"])
             .args(args)
             .current_dir(project.root())
             .env("HALLMARK_CACHE", project.root().join(".test-cache"))

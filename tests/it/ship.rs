@@ -39,7 +39,8 @@ fn thin_update_full_copy_skip_and_a_daemon_killed_mid_transfer() {
     let project = project(256, "v1");
     let (base, wrap) = (reference(&project, "base"), reference(&project, "wrap"));
     project
-        .run(&["--config", config.to_str().unwrap(), "-q", "build", "wrap"])
+        .with_config(&config)
+        .run(&["-q", "build", "wrap"])
         .success();
 
     // Every node first holds the base (a full copy where it has nothing of it).
@@ -87,7 +88,8 @@ fn thin_update_full_copy_skip_and_a_daemon_killed_mid_transfer() {
     let spec = project.read("images/wrap/image.toml");
     project.write("images/wrap/image.toml", &spec.replace("\"v1\"", "\"v2\""));
     project
-        .run(&["--config", config.to_str().unwrap(), "-q", "build", "wrap"])
+        .with_config(&config)
+        .run(&["-q", "build", "wrap"])
         .success();
     let (code, report) = hallmark_json(&project, &config, &["distribute", "wrap", "--full"]);
     assert_eq!(code, 0, "{report}");
@@ -106,18 +108,12 @@ fn thin_update_full_copy_skip_and_a_daemon_killed_mid_transfer() {
     // v2.
     project.write("images/wrap/image.toml", &spec.replace("\"v1\"", "\"v3\""));
     project
-        .run(&["--config", config.to_str().unwrap(), "-q", "build", "wrap"])
+        .with_config(&config)
+        .run(&["-q", "build", "wrap"])
         .success();
     let tmp = testbed.dir.join(&victim).join("data/tmp");
-    let child = support::hallmark()
-        .args([
-            "--config",
-            config.to_str().unwrap(),
-            "--json",
-            "distribute",
-            "wrap",
-            "--full",
-        ])
+    let child = support::hallmark_at(&config)
+        .args(["--json", "distribute", "wrap", "--full"])
         .current_dir(project.root())
         .env("HALLMARK_CACHE", project.root().join(".test-cache"))
         .stdout(std::process::Stdio::piped())
@@ -181,7 +177,8 @@ fn verify_fails_on_a_node_whose_content_differs_under_the_same_label() {
     let project = project(1, "forged");
     let wrap = reference(&project, "wrap");
     project
-        .run(&["--config", config.to_str().unwrap(), "-q", "build", "wrap"])
+        .with_config(&config)
+        .run(&["-q", "build", "wrap"])
         .success();
     let (code, _) = hallmark_json(
         &project,
@@ -256,7 +253,8 @@ fn a_node_image_changed_in_its_config_only_is_a_mismatch_and_is_replaced() {
     let project = project(1, "reconfigured");
     let wrap = reference(&project, "wrap");
     project
-        .run(&["--config", config.to_str().unwrap(), "-q", "build", "wrap"])
+        .with_config(&config)
+        .run(&["-q", "build", "wrap"])
         .success();
     let forged: [(String, &str); 3] = [
         (testbed.node_of("26", "containerd"), "ONBUILD RUN true"),
@@ -335,12 +333,13 @@ fn a_node_image_changed_in_its_config_only_is_a_mismatch_and_is_replaced() {
         "images/timed/image.toml",
         &format!("[image]\nname = \"{name}\"\n\n[from]\nref = \"{base}\"\n\n[build]\nrun = [\"echo timed > /timed.txt\"]\n"),
     );
-    let cfg = config.to_str().unwrap();
     project
-        .run(&["--config", cfg, "-q", "lock", "timed"])
+        .with_config(&config)
+        .run(&["-q", "lock", "timed"])
         .success();
     project
-        .run(&["--config", cfg, "-q", "build", "timed"])
+        .with_config(&config)
+        .run(&["-q", "build", "timed"])
         .success();
     let (code, report) = hallmark_json(&project, &config, &["distribute", "timed", "--to", &to]);
     assert_eq!(code, 0, "{report}");
@@ -358,7 +357,8 @@ fn an_unreachable_node_fails_alone() {
     let path = project.root().join("hallmark.toml");
     std::fs::write(&path, config).unwrap();
     project
-        .run(&["--config", path.to_str().unwrap(), "-q", "build", "wrap"])
+        .with_config(&path)
+        .run(&["-q", "build", "wrap"])
         .success();
     let (code, report) = hallmark_json(
         &project,
@@ -441,7 +441,8 @@ fn thin_update_from_a_builder(builder_args: &[&str], base_mib: u64) {
         &spec.replace("\"builder\"", "\"builder-2\""),
     );
     project
-        .run(&["--config", config.to_str().unwrap(), "-q", "build", "wrap"])
+        .with_config(&config)
+        .run(&["-q", "build", "wrap"])
         .success();
     let port = support::free_port().to_string();
     let pull = support::registry_config(&testbed, &support::unique(), &port);
@@ -520,7 +521,8 @@ fn a_stream_load_onto_a_containerd_store_holding_pulled_layers_leaves_the_whole_
     let project = project(8, "pulled-base");
     let wrap = reference(&project, "wrap");
     project
-        .run(&["--config", stream.to_str().unwrap(), "-q", "build", "wrap"])
+        .with_config(&stream)
+        .run(&["-q", "build", "wrap"])
         .success();
     let nodes = testbed.local_containerd_nodes();
     assert!(
@@ -555,7 +557,8 @@ fn a_stream_load_onto_a_containerd_store_holding_pulled_layers_leaves_the_whole_
         &spec.replace("\"pulled-base\"", "\"pulled-base-2\""),
     );
     project
-        .run(&["--config", stream.to_str().unwrap(), "-q", "build", "wrap"])
+        .with_config(&stream)
+        .run(&["-q", "build", "wrap"])
         .success();
     let (code, report) = hallmark_json(&project, &stream, &["distribute", "wrap", "--to", &to]);
     assert_eq!(code, 0, "{report}");
@@ -569,6 +572,29 @@ fn a_stream_load_onto_a_containerd_store_holding_pulled_layers_leaves_the_whole_
     }
 }
 
+/// What a user reads of `hallmark nodes` (support::testbed_transcript), with what varies by
+/// engine version or by what other tests left on a node written `[version]`, `[api]` and
+/// `[n] images`: `NODE ok VERSION api API STORE N images  ENGINE (VIA)`.
+fn nodes_table(
+    project: &support::TestProject,
+    config: &std::path::Path,
+    run: &support::Run,
+) -> String {
+    let text = support::testbed_transcript(project, config, run);
+    let row = |line: &str| -> Option<String> {
+        let (head, rest) = (line.get(..20)?, line.get(20..)?);
+        let (_version, rest) = rest.split_once(" api ")?;
+        let (_api, rest) = rest.split_once(' ')?;
+        let at = rest.find(" images  ")?;
+        let (store, _count) = rest[..at].rsplit_once(' ')?;
+        let tail = &rest[at..];
+        Some(format!("{head}[version] api [api] {store} [n]{tail}"))
+    };
+    text.lines()
+        .map(|line| row(line).unwrap_or_else(|| line.to_string()) + "\n")
+        .collect()
+}
+
 #[test]
 fn nodes_status_and_prune_report_what_is_there() {
     let _serial = NODES.lock().unwrap_or_else(|e| e.into_inner());
@@ -576,7 +602,8 @@ fn nodes_status_and_prune_report_what_is_there() {
     let config = testbed.config();
     let project = project(1, "status");
     project
-        .run(&["--config", config.to_str().unwrap(), "-q", "build", "wrap"])
+        .with_config(&config)
+        .run(&["-q", "build", "wrap"])
         .success();
     let (code, nodes) = hallmark_json(&project, &config, &["nodes"]);
     assert_eq!(code, 0, "{nodes}");
@@ -596,6 +623,10 @@ fn nodes_status_and_prune_report_what_is_there() {
             .all(|r| r["reachable"] == true && r["version"].is_string()),
         "{nodes}"
     );
+    // The table, as a user reads it.
+    let table = project.with_config(&config).run(&["nodes"]);
+    assert_eq!(table.code(), 0, "{}", table.stderr());
+    insta::assert_snapshot!("nodes_table", nodes_table(&project, &config, &table));
 
     let (code, _) = hallmark_json(&project, &config, &["distribute", "wrap", "--to", "node3"]);
     assert_eq!(code, 0);
@@ -635,9 +666,7 @@ fn nodes_status_and_prune_report_what_is_there() {
     let cache = project.root().join(".test-cache/store");
     let stray = cache.join("blobs/sha256").join("0".repeat(64));
     std::fs::write(&stray, "stray").unwrap();
-    project
-        .run(&["--config", config.to_str().unwrap(), "prune"])
-        .success();
+    project.with_config(&config).run(&["prune"]).success();
     assert!(!stray.exists());
     let (code, _) = hallmark_json(&project, &config, &["distribute", "base", "--to", "node2"]);
     assert_eq!(code, 0, "the store still serves the images the project has");
@@ -690,7 +719,8 @@ fn a_tcp_engine_is_reached_loaded_and_verified() {
     .unwrap();
     let project = project(1, "tcp");
     project
-        .run(&["--config", config.to_str().unwrap(), "-q", "build", "wrap"])
+        .with_config(&config)
+        .run(&["-q", "build", "wrap"])
         .success();
 
     let (code, nodes) = hallmark_json(&project, &config, &["nodes"]);
@@ -776,15 +806,8 @@ fn many_images_go_in_one_archive_per_node() {
     let config = testbed.config();
     let project = many_project();
     project
-        .run(&[
-            "--config",
-            config.to_str().unwrap(),
-            "-q",
-            "build",
-            "x",
-            "y",
-            "z",
-        ])
+        .with_config(&config)
+        .run(&["-q", "build", "x", "y", "z"])
         .success();
     let (code, report) = hallmark_json(&project, &config, &["distribute", "base"]);
     assert_eq!(code, 0, "{report}");
@@ -842,14 +865,8 @@ fn a_bad_image_among_many_fails_alone() {
     let config = testbed.config();
     let project = many_project();
     project
-        .run(&[
-            "--config",
-            config.to_str().unwrap(),
-            "-q",
-            "build",
-            "x",
-            "y",
-        ])
+        .with_config(&config)
+        .run(&["-q", "build", "x", "y"])
         .success();
     let y = reference(&project, "y");
     let id = testbed.image_id("builder", &y);
@@ -894,9 +911,9 @@ fn status_and_verify_from_one_listing_per_node() {
     let config_path = project.root().join("hallmark.toml");
     std::fs::write(&config_path, config).unwrap();
     let config = config_path;
-    let c = config.to_str().unwrap();
     project
-        .run(&["--config", c, "-q", "build", "x", "y", "z"])
+        .with_config(&config)
+        .run(&["-q", "build", "x", "y", "z"])
         .success();
     let nodes = ["node1", "node2", "node3", "node4"];
     let to = nodes.join(",");
@@ -905,7 +922,10 @@ fn status_and_verify_from_one_listing_per_node() {
     // y changes on the builder only: the nodes hold a stale y.
     let spec = project.read("images/y/image.toml");
     project.write("images/y/image.toml", &spec.replace("\"v1\"", "\"v2\""));
-    project.run(&["--config", c, "-q", "build", "y"]).success();
+    project
+        .with_config(&config)
+        .run(&["-q", "build", "y"])
+        .success();
 
     let (_, status) = hallmark_json(&project, &config, &["status"]);
     let (code, verified) = hallmark_json(&project, &config, &["verify", "x", "y", "z"]);
@@ -955,7 +975,8 @@ fn an_image_missing_a_blob_on_a_containerd_store_is_repaired_in_place() {
     let config = testbed.config();
     let wrap = reference(&project, "wrap");
     project
-        .run(&["--config", config.to_str().unwrap(), "-q", "build", "wrap"])
+        .with_config(&config)
+        .run(&["-q", "build", "wrap"])
         .success();
     let nodes = testbed.local_containerd_nodes();
     assert!(nodes.len() >= 2, "Docker 26 and 28: {nodes:?}");
@@ -1016,7 +1037,8 @@ fn a_hung_engine_is_unreachable_and_no_command_waits_for_it() {
     let path = project.root().join("hallmark.toml");
     std::fs::write(&path, config).unwrap();
     project
-        .run(&["--config", path.to_str().unwrap(), "-q", "build", "wrap"])
+        .with_config(&path)
+        .run(&["-q", "build", "wrap"])
         .success();
     // Each command bounded from outside too: a wait for good fails the test, not the suite.
     let run = |args: &[&str]| {
@@ -1102,7 +1124,6 @@ fn an_update_removes_the_image_it_superseded_unless_a_container_uses_it() {
     let wrap = reference(&project, "wrap");
     let nodes = testbed.nodes();
     let to = nodes.join(",");
-    let cfg = config.to_str().unwrap();
     let update = |version: &str| {
         let spec = project.read("images/wrap/image.toml");
         let (head, rest) = spec.split_once("VERSION = \"").unwrap();
@@ -1112,7 +1133,8 @@ fn an_update_removes_the_image_it_superseded_unless_a_container_uses_it() {
             &format!("{head}VERSION = \"{version}\"{rest}"),
         );
         project
-            .run(&["--config", cfg, "-q", "build", "wrap"])
+            .with_config(&config)
+            .run(&["-q", "build", "wrap"])
             .success();
         let before: Vec<String> = nodes.iter().map(|n| testbed.image_id(n, &wrap)).collect();
         let (code, report) = hallmark_json(&project, &config, &["distribute", "wrap", "--to", &to]);
@@ -1129,7 +1151,8 @@ fn an_update_removes_the_image_it_superseded_unless_a_container_uses_it() {
             .success()
     };
     project
-        .run(&["--config", cfg, "-q", "build", "wrap"])
+        .with_config(&config)
+        .run(&["-q", "build", "wrap"])
         .success();
     for image in ["base", "wrap"] {
         let (code, report) = hallmark_json(&project, &config, &["distribute", image, "--to", &to]);
@@ -1282,7 +1305,8 @@ fn a_load_whose_answer_is_lost_is_verified_by_what_the_node_holds() {
         let path = project.root().join("hallmark.toml");
         std::fs::write(&path, config).unwrap();
         project
-            .run(&["--config", path.to_str().unwrap(), "-q", "build", "wrap"])
+            .with_config(&path)
+            .run(&["-q", "build", "wrap"])
             .success();
 
         let names: Vec<&str> = lossy.iter().map(|(_, name)| name.as_str()).collect();
@@ -1420,9 +1444,9 @@ fn an_image_hallmark_did_not_finish_is_never_taken_for_the_built_one() {
             path
         };
         let config = cluster(builder);
-        let cfg = config.to_str().unwrap();
         project
-            .run(&["--config", cfg, "-q", "build", "wrap"])
+            .with_config(&config)
+            .run(&["-q", "build", "wrap"])
             .success();
         let (code, report) = hallmark_json(&project, &config, &["distribute", "base"]);
         assert_eq!(code, 0, "{report}");
@@ -1499,7 +1523,8 @@ fn an_image_hallmark_did_not_finish_is_never_taken_for_the_built_one() {
                 );
             }
             let built = project
-                .run(&["--config", cfg, "build", "base"])
+                .with_config(&config)
+                .run(&["build", "base"])
                 .success()
                 .stderr();
             assert!(built.contains("did not finish"), "{builder} {way}: {built}");
@@ -1570,13 +1595,8 @@ fn status_shows_the_images_it_can_plan_and_says_which_it_cannot() {
             "[from]\nref = \"hallmark-testbed/python:bookworm\"\n",
         )
         .write("images/kid/image.toml", "[from]\nimage = \"unlocked\"\n");
-    let output = support::hallmark()
-        .args([
-            "--config",
-            testbed.config().to_str().unwrap(),
-            "--json",
-            "status",
-        ])
+    let output = support::hallmark_at(testbed.config())
+        .args(["--json", "status"])
         .current_dir(project.root())
         .env("HALLMARK_CACHE", project.root().join(".test-cache"))
         .output()
@@ -1637,8 +1657,9 @@ fn status_shows_the_images_it_can_plan_and_says_which_it_cannot() {
     // every node, with why; `build` of them all builds the plannable ones. Bad input alone
     // is exit 2. (One bad spec made `--all` ship nothing, and `build A B C` build nothing.)
     let config = testbed.config();
-    let cfg = config.to_str().unwrap();
-    let built = project.run(&["--config", cfg, "-q", "build", "wrap", "unlocked"]);
+    let built = project
+        .with_config(&config)
+        .run(&["-q", "build", "wrap", "unlocked"]);
     assert_eq!(built.code(), 2, "{}", built.stderr());
     assert!(
         !testbed
@@ -1672,7 +1693,8 @@ fn two_distributes_to_one_node_take_turns() {
     let project = project(8, "turns");
     let config = testbed.config();
     project
-        .run(&["--config", config.to_str().unwrap(), "-q", "build", "base"])
+        .with_config(&config)
+        .run(&["-q", "build", "base"])
         .success();
     let args = ["--json", "distribute", "base", "--to", "node1"];
     let children: Vec<_> = (0..2)

@@ -119,7 +119,8 @@ fn a_node_that_forbids_socket_forwarding_is_reached_through_dial_stdio() {
     let config = testbed.config();
     let project = ship_project(4, "dial-stdio");
     project
-        .run(&["--config", config.to_str().unwrap(), "build", "wrap"])
+        .with_config(&config)
+        .run(&["build", "wrap"])
         .success();
     let (code, report) = hallmark_json(&project, &config, &["distribute", "wrap"]);
     assert_eq!(code, 0, "{report}");

@@ -38,14 +38,118 @@ impl TestProject {
     pub fn run(&self, args: &[&str]) -> Run {
         run_in(self.root(), args)
     }
+
+    /// hallmark in this project on the cluster file `config`: each run is
+    /// `hallmark --config CONFIG ARGS...`, as [`TestProject::run`] runs it.
+    pub fn with_config(&self, config: impl AsRef<Path>) -> Configured<'_> {
+        Configured {
+            project: self,
+            config: config.as_ref().to_path_buf(),
+        }
+    }
+}
+
+/// A project and its cluster file ([`TestProject::with_config`]).
+pub struct Configured<'a> {
+    pub project: &'a TestProject,
+    pub config: PathBuf,
+}
+
+impl Configured<'_> {
+    /// `hallmark --config CONFIG ARGS...` in the project root with a private cache.
+    pub fn run(&self, args: &[&str]) -> Run {
+        self.run_with(args, &[])
+    }
+
+    /// [`Configured::run`] with these environment variables set.
+    pub fn run_with(&self, args: &[&str], env: &[(&str, &str)]) -> Run {
+        let config = self.config.to_str().expect("a UTF-8 config path");
+        let mut all = vec!["--config", config];
+        all.extend_from_slice(args);
+        run_in_with(self.project.root(), &all, env)
+    }
 }
 
 /// `text` with the project's temporary root written `[project]`, for snapshots.
 pub fn without_root(project: &TestProject, text: &str) -> String {
-    let root = project.root();
-    let canonical = root.canonicalize().unwrap();
-    text.replace(&canonical.display().to_string(), "[project]")
-        .replace(&root.display().to_string(), "[project]")
+    without_dir(text, project.root(), "[project]")
+}
+
+/// `text` with the folder `dir` (as given, and its canonical path) written `name`, for
+/// snapshots.
+pub fn without_dir(text: &str, dir: &Path, name: &str) -> String {
+    let canonical = dir.canonicalize().unwrap();
+    text.replace(&canonical.display().to_string(), name)
+        .replace(&dir.display().to_string(), name)
+}
+
+/// What a user reads of `run`, for snapshots: `exit N`, stdout, then `stderr:` and stderr,
+/// the project's temporary root written `[project]`.
+pub fn transcript(project: &TestProject, run: &Run) -> String {
+    let text = format!(
+        "exit {}\n{}stderr:\n{}",
+        run.code(),
+        run.stdout(),
+        run.stderr()
+    );
+    without_root(project, &text)
+}
+
+/// What a user reads of `run` on the cluster file `config` (the testbed's): [`transcript`] with
+/// the engine addresses `config` names written `[engine]`, each of the project's image names
+/// (`name = ` in images/FOLDER/image.toml) `[FOLDER]`, and runs of hex `[hex]`.
+pub fn testbed_transcript(project: &TestProject, config: &Path, run: &Run) -> String {
+    let mut text = transcript(project, run);
+    let cluster = std::fs::read_to_string(config).unwrap();
+    for engine in cluster.lines().filter_map(|l| l.strip_prefix("engine = ")) {
+        text = text.replace(engine.trim_matches('"'), "[engine]");
+    }
+    let mut folders: Vec<String> = std::fs::read_dir(project.root().join("images"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    folders.sort();
+    for folder in folders {
+        let spec = project
+            .root()
+            .join("images")
+            .join(&folder)
+            .join("image.toml");
+        let Ok(spec) = std::fs::read_to_string(spec) else {
+            continue;
+        };
+        if let Some(name) = spec.lines().find_map(|l| l.strip_prefix("name = ")) {
+            text = text.replace(name.trim_matches('"'), &format!("[{folder}]"));
+        }
+    }
+    without_hex(&text)
+}
+
+/// `text` with each cell of the right-aligned column titled `title` written `placeholder`,
+/// ending where it ended: from the line under the header that holds `title` to the first
+/// line without such a cell. For columns whose values vary (bytes, seconds).
+pub fn without_column(text: &str, title: &str, placeholder: &str) -> String {
+    let mut end: Option<usize> = None;
+    let lines = text.split('\n').map(|line| {
+        let Some(e) = end else {
+            end = line.find(title).map(|i| i + title.len());
+            return line.to_string();
+        };
+        let bytes = line.as_bytes();
+        if bytes.len() < e || !line.is_char_boundary(e) || bytes[e - 1] == b' ' {
+            end = None;
+            return line.to_string();
+        }
+        let start = line[..e].rfind(' ').map_or(0, |i| i + 1);
+        let width = (e - start).max(placeholder.len());
+        let from = e.checked_sub(width).expect("room for the placeholder");
+        assert!(
+            line[from..start].bytes().all(|b| b == b' '),
+            "no room for {placeholder} in {line:?}"
+        );
+        format!("{}{placeholder:>width$}{}", &line[..from], &line[e..])
+    });
+    lines.collect::<Vec<_>>().join("\n")
 }
 
 /// `text` with every run of 12 or more hex digits (checksums, ids, digests) written `[hex]`.
@@ -67,6 +171,14 @@ pub fn without_hex(text: &str) -> String {
 
 pub fn hallmark() -> Command {
     Command::new(env!("CARGO_BIN_EXE_hallmark"))
+}
+
+/// [`hallmark`] on the cluster file `config` (`--config CONFIG`), for runs that set their own
+/// folder, cache or environment.
+pub fn hallmark_at(config: impl AsRef<Path>) -> Command {
+    let mut command = hallmark();
+    command.arg("--config").arg(config.as_ref());
+    command
 }
 
 pub fn run_in(dir: &Path, args: &[&str]) -> Run {
@@ -480,9 +592,9 @@ pub fn hallmark_json_with(
     args: &[&str],
     env: &[(&str, &str)],
 ) -> (i32, Value) {
-    let mut all = vec!["--config", config.to_str().unwrap(), "--json"];
+    let mut all = vec!["--json"];
     all.extend_from_slice(args);
-    let run = run_in_with(project.root(), &all, env);
+    let run = project.with_config(config).run_with(&all, env);
     if serde_json::from_str::<Value>(&run.stdout()).is_err() {
         panic!("not json: {}\n{}", run.stdout(), run.stderr());
     }
@@ -574,9 +686,7 @@ pub fn assert_rerun_finishes_only(project: &TestProject, config: &Path, node: &s
 
 /// hallmark started in the project (private cache), its output piped; for tests that stop it.
 pub fn spawn(project: &TestProject, config: &Path, args: &[&str]) -> std::process::Child {
-    hallmark()
-        .arg("--config")
-        .arg(config)
+    hallmark_at(config)
         .args(args)
         .current_dir(project.root())
         .env("HALLMARK_CACHE", project.root().join(".test-cache"))
