@@ -108,7 +108,8 @@ fn aligned(columns: &[Column], rows: Vec<Vec<String>>) -> Vec<String> {
                     Some(_) => format!("{cell:<width$}", width = widths[i]),
                     None => cell.clone(),
                 });
-            padded.collect::<Vec<_>>().join(" ")
+            // An empty last cell leaves no trailing space.
+            padded.collect::<Vec<_>>().join(" ").trim_end().to_string()
         })
         .collect()
 }
@@ -193,7 +194,7 @@ impl Output {
         }
         for row in rows {
             for line in row.lines() {
-                stdout(&line);
+                stdout(line.trim_end());
             }
         }
     }

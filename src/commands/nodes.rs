@@ -6,7 +6,7 @@ use crate::commands::settings::Settings;
 use crate::engine::{ImageStore, Product};
 use crate::error::{Error, ExitStatus, Result};
 use crate::inputs::config::NodeConfig;
-use crate::output::{Row, cell};
+use crate::output::{Column, Row, cell};
 use serde::Serialize;
 
 /// A node as hallmark reaches it; the keys are `--json`'s (docs/json.md).
@@ -36,25 +36,43 @@ struct Up {
 }
 
 impl Row for NodeRow {
-    fn lines(&self) -> Vec<String> {
+    fn columns() -> Option<&'static [Column]> {
+        const COLUMNS: [Column; 7] = [
+            Column::left("node", 0),
+            Column::left("state", 0),
+            Column::left("version", 0),
+            Column::left("api", 0),
+            Column::left("store", 0),
+            Column::right("images", 0),
+            Column::left("engine", 0),
+        ];
+        Some(&COLUMNS)
+    }
+
+    fn cells(&self) -> Vec<Vec<String>> {
         vec![match &self.up {
-            Some(up) => format!(
-                "{:<10} {:<8} {:<10} api {:<6} {:<11} {} images  {} ({})",
-                self.node,
-                "ok",
+            Some(up) => vec![
+                self.node.clone(),
+                "ok".into(),
                 cell(&up.version),
                 cell(&up.api),
                 cell(&up.image_store),
                 cell(&up.images),
-                self.engine,
-                up.via
-            ),
-            None => format!(
-                "{:<10} {:<8} {}",
-                self.node,
-                "down",
-                self.error.as_deref().unwrap_or_default()
-            ),
+                format!("{} ({})", self.engine, up.via),
+            ],
+            None => vec![
+                self.node.clone(),
+                "down".into(),
+                String::new(),
+                String::new(),
+                String::new(),
+                String::new(),
+                format!(
+                    "{}: {}",
+                    self.engine,
+                    self.error.as_deref().unwrap_or_default()
+                ),
+            ],
         }]
     }
 }
