@@ -1,8 +1,12 @@
 //! Registry credentials the way the docker CLI keeps them, for pushes and pulls through an
 //! operator's registry: `credHelpers` of `config.json` for that registry, else its
 //! `credsStore`, else the `auths` entry. A helper is the docker CLI's own protocol
-//! (`docker-credential-<name> get`, the registry on stdin, JSON on stdout). Written here
-//! because no maintained crate reads the docker config's credentials.
+//! (`docker-credential-<name> get`, the registry on stdin, JSON on stdout).
+//!
+//! Written here rather than with the docker_credential crate (1.4, which reads the same three
+//! places): its error for a failing helper carries the helper's stdout, where a helper may
+//! have written the secret, and it waits for a helper without a deadline; here a helper that
+//! does not answer within `HALLMARK_ANSWER_TIMEOUT` (60 s) is killed and named.
 //!
 //! The secret goes into the engine request's `X-Registry-Auth` header and nowhere else: it
 //! is never printed, logged or put into an error (tests/it/registry.rs holds a sentinel).
@@ -117,13 +121,22 @@ fn from_auths_entry(entry: &Value, registry: &str, file: &Path) -> Result<Creden
 
 /// Asks `docker-credential-<helper>` for `registry`'s credentials.
 fn from_helper(helper: &str, registry: &str) -> Result<Option<Credentials>> {
-    let program = format!("docker-credential-{helper}");
+    let limit = super::transport::seconds_from_env(super::transport::ANSWER_TIMEOUT_ENV, 60);
+    ask_helper(&format!("docker-credential-{helper}"), registry, limit)
+}
+
+/// Runs the helper `program` for `registry`, waiting at most `limit`.
+fn ask_helper(
+    program: &str,
+    registry: &str,
+    limit: std::time::Duration,
+) -> Result<Option<Credentials>> {
     let failed = |message: String| Error::Command {
         command: format!("{program} get"),
         context: Some(format!("credentials for the registry {registry}")),
         stderr: message,
     };
-    let mut child = Command::new(&program)
+    let mut child = Command::new(program)
         .arg("get")
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
@@ -133,9 +146,28 @@ fn from_helper(helper: &str, registry: &str) -> Result<Option<Credentials>> {
     if let Some(mut stdin) = child.stdin.take() {
         let _ = stdin.write_all(registry.as_bytes());
     }
-    let output = child
-        .wait_with_output()
-        .map_err(|e| failed(format!("the docker credential helper failed: {e}")))?;
+    // A helper that never answers (a locked keychain asking on no terminal) would hang the
+    // distribute: it gets the engines' answer deadline, then is killed.
+    let pid = child.id();
+    let (sender, answer) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = sender.send(child.wait_with_output());
+    });
+    let output = match answer.recv_timeout(limit) {
+        Ok(output) => {
+            output.map_err(|e| failed(format!("the docker credential helper failed: {e}")))?
+        }
+        Err(_) => {
+            // SAFETY: kill(2) on the helper's own pid, a child not yet reaped (its waiter
+            // still waits), so the pid is not reused.
+            unsafe { libc::kill(pid as libc::pid_t, libc::SIGKILL) };
+            return Err(failed(format!(
+                "it did not answer within {} s ({} sets how long to wait); it was stopped",
+                limit.as_secs(),
+                super::transport::ANSWER_TIMEOUT_ENV
+            )));
+        }
+    };
     let stdout = String::from_utf8_lossy(&output.stdout);
     if !output.status.success() {
         // The helpers' own way of saying "none stored", on stdout.
@@ -168,6 +200,47 @@ fn from_helper(helper: &str, registry: &str) -> Result<Option<Credentials>> {
 
 #[cfg(test)]
 mod tests {
+    use super::ask_helper;
+
+    /// A helper script in a folder of its own.
+    fn helper(script: &str) -> (tempfile::TempDir, String) {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("docker-credential-test");
+        std::fs::write(&path, format!("#!/bin/sh\n{script}\n")).unwrap();
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).unwrap();
+        let program = path.to_str().unwrap().to_string();
+        (dir, program)
+    }
+
+    #[test]
+    fn a_helper_that_never_answers_is_stopped_at_the_deadline() {
+        let (_dir, program) = helper("exec sleep 600");
+        let error = ask_helper(
+            &program,
+            "r.example:5000",
+            std::time::Duration::from_secs(1),
+        )
+        .unwrap_err()
+        .render();
+        assert!(error.contains("did not answer within 1 s"), "{error}");
+    }
+
+    #[test]
+    fn a_failing_helper_s_stdout_stays_out_of_the_error() {
+        let (_dir, program) =
+            helper("echo '{\"Secret\": \"SENTINEL-7f3a\"}'; echo refused >&2; exit 3");
+        let error = ask_helper(
+            &program,
+            "r.example:5000",
+            std::time::Duration::from_secs(60),
+        )
+        .unwrap_err()
+        .render();
+        assert!(error.contains("exit 3: refused"), "{error}");
+        assert!(!error.contains("SENTINEL-7f3a"), "{error}");
+    }
+
     use super::*;
 
     #[test]
