@@ -398,6 +398,19 @@ impl Error {
     }
 }
 
+/// What the system said of a file, without the "failed to ... `path`" fs_err puts in front:
+/// for messages that name the path already.
+pub fn os_words(error: &std::io::Error) -> String {
+    // fs_err writes "failed to <do> `<path>`: <the system's words>" and keeps the original
+    // error private (unless its `expose_original_error`, which would move the system's words
+    // out of every other message).
+    let text = error.to_string();
+    match (text.starts_with("failed to "), text.find("`: ")) {
+        (true, Some(at)) => text[at + 3..].to_string(),
+        _ => text,
+    }
+}
+
 /// `text` without terminal escape sequences (colours, cursor moves: ESC `[` ... final byte,
 /// ESC `]` ... BEL or ESC `\\`) and without other control characters but newline and tab, so
 /// that build output can go into error reports, JSON and XML as plain text.

@@ -265,7 +265,7 @@ mod tests {
             lines,
             [
                 "image              bytes error",
-                "a                     12 ",
+                "a                     12",
                 "a-long-image-name 123456 gone",
             ]
         );

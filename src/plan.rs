@@ -470,20 +470,24 @@ fn resolved_src(
 ) -> Result<(PathBuf, bool)> {
     let src = loaded.dir.join(copy.src.get_ref().as_str());
     let refuse = |message: String| loaded.invalid(copy.src.span(), "file.src", message);
-    let metadata = match std::fs::symlink_metadata(&src) {
+    let metadata = match fs_err::symlink_metadata(&src) {
         Ok(metadata) => metadata,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
             return refuse(format!("{} does not exist", src.display()));
         }
         // A symlink loop or a file on the way: the spec names a path that cannot be.
-        Err(e) => return refuse(format!("{} cannot be resolved: {e}", src.display())),
+        Err(e) => {
+            let words = crate::error::os_words(&e);
+            return refuse(format!("{} cannot be resolved: {words}", src.display()));
+        }
     };
-    let real = match std::fs::canonicalize(&src) {
+    let real = match fs_err::canonicalize(&src) {
         Ok(real) => real,
         Err(e) => {
             return refuse(format!(
-                "{} leads nowhere through a symlink: {e}",
-                src.display()
+                "{} leads nowhere through a symlink: {}",
+                src.display(),
+                crate::error::os_words(&e)
             ));
         }
     };

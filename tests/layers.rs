@@ -43,6 +43,46 @@ fn every_import_runs_down_the_layers_and_none_runs_in_a_circle() {
     assert!(edges > 100, "the walk found too few imports: {edges}");
 }
 
+/// Files are read and written through fs_err, whose errors name the path (std::fs says "No
+/// such file or directory" and not which): no std::fs function outside test code. Types stay
+/// std's (`File`, `Metadata`, `TryLockError`), and so does what fs_err does not wrap: the
+/// lock files' `OpenOptions` (images/turn.rs, which names the path itself) and the ssh
+/// folder's `DirBuilder` with its mode.
+#[test]
+fn files_are_opened_through_fs_err() {
+    let files = sources(Path::new(env!("CARGO_MANIFEST_DIR")).join("src").as_path());
+    let mut found = Vec::new();
+    for (file, text) in &files {
+        let code = strip_tests_and_comments(text);
+        for (at, _) in code.match_indices("std::fs::") {
+            let rest = &code[at + "std::fs::".len()..];
+            let name: String = rest
+                .chars()
+                .take_while(|c| c.is_alphanumeric() || *c == '_')
+                .collect();
+            let after = &rest[name.len()..];
+            let function = name.starts_with(char::is_lowercase) && after.starts_with('(');
+            let opens =
+                name == "File" && (after.starts_with("::open(") || after.starts_with("::create("));
+            let allowed = matches!(
+                (file.as_str(), name.as_str()),
+                ("images/turn.rs", "OpenOptions") | ("engine/ssh.rs", "DirBuilder")
+            );
+            if (function || opens || name == "OpenOptions" || name == "DirBuilder") && !allowed {
+                found.push(format!(
+                    "{file}: std::fs::{name}{}",
+                    &after[..after.len().min(8)]
+                ));
+            }
+        }
+    }
+    assert!(
+        found.is_empty(),
+        "std::fs where fs_err serves:\n{}",
+        found.join("\n")
+    );
+}
+
 /// The check itself finds what it is for: an import up a layer, a circle of siblings, a
 /// `{...}` group and `super::` paths; test code and comments do not count.
 #[test]

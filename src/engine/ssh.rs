@@ -74,7 +74,7 @@ fn control_path(
             .recursive(true)
             .mode(0o700)
             .create(&dir)?;
-        std::fs::set_permissions(&dir, std::os::unix::fs::PermissionsExt::from_mode(0o700))
+        fs_err::set_permissions(&dir, std::os::unix::fs::PermissionsExt::from_mode(0o700))
     };
     if path.as_os_str().len() + 17 < 104 && private().is_ok() {
         (path, true)
@@ -197,7 +197,7 @@ impl SshBridge {
     pub(super) async fn cancel_engine_forward(&self, remote: &str) {
         self.control_quietly("cancel", &self.engine_forward(remote))
             .await;
-        let _ = std::fs::remove_file(self.forward_path());
+        let _ = fs_err::remove_file(self.forward_path());
     }
 
     /// `-L <forward path>:<the node's engine socket>`.

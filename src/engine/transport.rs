@@ -40,7 +40,7 @@ impl Dial {
         use rustls_pki_types::{CertificateDer, PrivateKeyDer};
         let read = |name: &str| {
             let path = dir.join(name);
-            std::fs::read(&path).map_err(|e| format!("{}: {e}", path.display()))
+            fs_err::read(&path).map_err(|e| e.to_string())
         };
         let certificates = |name: &str| -> Result<Vec<CertificateDer<'static>>, String> {
             CertificateDer::pem_slice_iter(&read(name)?)

@@ -65,8 +65,8 @@ pub fn set_project(root: &Path) {
 /// which holds nothing that cannot be fetched or exported again.
 pub fn mark_cache(cache: &Path) {
     let tag = cache.join("CACHEDIR.TAG");
-    if !tag.is_file() && std::fs::create_dir_all(cache).is_ok() {
-        let _ = std::fs::write(
+    if !tag.is_file() && fs_err::create_dir_all(cache).is_ok() {
+        let _ = fs_err::write(
             tag,
             "Signature: 8a477f597d28d172789f06886806bc55\n\
              # This file is a cache directory tag created by hallmark (git sources, wheels,\n\
@@ -478,7 +478,7 @@ impl LayerStore {
             let Some(dir) = self.own_folder(kind)? else {
                 return Ok(());
             };
-            std::fs::File::create(dir.join(name)).map(drop)
+            fs_err::File::create(dir.join(name)).map(drop)
         };
         let _ = marked();
     }
@@ -491,7 +491,7 @@ impl LayerStore {
             return Ok(None);
         };
         let dir = self.project_dir(project);
-        std::fs::create_dir_all(dir.join(kind))?;
+        fs_err::create_dir_all(dir.join(kind))?;
         if !dir.join("root").is_file() {
             write_atomically(&dir.join("root"), project.as_os_str().as_encoded_bytes())
                 .map_err(std::io::Error::other)?;

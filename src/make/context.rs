@@ -186,9 +186,8 @@ impl<'a> FilesArchive<'a> {
 pub fn open_checked(file: &ContextFile, size: u64) -> std::io::Result<impl Read> {
     Ok(CheckedFile {
         inner: Hashing::new(
-            std::fs::File::open(&file.src)
-                .map_err(|e| std::io::Error::new(e.kind(), format!("{}: {e}", file.src.display())))?
-                .take(size + 1),
+            // fs_err's message names the file.
+            fs_err::File::open(&file.src)?.take(size + 1),
         ),
         file,
         size,

@@ -261,7 +261,7 @@ impl FileHashes {
     pub fn load(root: &Path, state_dir: &Path) -> FileHashes {
         let file = state_dir.join("file-hashes");
         let mut entries = BTreeMap::new();
-        if let Ok(text) = std::fs::read_to_string(&file) {
+        if let Ok(text) = fs_err::read_to_string(&file) {
             let mut lines = text.lines();
             if lines.next() == Some(HASHES_HEADER) {
                 for line in lines {
@@ -305,7 +305,7 @@ impl FileHashes {
     /// else read (streamed) and remembered once it has settled.
     pub fn sha256(&mut self, path: &Path) -> std::io::Result<String> {
         let started = SystemTime::now();
-        let mut file = std::fs::File::open(path)?;
+        let mut file = fs_err::File::open(path)?;
         let before = file.metadata()?;
         let stamp = FileStamp::of(&before);
         let key = self.key(path);
@@ -348,14 +348,14 @@ impl FileHashes {
         }
         let root = &self.root;
         self.entries
-            .retain(|path, _| std::fs::symlink_metadata(root.join(path)).is_ok());
+            .retain(|path, _| fs_err::symlink_metadata(root.join(path)).is_ok());
         let mut text = format!("{HASHES_HEADER}\n");
         for (path, (stamp, sha)) in &self.entries {
             text.push_str(&format!("{sha} {} {path}\n", stamp.0));
         }
         let write = || -> std::io::Result<()> {
             let dir = file.parent().expect("a folder");
-            std::fs::create_dir_all(dir)?;
+            fs_err::create_dir_all(dir)?;
             let mut tmp = tempfile::NamedTempFile::new_in(dir)?;
             std::io::Write::write_all(&mut tmp, text.as_bytes())?;
             tmp.persist(file).map_err(|e| e.error)?;

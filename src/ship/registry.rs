@@ -195,7 +195,7 @@ fn stop_leftover(root: &Path) {
         return;
     };
     let serves_ours = || {
-        std::fs::read(format!("/proc/{pid}/cmdline")).is_ok_and(|cmdline| {
+        fs_err::read(format!("/proc/{pid}/cmdline")).is_ok_and(|cmdline| {
             cmdline
                 .split(|b| *b == 0)
                 .any(|arg| arg == config.as_os_str().as_encoded_bytes())
@@ -209,9 +209,9 @@ fn stop_leftover(root: &Path) {
     // not enough: it shows as a zombie while the others still exit holding the port, and a
     // new registry on it then failed with "address already in use" under load.
     let running = || {
-        std::fs::read_dir(format!("/proc/{pid}/task")).is_ok_and(|tasks| {
+        fs_err::read_dir(format!("/proc/{pid}/task")).is_ok_and(|tasks| {
             tasks.flatten().any(|task| {
-                std::fs::read_to_string(task.path().join("stat")).is_ok_and(|stat| {
+                fs_err::read_to_string(task.path().join("stat")).is_ok_and(|stat| {
                     stat.rsplit_once(')')
                         .is_some_and(|(_, rest)| !rest.trim_start().starts_with('Z'))
                 })

@@ -19,7 +19,7 @@ impl Superseded {
     const FILE: &str = "superseded.json";
 
     fn read(state_dir: &Path) -> Superseded {
-        std::fs::read_to_string(state_dir.join(Superseded::FILE))
+        fs_err::read_to_string(state_dir.join(Superseded::FILE))
             .ok()
             .and_then(|text| serde_json::from_str(&text).ok())
             .unwrap_or_default()
@@ -28,11 +28,11 @@ impl Superseded {
     fn write(&self, state_dir: &Path) {
         let path = state_dir.join(Superseded::FILE);
         if self.0.is_empty() {
-            let _ = std::fs::remove_file(path);
+            let _ = fs_err::remove_file(path);
             return;
         }
         let text = serde_json::to_string_pretty(self).expect("json");
-        let _ = std::fs::create_dir_all(state_dir).and_then(|()| std::fs::write(path, text));
+        let _ = fs_err::create_dir_all(state_dir).and_then(|()| fs_err::write(path, text));
     }
 }
 

@@ -56,7 +56,7 @@ pub fn stored_wheels(store: &LayerStore, image: &PlannedImage) -> Result<Vec<Pat
 }
 
 fn wheels_in(dir: &Path) -> std::io::Result<Vec<PathBuf>> {
-    let mut wheels: Vec<PathBuf> = std::fs::read_dir(dir)?
+    let mut wheels: Vec<PathBuf> = fs_err::read_dir(dir)?
         .filter_map(|e| e.ok().map(|e| e.path()))
         .filter(|p| p.extension().is_some_and(|e| e == "whl"))
         .collect();
@@ -142,11 +142,11 @@ async fn compile_into(
     // rename cannot replace a folder that has files), then removed.
     if settings.force && kept.is_dir() {
         let aside = parent_dir.join(format!(".replaced-{}", std::process::id()));
-        if std::fs::rename(kept, &aside).is_ok() {
+        if fs_err::rename(kept, &aside).is_ok() {
             let _ = fs_err::remove_dir_all(&aside);
         }
     }
-    if let Err(e) = std::fs::rename(&scratch, kept) {
+    if let Err(e) = fs_err::rename(&scratch, kept) {
         // Another build kept the same stage meanwhile: the same inputs, so either will do.
         let _ = fs_err::remove_dir_all(&scratch);
         if !kept.is_dir() {
@@ -338,7 +338,7 @@ async fn fetch_wheels(engine: &Engine, id: &str, out: &Path) -> Result<()> {
     }
     drop(file);
     let unpack = || -> std::io::Result<()> {
-        let mut archive = tar::Archive::new(std::fs::File::open(&tar_path)?);
+        let mut archive = tar::Archive::new(fs_err::File::open(&tar_path)?);
         for entry in archive.entries()? {
             let mut entry = entry?;
             if entry.header().entry_type() != tar::EntryType::Regular {
@@ -352,7 +352,7 @@ async fn fetch_wheels(engine: &Engine, id: &str, out: &Path) -> Result<()> {
             if !name.ends_with(".whl") || path.components().count() != 2 {
                 continue;
             }
-            let mut target = std::fs::File::create(out.join(name))?;
+            let mut target = fs_err::File::create(out.join(name))?;
             std::io::copy(&mut entry, &mut target)?;
         }
         Ok(())
@@ -419,7 +419,7 @@ pub async fn check_repro(
 
 /// The members of each wheel by sha256 (RECORD excluded: it lists the others' hashes).
 fn wheel_members(path: &Path) -> std::io::Result<BTreeMap<String, String>> {
-    let mut archive = zip::ZipArchive::new(std::fs::File::open(path)?)
+    let mut archive = zip::ZipArchive::new(fs_err::File::open(path)?)
         .map_err(|e| std::io::Error::other(e.to_string()))?;
     let mut members = BTreeMap::new();
     for i in 0..archive.len() {

@@ -71,7 +71,7 @@ fn find(
         .iter()
         .map(|root| root.join(BLOBS))
         .find_map(|dir| {
-            let bytes = std::fs::read(dir.join(id.hex())).ok()?;
+            let bytes = fs_err::read(dir.join(id.hex())).ok()?;
             (Digest::of(&bytes) == id).then_some((dir, bytes))
         })
         .ok_or_else(|| {
@@ -118,9 +118,7 @@ fn find(
     // Every file the archive will hold, there and of its size, before the reading starts.
     for (digest, size) in blobs.in_order() {
         let path = blobs.dir.join(digest.hex());
-        let found = std::fs::File::open(&path)
-            .and_then(|f| f.metadata())
-            .map_err(|e| format!("{}: {e}", path.display()))?;
+        let found = fs_err::metadata(&path).map_err(|e| e.to_string())?;
         if found.len() != size {
             return Err(format!("{} is not {size} bytes", path.display()));
         }
@@ -203,9 +201,8 @@ impl Archive {
                 Box::new(std::io::Cursor::new(bytes)),
             ),
             Some(Part::File { name, path, size }) => {
-                let file = std::fs::File::open(&path).map_err(|e| {
-                    std::io::Error::new(e.kind(), format!("{}: {e}", path.display()))
-                })?;
+                // fs_err's message names the path.
+                let file = fs_err::File::open(&path)?.into_parts().0;
                 // Exactly the size the header gives, whatever the file became since.
                 (name, size, Box::new(Exactly::new(file, size, path)))
             }
@@ -288,12 +285,12 @@ fn roots(docker_root: &Path) -> Vec<PathBuf> {
 /// The roots the running containerd processes were given: `--root`, or `root` in the file
 /// of `--config`.
 fn running_roots() -> Vec<PathBuf> {
-    let Ok(procs) = std::fs::read_dir("/proc") else {
+    let Ok(procs) = fs_err::read_dir("/proc") else {
         return Vec::new();
     };
     let mut roots = Vec::new();
     for proc in procs.flatten() {
-        let Ok(cmdline) = std::fs::read(proc.path().join("cmdline")) else {
+        let Ok(cmdline) = fs_err::read(proc.path().join("cmdline")) else {
             continue;
         };
         let args: Vec<String> = cmdline
@@ -329,7 +326,7 @@ fn root_of(args: &[String]) -> Option<PathBuf> {
         return Some(PathBuf::from(root));
     }
     let config = value(&["--config", "-config", "-c"])?;
-    let text = std::fs::read_to_string(config).ok()?;
+    let text = fs_err::read_to_string(config).ok()?;
     let table: toml::Table = toml::from_str(&text).ok()?;
     table.get("root")?.as_str().map(PathBuf::from)
 }

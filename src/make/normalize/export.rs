@@ -474,7 +474,7 @@ impl Reading<'_> {
             Some(size) => (self.rewrite)(layer, size, self.load_free)?,
             None => {
                 let tmp_dir = self.store.root.join("tmp");
-                std::fs::create_dir_all(&tmp_dir)?;
+                fs_err::create_dir_all(&tmp_dir)?;
                 let file = tempfile::tempfile_in(&tmp_dir)?;
                 let mut spool = std::io::BufWriter::with_capacity(256 * 1024, file);
                 std::io::copy(layer, &mut spool)?;

@@ -102,8 +102,7 @@ pub async fn locate(
     let config_path = root
         .join("image/overlay2/imagedb/content/sha256")
         .join(image_hex);
-    let config =
-        std::fs::read(&config_path).map_err(|e| format!("{}: {e}", config_path.display()))?;
+    let config = fs_err::read(&config_path).map_err(|e| e.to_string())?;
     if Digest::of(&config).hex() != image_hex {
         return Err(format!("{} is not the image {id}", config_path.display()));
     }
@@ -113,9 +112,7 @@ pub async fn locate(
     let strings: Vec<String> = diff_ids.iter().map(Digest::to_string).collect();
     let chains = crate::images::transfer::chain_ids(&strings);
     let layer_dir = |n: usize| layerdb.join(chains[n].trim_start_matches("sha256:"));
-    let read = |path: PathBuf| {
-        std::fs::read_to_string(&path).map_err(|e| format!("{}: {e}", path.display()))
-    };
+    let read = |path: PathBuf| fs_err::read_to_string(&path).map_err(|e| e.to_string());
     let mut dirs = Vec::new();
     for (n, diff_id) in diff_ids.iter().enumerate() {
         let layer = layer_dir(n);
@@ -128,7 +125,7 @@ pub async fn locate(
             return Err(format!("{}: cache-id {cache_id:?}", layer.display()));
         }
         let dir = root.join("overlay2").join(cache_id).join("diff");
-        std::fs::read_dir(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+        fs_err::read_dir(&dir).map_err(|e| e.to_string())?;
         dirs.push(dir);
     }
     let new_dirs = dirs.split_off(parent_layers);
@@ -180,7 +177,7 @@ fn tar_size(path: &Path) -> std::io::Result<u64> {
         #[serde(default)]
         payload: Option<String>,
     }
-    let file = std::fs::File::open(path)?;
+    let file = fs_err::File::open(path)?;
     let lines = std::io::BufReader::new(flate2::read::GzDecoder::new(file)).lines();
     let mut size = 0u64;
     for line in lines {
@@ -216,8 +213,8 @@ pub struct Files(Vec<PathBuf>);
 impl super::Content for Files {
     fn open(&mut self, item: &Item) -> std::io::Result<impl Read + '_> {
         let path = &self.0[item.data as usize];
-        let file = std::fs::File::open(path)
-            .map_err(|e| std::io::Error::new(e.kind(), format!("{}: {e}", path.display())))?;
+        // fs_err's message names the file.
+        let file = fs_err::File::open(path)?;
         Ok(Exactly {
             // The tar writer copies in 8 KiB pieces: one read call each without the buffer.
             inner: std::io::BufReader::with_capacity(1 << 20, file.take(item.size)),
@@ -327,7 +324,7 @@ pub fn walk(dir: &Path) -> std::io::Result<Walked> {
             item.data = files.len() as u64;
             files.push(full.to_path_buf());
         } else if kind.is_symlink() {
-            let target = std::fs::read_link(full).map_err(|e| failed(full, e))?;
+            let target = fs_err::read_link(full).map_err(|e| failed(full, e))?;
             item.kind = Kind::Symlink;
             item.link = Some(text(std::os::unix::ffi::OsStrExt::as_bytes(
                 target.as_os_str(),
