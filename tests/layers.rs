@@ -83,6 +83,39 @@ fn files_are_opened_through_fs_err() {
     );
 }
 
+/// Every source file the README and docs/ name exists (they named 22 moved files when the
+/// folders became the pipeline).
+#[test]
+fn the_docs_name_files_that_exist() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let mut pages = vec![root.join("README.md")];
+    for entry in std::fs::read_dir(root.join("docs")).unwrap() {
+        let path = entry.unwrap().path();
+        if path.extension().is_some_and(|e| e == "md") {
+            pages.push(path);
+        }
+    }
+    let mut missing = Vec::new();
+    for page in &pages {
+        let text = std::fs::read_to_string(page).unwrap();
+        for (at, _) in text.match_indices("src/") {
+            let name: String = text[at..]
+                .chars()
+                .take_while(|c| c.is_alphanumeric() || matches!(c, '/' | '_' | '.'))
+                .collect();
+            let name = name.trim_end_matches('.');
+            if name.ends_with(".rs") && !root.join(name).is_file() {
+                missing.push(format!("{}: {name}", page.display()));
+            }
+        }
+    }
+    assert!(
+        missing.is_empty(),
+        "files the docs name that do not exist:\n{}",
+        missing.join("\n")
+    );
+}
+
 /// The check itself finds what it is for: an import up a layer, a circle of siblings, a
 /// `{...}` group and `super::` paths; test code and comments do not count.
 #[test]
