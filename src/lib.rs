@@ -26,6 +26,7 @@ use std::process::ExitCode;
 /// Parses the command line, runs it, prints any error, and returns the exit code.
 pub fn main() -> ExitCode {
     let cli = cli::Cli::parse();
+    output::tracing_from_env();
     match commands::run(cli) {
         Ok(status) => status.into(),
         Err(error) => {

@@ -218,6 +218,22 @@ pub fn stdout_exactly(text: &str) {
     }
 }
 
+/// Spans and events on stderr when `RUST_LOG` asks for them (`RUST_LOG=hallmark=debug`):
+/// per image, node and layer, what was decided and why. Off otherwise, so the tables, notes
+/// and progress are all a user sees. Fields carry names, ids and sizes, never credentials
+/// (docs/security.md).
+pub fn tracing_from_env() {
+    let Ok(filter) = tracing_subscriber::EnvFilter::try_from_default_env() else {
+        return;
+    };
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+        .with_target(false)
+        .try_init();
+}
+
 /// `text` on stderr as it is: the one place outside [`Output`] that writes there (an error
 /// report, a build's streamed log, a note before any `Output` exists). Like [`stdout`], a
 /// stderr that went away ends the printing, not the command.

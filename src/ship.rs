@@ -124,6 +124,7 @@ pub async fn shipment(
 /// Read-only questions first, to every node at once: does it hold the image, and which of
 /// its layers. Then the export into the layer store, if a node needs the image and the store
 /// lacks it; then the transfers, one node after another unless `--parallel`.
+#[tracing::instrument(skip_all, fields(image = %shipment.reference, nodes = nodes.len()))]
 pub async fn distribute(
     builder: &Engine,
     nodes: &[Engine],

@@ -305,6 +305,7 @@ pub struct Sent {
 
 /// Streams an archive holding `image`'s layers from `first` on into `node`'s load; returns
 /// what went, whether or not the load succeeded.
+#[tracing::instrument(skip_all, fields(node = %node.node, image = reference, first, layers = image.layers.len() - first))]
 pub async fn send(
     node: &Engine,
     store: &Arc<LayerStore>,

@@ -189,6 +189,7 @@ impl BuildRecord {
     }
 }
 
+#[tracing::instrument(skip_all, fields(image = %image.loaded.name, checksum = %image.checksum))]
 pub async fn build_one(
     engine: &Engine,
     image: &PlannedImage,

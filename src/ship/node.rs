@@ -16,6 +16,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 /// What a node needs: nothing, the layers from some point on, or it cannot be asked.
+#[derive(Debug)]
 pub enum Decision {
     Skip,
     /// Send the layers from `first_missing` on (0: all of them).
@@ -37,6 +38,7 @@ impl Decision {
 }
 
 /// Asks `node` whether it holds the shipment and, unless `full`, which of its layers.
+#[tracing::instrument(skip_all, fields(node = %node.node, image = %shipment.reference), ret(Debug))]
 pub async fn decide(
     node: &Engine,
     shipment: &Shipment,
@@ -86,6 +88,7 @@ where
 /// with the load's error; a thin archive the node refused is sent again whole. One the node
 /// takes but cannot read all of (`incomplete`) is completed with every layer. An image the
 /// node held under the tag without its content is removed once the tag has moved off it.
+#[tracing::instrument(skip_all, fields(node = %node.node, image = %shipment.reference, first_missing))]
 pub async fn send_and_verify(
     node: &Engine,
     store: &Arc<LayerStore>,

@@ -86,6 +86,7 @@ async fn holding_of(
             (state, found, Some(print))
         }
     };
+    tracing::debug!(node = engine.node(), reference, state = ?state, by_id, "judged");
     let detail = match state {
         Holding::Incomplete => Some(format!(
             "the engine holds {reference} without its content (it cannot be saved or pushed); `hallmark distribute` completes it"

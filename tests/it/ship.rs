@@ -1725,3 +1725,32 @@ fn two_distributes_to_one_node_take_turns() {
         "{actions:?}"
     );
 }
+
+/// `RUST_LOG=hallmark=debug` shows the spans and events of a distribute on stderr: per
+/// image and node, what was decided and how the node's image was judged; without it, none.
+#[test]
+fn rust_log_shows_spans_per_image_and_node() {
+    let testbed = Testbed::get();
+    let config = testbed.config();
+    let project = project(1, "traced");
+    let configured = project.with_config(&config);
+    configured.run(&["-q", "build", "wrap"]).success();
+    let node = testbed.node_of("20", "classic");
+    let traced = configured.run_with(
+        &["distribute", "wrap", "--to", &node],
+        &[("RUST_LOG", "hallmark=debug")],
+    );
+    traced.success();
+    let stderr = traced.stderr();
+    assert!(
+        stderr.contains("decide{") && stderr.contains(&format!("node={node}")),
+        "{stderr}"
+    );
+    assert!(
+        stderr.contains("judged") && stderr.contains("state=Current"),
+        "{stderr}"
+    );
+    let quiet = configured.run(&["distribute", "wrap", "--to", &node]);
+    quiet.success();
+    assert!(!quiet.stderr().contains("decide{"), "{}", quiet.stderr());
+}
