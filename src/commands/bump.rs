@@ -238,9 +238,13 @@ impl Tried {
             .filter(|r| !takes(r.status))
             .map(|r| format!("{}/{}", r.set, r.patch))
             .collect();
-        let mut summary: Vec<String> = statuses.iter().map(|(s, n)| format!("{n} {s}")).collect();
+        let mut summary = statuses
+            .iter()
+            .map(|(s, n)| format!("{n} {s}"))
+            .collect::<Vec<_>>()
+            .join(", ");
         if !failing.is_empty() {
-            summary.push(format!("({})", failing.join(", ")));
+            summary.push_str(&format!("; in the way: {}", failing.join(", ")));
         }
         Tried {
             index,
@@ -250,7 +254,7 @@ impl Tried {
             statuses,
             applies: failing.is_empty(),
             failing,
-            summary: summary.join(", "),
+            summary,
         }
     }
 }
@@ -268,7 +272,7 @@ impl Row for Tried {
     fn columns() -> Option<&'static [Column]> {
         const COLUMNS: [Column; 4] = [
             Column::left("revision", 12),
-            Column::left("date", 25),
+            Column::left("date", 0),
             Column::left("verdict", 8),
             Column::left("patches", 0),
         ];
