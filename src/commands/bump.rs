@@ -9,7 +9,7 @@ use crate::commands::settings::Settings;
 use crate::error::{Error, ExitStatus, Result};
 use crate::inputs::patches::report::{self, PatchStatus, Status, Target};
 use crate::inputs::pins;
-use crate::inputs::values::{GitCommit, Name};
+use crate::inputs::values::Name;
 use crate::output::{Column, Row};
 use crate::plan::Plan;
 use crate::plan::bump::{self, Along, Candidate};
@@ -99,8 +99,14 @@ pub(super) fn run(settings: &Settings, args: &BumpArgs) -> Result<ExitStatus> {
             Along::Tags(_) => None,
         },
         repo: &repo,
-        old_pin: &pin.commit,
-        sets: sets.iter().map(|s| s.dir.clone()).collect(),
+        original: Saved::of(&{
+            let mut files = vec![
+                planned.loaded.path.clone(),
+                pins::path_for(&settings.project.root, &name),
+            ];
+            files.extend(sets.iter().map(|s| s.dir.clone()));
+            files
+        })?,
     };
     bumping.write(&candidates[chosen])?;
     report.written = true;
@@ -127,6 +133,11 @@ pub(super) fn run(settings: &Settings, args: &BumpArgs) -> Result<ExitStatus> {
         bumping.write(&candidates[i])?;
         match bumping.build() {
             Ok(()) => Ok(true),
+            // Ctrl-C is the operator's, not the candidate's failure: everything goes back.
+            Err(e @ Error::Interrupted { .. }) => {
+                bumping.original.put_back()?;
+                Err(e)
+            }
             Err(e) => {
                 failures.insert(i, e.to_string());
                 Ok(false)
@@ -136,7 +147,7 @@ pub(super) fn run(settings: &Settings, args: &BumpArgs) -> Result<ExitStatus> {
     let first_bad = good.map_or(0, |g| g + 1);
     match good {
         Some(g) => bumping.write(&candidates[g])?,
-        None => bumping.restore_pin()?,
+        None => bumping.original.put_back()?,
     }
     report.chosen = good.map(|g| Chosen::of(&candidates[g]));
     report.written = good.is_some();
@@ -363,8 +374,10 @@ struct Bumping<'a> {
     /// The branch walked (its name stays the spec's `rev` when it is one).
     branch: Option<&'a str>,
     repo: &'a Path,
-    old_pin: &'a GitCommit,
-    sets: Vec<PathBuf>,
+    /// The spec, pins and patch sets as they were before bump wrote anything: every write
+    /// starts from them (a candidate's refresh never sees another's), and any failure, or a
+    /// Ctrl-C, puts them back.
+    original: Saved,
 }
 
 impl Bumping<'_> {
@@ -372,15 +385,27 @@ impl Bumping<'_> {
     /// spec's `rev` when it must name the candidate (a tag, or a commit off the spec's
     /// branch). All or nothing: on any failure every file is as it was.
     fn write(&self, candidate: &Candidate) -> Result<()> {
-        let project = &self.settings.project;
-        let pins_path = pins::path_for(&project.root, self.name);
-        let mut files = vec![self.spec_path.to_path_buf(), pins_path];
-        files.extend(self.sets.iter().cloned());
-        let saved = Saved::of(&files)?;
-        let written = self.write_unguarded(candidate);
-        if written.is_err() {
-            saved.restore()?;
-        }
+        // SIGINT and SIGTERM wait while files are half written: then the files are put back
+        // and bump ends as interrupted (a Ctrl-C there left patch files deleted but listed).
+        let held = Signals::hold();
+        let written = self
+            .original
+            .put_back()
+            .and_then(|()| self.write_unguarded(candidate));
+        let written = match (written, held.arrived()) {
+            (Ok(()), false) => Ok(()),
+            (result, arrived) => {
+                let put_back = self.original.put_back();
+                match (result, arrived) {
+                    (_, true) => Err(Error::Interrupted {
+                        what: "bump (the spec, pins and patch sets are as they were)".into(),
+                    }),
+                    (Err(e), false) => Err(put_back.err().unwrap_or(e)),
+                    (Ok(()), false) => unreachable!("matched above"),
+                }
+            }
+        };
+        drop(held);
         written
     }
 
@@ -430,16 +455,6 @@ impl Bumping<'_> {
         let plan = Plan::new(project, std::slice::from_ref(self.name))?;
         crate::plan::fetch::fetch(&self.settings.cache, plan.get(self.name))?;
         Ok(())
-    }
-
-    /// Puts the old pin back (when no candidate builds): the refreshed series is rewritten
-    /// for it, as for any candidate.
-    fn restore_pin(&self) -> Result<()> {
-        self.write(&Candidate {
-            commit: self.old_pin.clone(),
-            date: String::new(),
-            tag: (self.branch.is_none()).then(|| self.spec_rev.to_string()),
-        })
     }
 
     /// Builds the image as it is now pinned, smoke tests included.
@@ -499,18 +514,115 @@ impl Saved {
         Ok(Saved { copies })
     }
 
-    fn restore(self) -> Result<()> {
-        for (path, copy_dir) in self.copies {
-            if path.is_dir() {
-                fs_err::remove_dir_all(&path).map_err(|e| Error::io(&path, e))?;
-            } else if path.exists() {
-                fs_err::remove_file(&path).map_err(|e| Error::io(&path, e))?;
-            }
-            if let Some(dir) = copy_dir {
-                copy(&dir.path().join("copy"), &path)?;
+    /// Puts every saved file back as it was: each is tried whatever happened to the one
+    /// before (a file that cannot be written does not leave the others changed), and the
+    /// first failure is the answer.
+    fn put_back(&self) -> Result<()> {
+        let mut first_failure = None;
+        for (path, copy_dir) in &self.copies {
+            let attempt = || -> Result<()> {
+                match copy_dir {
+                    Some(dir) => sync(&dir.path().join("copy"), path),
+                    None if path.is_dir() => {
+                        fs_err::remove_dir_all(path).map_err(|e| Error::io(path, e))
+                    }
+                    None if path.exists() => {
+                        fs_err::remove_file(path).map_err(|e| Error::io(path, e))
+                    }
+                    None => Ok(()),
+                }
+            };
+            if let Err(e) = attempt() {
+                first_failure.get_or_insert(e);
             }
         }
-        Ok(())
+        first_failure.map_or(Ok(()), Err)
+    }
+}
+
+/// Makes `to` hold what `from` holds: files written over in place (a file whose content is
+/// already right is not touched), files `from` lacks removed.
+fn sync(from: &Path, to: &Path) -> Result<()> {
+    if from.is_file() {
+        let want = fs_err::read(from).map_err(|e| Error::io(from, e))?;
+        if fs_err::read(to).ok().as_deref() != Some(&want[..]) {
+            fs_err::write(to, &want).map_err(|e| Error::io(to, e))?;
+        }
+        return Ok(());
+    }
+    if to.is_dir() {
+        for entry in walkdir::WalkDir::new(to).contents_first(true) {
+            let entry = entry.map_err(|e| Error::io(to, e.into()))?;
+            let relative = entry.path().strip_prefix(to).expect("under to");
+            if !from.join(relative).exists() {
+                match entry.file_type().is_dir() {
+                    true => fs_err::remove_dir(entry.path()),
+                    false => fs_err::remove_file(entry.path()),
+                }
+                .map_err(|e| Error::io(entry.path(), e))?;
+            }
+        }
+    }
+    for entry in walkdir::WalkDir::new(from) {
+        let entry = entry.map_err(|e| Error::io(from, e.into()))?;
+        let target = to.join(entry.path().strip_prefix(from).expect("under from"));
+        if entry.file_type().is_dir() {
+            fs_err::create_dir_all(&target).map_err(|e| Error::io(&target, e))?;
+        } else {
+            sync(entry.path(), &target)?;
+        }
+    }
+    Ok(())
+}
+
+/// SIGINT and SIGTERM held back (blocked) while bump writes, and whether one arrived
+/// meanwhile (taken, so that it ends bump through its own error, exit 130). Written with libc
+/// because the signals must wait, not be handled: tokio's handler is installed only for
+/// engine work, and signal-hook would add a crate for two calls.
+struct Signals {
+    previous: libc::sigset_t,
+}
+
+impl Signals {
+    fn set() -> libc::sigset_t {
+        // SAFETY: sigemptyset and sigaddset write into a set owned here.
+        unsafe {
+            let mut set: libc::sigset_t = std::mem::zeroed();
+            libc::sigemptyset(&mut set);
+            libc::sigaddset(&mut set, libc::SIGINT);
+            libc::sigaddset(&mut set, libc::SIGTERM);
+            set
+        }
+    }
+
+    fn hold() -> Signals {
+        let set = Signals::set();
+        // SAFETY: pthread_sigmask on this thread with sets owned here.
+        unsafe {
+            let mut previous: libc::sigset_t = std::mem::zeroed();
+            libc::pthread_sigmask(libc::SIG_BLOCK, &set, &mut previous);
+            Signals { previous }
+        }
+    }
+
+    /// Whether SIGINT or SIGTERM is waiting; it is taken.
+    fn arrived(&self) -> bool {
+        let set = Signals::set();
+        let zero = libc::timespec {
+            tv_sec: 0,
+            tv_nsec: 0,
+        };
+        // SAFETY: sigtimedwait with a zero timeout on blocked signals: returns at once.
+        unsafe { libc::sigtimedwait(&set, std::ptr::null_mut(), &zero) > 0 }
+    }
+}
+
+impl Drop for Signals {
+    fn drop(&mut self) {
+        // SAFETY: restores this thread's mask as it was before `hold`.
+        unsafe {
+            libc::pthread_sigmask(libc::SIG_SETMASK, &self.previous, std::ptr::null_mut());
+        }
     }
 }
 

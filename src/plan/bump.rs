@@ -69,16 +69,35 @@ pub fn candidates(
                     commit.to_string()
                 }
             };
+            // Only descendants of the pin: a pin off the branch's first-parent line (a tag on a
+            // stable branch) must not move sideways to a commit that lacks what it had.
+            let descends = git(&repo)
+                .args(["merge-base", "--is-ancestor", pin.as_str(), &end])
+                .status()
+                .is_ok_and(|s| s.success());
+            if !descends {
+                return Err(Error::usage(format!(
+                    "the pin {pin} is not in the history of `{branch}` (up to {end}) in {url}: name the branch it is on with --branch"
+                )));
+            }
             let log = run(
                 git(&repo).args([
                     "log",
                     "--first-parent",
+                    "--ancestry-path",
                     "--reverse",
                     "--format=%H %cI",
                     &format!("{pin}..{end}"),
                 ]),
                 || format!("listing the commits of `{branch}` after {pin}"),
             )?;
+            if let Some(to) = to
+                && !log.lines().any(|l| l.starts_with(end.as_str()))
+            {
+                return Err(Error::usage(format!(
+                    "--to `{to}` ({end}) is not on the first-parent history of `{branch}` after the pin"
+                )));
+            }
             log.lines()
                 .filter_map(|line| line.split_once(' '))
                 .filter_map(|(hex, date)| {
@@ -100,6 +119,7 @@ fn tags_after(repo: &Path, pin: &GitCommit) -> Result<Vec<Candidate>> {
     let listing = run(
         git(repo).args([
             "for-each-ref",
+            "--sort=version:refname",
             "--format=%(refname:lstrip=3) %(objectname) %(*objectname)",
             "refs/hallmark/bump-tags/",
         ]),
@@ -133,33 +153,8 @@ fn tags_after(repo: &Path, pin: &GitCommit) -> Result<Vec<Candidate>> {
             });
         }
     }
-    tags.sort_by_key(|t| version_key(t.tag.as_deref()));
+    // In git's version order (`git tag --sort=v:refname`), as listed.
     Ok(tags)
-}
-
-/// A tag's version order: its runs of digits as numbers, the rest as text (`v0.10.1` after
-/// `v0.9.2`), as `git tag --sort=v:refname` orders them.
-fn version_key(tag: Option<&str>) -> Vec<(u64, String)> {
-    let tag = tag.unwrap_or_default();
-    let mut key = Vec::new();
-    let mut text = String::new();
-    let mut chars = tag.chars().peekable();
-    while let Some(c) = chars.next() {
-        if c.is_ascii_digit() {
-            let mut digits = c.to_string();
-            while let Some(d) = chars.next_if(char::is_ascii_digit) {
-                digits.push(d);
-            }
-            key.push((
-                digits.parse().unwrap_or(u64::MAX),
-                std::mem::take(&mut text),
-            ));
-        } else {
-            text.push(c);
-        }
-    }
-    key.push((0, text));
-    key
 }
 
 /// The newest of `n` candidates (oldest first) where `holds` is true, the pin before them
@@ -214,12 +209,5 @@ mod tests {
             }
         }
         assert_eq!(newest_holding(0, |_| Ok(true)).unwrap(), None);
-    }
-
-    #[test]
-    fn tags_sort_by_version() {
-        let mut tags = vec!["v0.10.1", "v0.9.2", "v0.10.0rc1", "v1.0", "v0.9.10"];
-        tags.sort_by_key(|t| version_key(Some(t)));
-        assert_eq!(tags, ["v0.9.2", "v0.9.10", "v0.10.0rc1", "v0.10.1", "v1.0"]);
     }
 }

@@ -275,23 +275,38 @@ impl Run<'_> {
                 .map(squeezed)
                 .collect();
             for hunk in &file.hunks {
-                let changed = |sign: char| -> Vec<String> {
+                let lines = |signs: &[char]| -> Vec<String> {
                     (hunk.text.lines().skip(1))
-                        .filter_map(|l| l.strip_prefix(sign))
-                        .map(squeezed)
+                        .filter(|l| l.starts_with(signs))
+                        .map(|l| squeezed(&l[1..]))
                         .filter(|l| l.chars().any(char::is_alphanumeric))
                         .collect()
                 };
-                let (added, removed) = (changed('+'), changed('-'));
+                let (added, removed) = (lines(&['+']), lines(&['-']));
+                let new_side = lines(&['+', ' ']);
+                let near = hunk_start(&hunk.line);
+                // Lines the hunk removes and does not add back must be gone from the file
+                // (each of them: one left means the change is not there).
+                let gone = removed
+                    .iter()
+                    .filter(|l| !added.contains(l))
+                    .all(|l| !now.contains(l));
+                if !gone {
+                    return Ok(None);
+                }
+                // A hunk that moves lines (adds what it removes) is there only as its whole
+                // new side, context and all, in order: the moved lines alone are in the
+                // file before any change.
+                let moves = added.iter().any(|l| removed.contains(l));
                 let place = match (added.is_empty(), removed.is_empty()) {
                     (true, true) => continue,
-                    (false, _) => found_at(&now, &added).map(|(line, together)| {
+                    (true, false) => Some(format!("{path} (removed)")),
+                    (false, _) if moves => found_at(&now, &new_side, near, false)
+                        .map(|(line, _)| format!("{path}:{line}")),
+                    (false, _) => found_at(&now, &added, near, true).map(|(line, together)| {
                         let how = if together { "" } else { ", reordered" };
                         format!("{path}:{line}{how}")
                     }),
-                    (true, false) => {
-                        (found_at(&now, &removed).is_none()).then(|| format!("{path} (removed)"))
-                    }
                 };
                 match place {
                     Some(place) => places.push(place),
@@ -402,16 +417,16 @@ impl Run<'_> {
         let mut needed = Vec::new();
         for left_out in &earlier {
             let index = ScratchIndex::of(self.target.repo, self.target.commit.as_str())?;
-            let mut others_apply = true;
+            // The others, each applied if it can be: one that needs the patch left out does
+            // not apply and is left out too (git apply is atomic), and the patch is then
+            // judged on what does apply (an outside test saw T named after A and B, B only
+            // because C, which T does not need, needs B).
             for name in earlier.iter().filter(|n| *n != left_out) {
                 let (_, other) = &self.taken[name];
-                let applied = index.apply(&other.path, other.strip, &only_its_files)?;
-                others_apply &= applied.status.success();
+                index.apply(&other.path, other.strip, &only_its_files)?;
             }
             let alone = index.apply(&patch.path, patch.strip, &["--check"])?;
-            // Without it the patch fails: needed. (When the others do not apply without it,
-            // it is needed by them, and so by this patch too.)
-            if !others_apply || !alone.status.success() {
+            if !alone.status.success() {
                 needed.push(left_out.clone());
             }
         }
@@ -457,17 +472,42 @@ fn squeezed(line: &str) -> String {
     line.split_whitespace().collect::<Vec<_>>().join(" ")
 }
 
-/// Where `wanted` is in `lines`: the first line of it as one block (1-based, `true`), else,
-/// when each of its lines is somewhere, the first of them (`false`).
-fn found_at(lines: &[String], wanted: &[String]) -> Option<(usize, bool)> {
-    if let Some(at) = lines.windows(wanted.len()).position(|w| w == wanted) {
+/// The first line of the new side of a hunk (`@@ -a,b +c,d @@`: `c`), where to look first.
+fn hunk_start(header: &str) -> usize {
+    (header.split_whitespace())
+        .find_map(|w| w.strip_prefix('+'))
+        .and_then(|w| w.split(',').next()?.parse().ok())
+        .unwrap_or(1)
+}
+
+/// Where `wanted` is in `lines` (1-based), the place nearest `near` when it is in several:
+/// as one block (`true`), else, with `reordered`, when each of its lines is somewhere, the
+/// first of their places nearest `near` (`false`).
+fn found_at(
+    lines: &[String],
+    wanted: &[String],
+    near: usize,
+    reordered: bool,
+) -> Option<(usize, bool)> {
+    let distance = |at: &usize| (at + 1).abs_diff(near);
+    let blocks = lines
+        .windows(wanted.len())
+        .enumerate()
+        .filter(|(_, w)| *w == wanted);
+    if let Some(at) = blocks.map(|(at, _)| at).min_by_key(distance) {
         return Some((at + 1, true));
     }
-    let each: Option<Vec<usize>> = (wanted.iter())
-        .map(|w| lines.iter().position(|l| l == w))
-        .collect();
-    each.and_then(|at| at.into_iter().min())
-        .map(|first| (first + 1, false))
+    if !reordered || !wanted.iter().all(|w| lines.contains(w)) {
+        return None;
+    }
+    // Each line where it is nearest `near`; the hunk starts at the first of them.
+    let nearest = |w: &String| {
+        (0..lines.len())
+            .filter(|&at| lines[at] == *w)
+            .min_by_key(distance)
+    };
+    let first = wanted.iter().filter_map(nearest).min()?;
+    Some((first + 1, false))
 }
 
 /// The most lines a hunk moved, from `git apply -v`'s `Hunk #1 succeeded at 9 (offset 2
