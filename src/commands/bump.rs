@@ -18,6 +18,11 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 pub(super) fn run(settings: &Settings, args: &BumpArgs) -> Result<ExitStatus> {
+    if args.bisect && !args.build {
+        return Err(Error::usage(
+            "--bisect bisects failed builds: it needs --build",
+        ));
+    }
     let name = settings.project.image_name(&args.image)?;
     let plan = Plan::new(&settings.project, std::slice::from_ref(&name))?;
     let planned = plan.get(&name);
@@ -57,9 +62,17 @@ pub(super) fn run(settings: &Settings, args: &BumpArgs) -> Result<ExitStatus> {
                 pin: &pin.commit,
                 sets,
             },
-            false,
+            true,
         )?;
-        let row = Tried::of(i, &candidates[i], &rows);
+        // What refresh would leave to a person fails the candidate here too (an offset into
+        // another function passed the check and was refused when written).
+        let mut doubtful = Vec::new();
+        for row in rows.iter().filter(|r| r.status == Status::Offset) {
+            if crate::inputs::patches::refresh::doubtful(row)? {
+                doubtful.push(format!("{}/{}", row.set, row.patch));
+            }
+        }
+        let row = Tried::of(i, &candidates[i], &rows, &doubtful);
         settings
             .output
             .detail(|| format!("{} {}", row.commit, row.summary));
@@ -217,6 +230,14 @@ fn is_branch(url: &str, rev: &str) -> Result<()> {
     }
 }
 
+/// A chosen revision as the operator names it: the tag and its commit, or the commit.
+fn named(chosen: &Chosen) -> String {
+    match &chosen.tag {
+        Some(tag) => format!("{tag} ({})", short(&chosen.commit)),
+        None => short(&chosen.commit).to_string(),
+    }
+}
+
 fn short(commit: &str) -> &str {
     &commit[..12.min(commit.len())]
 }
@@ -239,15 +260,18 @@ struct Tried {
 }
 
 impl Tried {
-    fn of(index: usize, candidate: &Candidate, rows: &[PatchStatus]) -> Tried {
+    /// `doubtful`: the offset patches whose hunks would move into another function.
+    fn of(index: usize, candidate: &Candidate, rows: &[PatchStatus], doubtful: &[String]) -> Tried {
         let mut statuses = BTreeMap::new();
         for row in rows {
             *statuses.entry(row.status.word()).or_insert(0) += 1;
         }
         let failing: Vec<String> = rows
             .iter()
-            .filter(|r| !takes(r.status))
             .map(|r| format!("{}/{}", r.set, r.patch))
+            .zip(rows)
+            .filter(|(name, r)| !takes(r.status) || doubtful.contains(name))
+            .map(|(name, _)| name)
             .collect();
         let mut summary = statuses
             .iter()
@@ -353,10 +377,10 @@ fn show(settings: &Settings, tried: &[Tried], report: &Report) {
         report.checks,
         report.candidates,
         match (&report.chosen, report.written) {
-            (Some(c), true) => format!("pinned {} ({})", short(&c.commit), c.date),
+            (Some(c), true) => format!("pinned {} ({})", named(c), c.date),
             (Some(c), false) => format!(
                 "would pin {} ({}); --dry-run wrote nothing",
-                short(&c.commit),
+                named(c),
                 c.date
             ),
             (None, _) => "nothing pinned".into(),
@@ -440,6 +464,22 @@ impl Bumping<'_> {
             (None, _) => candidate.commit.to_string(),
         };
         if rev != self.spec_rev {
+            // A variant's source is written in the spec it varies: rewriting it there would
+            // move that image's rev too (an outside test saw its pins go stale).
+            let own = project
+                .images_dir()
+                .join(self.name.as_str())
+                .join("image.toml");
+            if self.spec_path != own
+                || crate::inputs::spec::variant::is_variant(
+                    &fs_err::read_to_string(&own).unwrap_or_default(),
+                )
+            {
+                return Err(Error::usage(format!(
+                    "image `{}` is a variant: its source's rev is the spec's it varies; bump that image, or walk the variant's own branch (its rev) so that only its pin moves",
+                    self.name
+                )));
+            }
             rewrite_rev(self.spec_path, pin.name.as_str(), &rev)?;
         }
         let mut all = pins::read(&project.root, self.name)?;

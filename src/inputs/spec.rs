@@ -6,7 +6,7 @@
 //! with the line of the offending key.
 
 pub mod compile;
-mod variant;
+pub mod variant;
 
 use crate::error::{Error, Invalid, Location, Result};
 use crate::inputs::values::{ImagePath, Name, RelativePath};

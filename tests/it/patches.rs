@@ -1088,6 +1088,38 @@ fn bump_finds_the_newest_applying_commit_by_bisection_and_writes_it_all() {
     assert_eq!(failing["failing"][0], "series/0012-f12.patch", "{failing}");
     assert_eq!(written(&project), before, "--dry-run wrote something");
 
+    // A pins file that cannot be written (immutable): bump fails after refreshing the series
+    // (an upstream patch deleted), and every file is put back (the outside test found the
+    // deleted patches gone and the series changed).
+    struct Immutable(std::path::PathBuf);
+    impl Drop for Immutable {
+        fn drop(&mut self) {
+            let _ = std::process::Command::new("chattr")
+                .arg("-i")
+                .arg(&self.0)
+                .status();
+        }
+    }
+    let pins_path = project.root().join("pins/app.toml");
+    let locked = std::process::Command::new("chattr")
+        .arg("+i")
+        .arg(&pins_path)
+        .status()
+        .unwrap();
+    assert!(
+        locked.success(),
+        "chattr +i: the test needs a file system with attributes"
+    );
+    let guard = Immutable(pins_path);
+    let failed = project.run(&["bump", "app"]);
+    assert_ne!(failed.code(), 0, "{}", failed.stderr());
+    drop(guard);
+    assert_eq!(
+        written(&project),
+        before,
+        "a failed bump left files changed"
+    );
+
     let bumped = project.run(&["bump", "app"]);
     assert_eq!(bumped.code(), 0, "{}", bumped.stderr());
     let pins = project.read("pins/app.toml");

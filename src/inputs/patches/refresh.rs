@@ -124,6 +124,16 @@ pub fn refresh(rows: &[PatchStatus], force: bool, accept_fuzz: bool) -> Result<R
 }
 
 /// The patch as the difference of the trees around it, after its mail header or text.
+/// Whether refresh would take `row` only with `--accept-fuzz`: a fuzz or three-way match,
+/// or an offset that moves a hunk into another function. `row` must carry its trees.
+pub fn doubtful(row: &PatchStatus) -> Result<bool> {
+    Ok(match row.status {
+        Status::Fuzz | Status::ThreeWay => true,
+        Status::Offset => Landing::of(row)?.moved_function(),
+        _ => false,
+    })
+}
+
 /// The patch at `row` rewritten as the difference its application made, after its header
 /// (stale `Index:` and `===` lines, which name files and revisions of the old diff, left
 /// out), with `mark` as a [`REVIEW_MARK`] line when a doubtful match was written.
