@@ -47,6 +47,7 @@ use ssh::SshBridge;
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
+pub use transport::answer_timeout;
 use transport::{Dial, Transport, escape, with_causes};
 pub use view::ImageView;
 

@@ -171,6 +171,14 @@ pub enum Error {
         hint: Option<String>,
     },
 
+    #[error("image `{image}`: apt package `{package}`: {message}")]
+    Apt {
+        image: String,
+        package: String,
+        message: String,
+        hint: Option<String>,
+    },
+
     #[error("node `{node}` ({endpoint}): {message}")]
     Engine {
         node: String,
@@ -303,6 +311,7 @@ impl Error {
             | Error::Command { .. }
             | Error::PatchDoesNotApply(_)
             | Error::Wheel { .. }
+            | Error::Apt { .. }
             | Error::Engine { .. }
             | Error::BuildFailed(_)
             | Error::SmokeFailed { .. } => ExitStatus::Failure,
@@ -322,6 +331,7 @@ impl Error {
             Error::Usage { hint, .. }
             | Error::Lint { hint, .. }
             | Error::Wheel { hint, .. }
+            | Error::Apt { hint, .. }
             | Error::Engine { hint, .. } => hint.clone(),
             Error::BuildFailed(failure) => Some(format!(
                 "the whole log is in {}; the tag was not moved",

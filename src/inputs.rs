@@ -3,6 +3,7 @@
 //!
 //! Layer: above `engine` and `oci`; below `images`, `plan`, `make`, `ship` and the commands.
 
+pub mod apt;
 pub mod config;
 pub mod git;
 pub mod patches;

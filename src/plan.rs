@@ -2,6 +2,7 @@
 //! each with its checked pins, its patch sets, its files, its template and its checksum.
 //! Everything here is offline: no engine, no network.
 
+pub mod apt;
 pub mod bump;
 pub mod check;
 pub mod checksum;

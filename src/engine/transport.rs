@@ -279,7 +279,7 @@ pub const ANSWER_TIMEOUT_ENV: &str = "HALLMARK_ANSWER_TIMEOUT";
 
 /// How long an engine may take to answer with a document: 60 s, or `HALLMARK_ANSWER_TIMEOUT`.
 /// A stream (build, load, export) has no such bound: a build step may take hours.
-fn answer_timeout() -> std::time::Duration {
+pub fn answer_timeout() -> std::time::Duration {
     seconds_from_env(ANSWER_TIMEOUT_ENV, 60)
 }
 

@@ -3,6 +3,7 @@
 //! nothing is built or checksummed from it.
 
 use crate::error::{Error, Invalid, Result};
+use crate::inputs::apt::Requested;
 use crate::inputs::python;
 use crate::inputs::spec::{LoadedSpec, Parent, parse_toml};
 use crate::inputs::values::{Digest, GitCommit, Name, Sha256Hex};
@@ -25,6 +26,49 @@ pub struct Pins {
     /// The toolchain images of compile stages, pinned as bases are.
     #[serde(default, rename = "toolchain", skip_serializing_if = "Vec::is_empty")]
     pub toolchains: Vec<BasePin>,
+    /// System packages: each the spec's `apt` asks for and everything they need that the
+    /// image they go into lacks, by archive file and sha256 (`hallmark lock`; docs/spec.md).
+    #[serde(default, rename = "apt", skip_serializing_if = "Vec::is_empty")]
+    pub apt: Vec<AptPin>,
+}
+
+/// One Debian package file, as the archive's signed index named it when it was locked.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+pub struct AptPin {
+    /// The compile stage whose toolchain it goes into; `None`: the image's `[build]`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub stage: Option<Name>,
+    pub name: String,
+    pub version: String,
+    pub architecture: String,
+    /// Whether the spec names it (the others are there because these need them).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub wanted: bool,
+    /// The archive (an apt source's URI) and the file's path in it.
+    pub archive: String,
+    pub path: String,
+    pub size: u64,
+    pub sha256: Sha256Hex,
+    /// Where this version can still be found once the archive moved on: Debian's snapshot
+    /// archive at the time of the index it was locked from (Debian's archives only).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub snapshot: Option<String>,
+}
+
+impl AptPin {
+    /// `name=version`, as apt writes a package.
+    pub fn describe(&self) -> String {
+        format!("{}={}", self.name, self.version)
+    }
+
+    /// The line of the checksum document that stands for it.
+    pub fn checksum_line(&self) -> String {
+        format!(
+            "apt {} {} {} {}",
+            self.name, self.version, self.architecture, self.sha256
+        )
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -155,6 +199,18 @@ pub struct CheckedPins {
     pub sources: Vec<SourcePin>,
     /// In the spec's wheel order.
     pub wheels: Vec<WheelPin>,
+    /// Sorted by stage (`[build]`'s first) and name.
+    pub apt: Vec<AptPin>,
+}
+
+impl CheckedPins {
+    /// The packages that go into `stage`'s toolchain (`None`: into the image at `[build]`).
+    pub fn apt_for(&self, stage: Option<&Name>) -> Vec<&AptPin> {
+        self.apt
+            .iter()
+            .filter(|p| p.stage.as_ref() == stage)
+            .collect()
+    }
 }
 
 /// Matches pins to the spec: every source, wheel and external base has a current pin, and
@@ -169,6 +225,7 @@ pub fn check(loaded: &LoadedSpec, root: &Path, pins: &Pins) -> Result<CheckedPin
         base: checking.base()?,
         sources: checking.sources()?,
         wheels: checking.wheels()?,
+        apt: checking.apt()?,
     };
     checking.nothing_left_over()?;
     Ok(checked)
@@ -267,6 +324,66 @@ impl Checking<'_> {
             wheels.push(pin.clone());
         }
         Ok(wheels)
+    }
+
+    /// Every apt package the spec names (in `[build]` and in each compile stage) has a pin
+    /// marked wanted, at the version the spec asks for, and no wanted pin is for a package
+    /// or stage the spec no longer names.
+    fn apt(&self) -> Result<Vec<AptPin>> {
+        let spec = &self.loaded.spec;
+        let mut targets: Vec<(Option<&Name>, &[String])> = vec![(None, &spec.build.apt)];
+        for stage in &spec.compiles {
+            targets.push((Some(stage.name.get_ref()), &stage.apt));
+        }
+        let where_ = |stage: Option<&Name>| match stage {
+            None => "[build]".to_string(),
+            Some(stage) => format!("compile stage `{stage}`"),
+        };
+        for (stage, packages) in &targets {
+            for package in packages.iter() {
+                let wanted = Requested::parse(package);
+                let pin = self
+                    .pins
+                    .apt
+                    .iter()
+                    .find(|p| p.wanted && p.stage.as_ref() == *stage && p.name == wanted.name)
+                    .ok_or_else(|| {
+                        self.error(format!(
+                            "no version pinned for apt package `{package}` of {}",
+                            where_(*stage)
+                        ))
+                    })?;
+                if let Some(version) = wanted.version.as_ref().filter(|v| **v != pin.version) {
+                    return Err(self.error(format!(
+                        "stale: apt package `{}` of {} is pinned at {}, the spec asks for {version}",
+                        wanted.name,
+                        where_(*stage),
+                        pin.version
+                    )));
+                }
+            }
+        }
+        for pin in &self.pins.apt {
+            let named = targets.iter().any(|(stage, packages)| {
+                *stage == pin.stage.as_ref()
+                    && packages
+                        .iter()
+                        .any(|p| Requested::parse(p).name == pin.name)
+            });
+            let stage_known = targets
+                .iter()
+                .any(|(stage, packages)| *stage == pin.stage.as_ref() && !packages.is_empty());
+            if (pin.wanted && !named) || !stage_known {
+                return Err(self.error(format!(
+                    "stale: pins apt package `{}` for {}, which the spec no longer asks for",
+                    pin.name,
+                    where_(pin.stage.as_ref())
+                )));
+            }
+        }
+        let mut apt = self.pins.apt.clone();
+        apt.sort();
+        Ok(apt)
     }
 
     /// No source or wheel is pinned that the spec no longer has.
