@@ -379,6 +379,7 @@ fn plan_one(
         sources: &pins.sources,
         patches: &patches,
         wheels: &pins.wheels,
+        apt: &pins.apt_for(None),
         files: &files,
         compiles: &stages,
     });

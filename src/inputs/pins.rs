@@ -348,10 +348,20 @@ impl Checking<'_> {
                     .iter()
                     .find(|p| p.wanted && p.stage.as_ref() == *stage && p.name == wanted.name)
                     .ok_or_else(|| {
-                        self.error(format!(
-                            "no version pinned for apt package `{package}` of {}",
-                            where_(*stage)
-                        ))
+                        let at: Vec<&str> = match stage {
+                            None => vec!["build", "apt", package],
+                            Some(stage) => vec!["compile", stage.as_str(), "apt", package],
+                        };
+                        Error::from(Invalid {
+                            path: self.loaded.path.clone(),
+                            location: crate::inputs::spec::locate(&self.loaded.text, &at),
+                            key: Some(if stage.is_some() { "compile.apt" } else { "build.apt" }.into()),
+                            message: format!(
+                                "apt package `{package}` has no pin in {}: apt would take whatever the archive serves the day it builds",
+                                self.path.display()
+                            ),
+                            hint: Some(format!("run `hallmark lock {}`", self.loaded.name)),
+                        })
                     })?;
                 if let Some(version) = wanted.version.as_ref().filter(|v| **v != pin.version) {
                     return Err(self.error(format!(

@@ -722,13 +722,6 @@ pub fn is_apt_package(package: &str) -> bool {
 /// `[build]`: steps and apt packages.
 fn validate_build(loaded: &LoadedSpec) -> Result<()> {
     let spec = &loaded.spec;
-    if !spec.build.apt.is_empty() && !spec.build.network {
-        return loaded.invalid_at(
-            &["build", "apt"],
-            "build.apt",
-            "apt needs the network; set `network = true` in [build]".into(),
-        );
-    }
     for step in &spec.build.run {
         if step.trim().is_empty() {
             return loaded.invalid_at(

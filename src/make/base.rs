@@ -186,6 +186,35 @@ impl crate::plan::lock::BaseResolver for BuilderResolver<'_> {
         })
     }
 
+    fn files(
+        &self,
+        reference: &str,
+        paths: &[&str],
+    ) -> Result<Option<crate::plan::lock::ImageFiles>> {
+        self.runtime.block_on(async {
+            let Some(engine) = self.engine().await else {
+                return Ok(None);
+            };
+            let Some(image) = engine.inspect(reference).await? else {
+                return Ok(None);
+            };
+            let body = serde_json::json!({
+                "Image": reference,
+                "Entrypoint": [],
+                "Cmd": ["/nonexistent"],
+                "NetworkDisabled": true,
+                "HostConfig": {"NetworkMode": "none"},
+            });
+            let id = engine.create_container(body).await?;
+            let read = read_files(&engine, &id, paths).await;
+            engine.remove_created(&id).await;
+            Ok(Some(crate::plan::lock::ImageFiles {
+                platform: image.platform(),
+                files: read?,
+            }))
+        })
+    }
+
     fn interpreter(&self, reference: &str) -> Result<Option<python::Interpreter>> {
         self.runtime.block_on(async {
             let Some(engine) = self.engine().await else {
@@ -205,4 +234,68 @@ impl crate::plan::lock::BaseResolver for BuilderResolver<'_> {
             )
         })
     }
+}
+
+/// The regular files at `paths` in the container `id` (a path it lacks is left out), by
+/// absolute path. Each read has the answer deadline: these are a few megabytes.
+async fn read_files(
+    engine: &Engine,
+    id: &str,
+    paths: &[&str],
+) -> Result<std::collections::BTreeMap<String, Vec<u8>>> {
+    use futures_util::StreamExt;
+    use std::io::Read;
+    let mut files = std::collections::BTreeMap::new();
+    for path in paths {
+        let mut tar = Vec::new();
+        let mut chunks = engine.get_archive(id, path);
+        let read = async {
+            while let Some(chunk) = chunks.next().await {
+                tar.extend_from_slice(&chunk?);
+            }
+            Ok::<_, String>(())
+        };
+        match tokio::time::timeout(crate::engine::answer_timeout(), read).await {
+            Err(_) => {
+                return Err(
+                    engine.error(format!("reading {path} of a container: no answer in time"))
+                );
+            }
+            // No such file in the image: not an error here, the caller says what is missing.
+            Ok(Err(e)) if e.contains("404") || e.contains("No such") || e.contains("not found") => {
+                continue;
+            }
+            Ok(Err(e)) => return Err(engine.error(format!("reading {path} of a container: {e}"))),
+            Ok(Ok(())) => {}
+        }
+        let parent = Path::new(path).parent().unwrap_or(Path::new("/"));
+        let mut archive = tar::Archive::new(tar.as_slice());
+        let entries = archive
+            .entries()
+            .map_err(|e| engine.error(format!("reading {path} of a container: {e}")))?;
+        for entry in entries {
+            let mut entry =
+                entry.map_err(|e| engine.error(format!("reading {path} of a container: {e}")))?;
+            if !entry.header().entry_type().is_file() {
+                continue;
+            }
+            let name = entry
+                .path()
+                .map_err(|e| engine.error(format!("reading {path} of a container: {e}")))?
+                .into_owned();
+            // The engine names entries below the path's folder; nothing may climb out.
+            if name
+                .components()
+                .any(|c| !matches!(c, std::path::Component::Normal(_)))
+            {
+                continue;
+            }
+            let mut bytes = Vec::new();
+            entry
+                .read_to_end(&mut bytes)
+                .map_err(|e| engine.error(format!("reading {path} of a container: {e}")))?;
+            files.insert(parent.join(name).to_string_lossy().into_owned(), bytes);
+        }
+    }
+    Ok(files)
 }

@@ -322,6 +322,12 @@ pub fn write<W: Write>(
                 .map_err(io)?;
         }
     }
+    for (name, path) in &fetched.debs {
+        let handle = fs_err::File::open(path).map_err(|e| Error::io(path, e))?;
+        let size = handle.metadata().map_err(|e| Error::io(path, e))?.len();
+        tar.file(&format!("apt/{name}"), 0o644, size, handle)
+            .map_err(io)?;
+    }
     tar.builder.into_inner().map_err(io)
 }
 

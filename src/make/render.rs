@@ -20,6 +20,8 @@ struct TemplateContext {
     source_date_epoch: u64,
     args: Vec<Pair>,
     env: Vec<Pair>,
+    /// Every pinned `[build]` apt package, `name=version`; their files are in the context's
+    /// `apt/` folder.
     apt: Vec<String>,
     sources: Vec<Copy>,
     files: bool,
@@ -232,7 +234,12 @@ pub fn dockerfile(
         source_date_epoch: spec.image.source_date_epoch,
         args: pairs(&spec.build.args, false),
         env: pairs(&spec.env, false),
-        apt: spec.build.apt.clone(),
+        apt: image
+            .pins
+            .apt_for(None)
+            .iter()
+            .map(|p| p.describe())
+            .collect(),
         // Compiled sources reach the image as wheels, not as a tree.
         sources: spec
             .sources

@@ -5,7 +5,7 @@
 //! Nothing machine-specific goes in: no paths of the checkout, no mtimes, no hostnames.
 
 use crate::inputs::patches::SourcePatches;
-use crate::inputs::pins::{SourcePin, WheelPin};
+use crate::inputs::pins::{AptPin, SourcePin, WheelPin};
 use crate::inputs::spec::ContextFile;
 use crate::inputs::spec::compile::CompileStage;
 use crate::inputs::values::Name;
@@ -88,6 +88,8 @@ pub struct ImageInputs<'a> {
     /// One per source, in the same order.
     pub patches: &'a [SourcePatches],
     pub wheels: &'a [WheelPin],
+    /// The `[build]` apt packages, pinned.
+    pub apt: &'a [&'a AptPin],
     pub files: &'a [ContextFile],
     pub compiles: &'a [(&'a Name, &'a InputChecksum)],
 }
@@ -113,6 +115,9 @@ pub fn image_document(inputs: &ImageInputs<'_>) -> String {
             wheel.name, wheel.file, wheel.sha256
         ));
     }
+    for pin in inputs.apt {
+        doc.line(pin.checksum_line());
+    }
     for file in inputs.files {
         doc.line(format!(
             "file {} {:04o} {}",
@@ -137,6 +142,7 @@ pub fn stage_document(
     stage: &CompileStage,
     source_date_epoch: u64,
     toolchain_line: &str,
+    apt: &[&AptPin],
     sources: &[(&SourcePin, &str, &SourcePatches)],
 ) -> String {
     let mut doc = Document::new();
@@ -148,6 +154,9 @@ pub fn stage_document(
     doc.spec(&canonical);
     doc.line(format!("source-date-epoch {source_date_epoch}"));
     doc.line(toolchain_line.to_string());
+    for pin in apt {
+        doc.line(pin.checksum_line());
+    }
     for (pin, dest, patches) in sources {
         doc.line(format!(
             "source {} {} {}",

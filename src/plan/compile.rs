@@ -4,16 +4,16 @@
 
 use crate::error::{Error, Result};
 use crate::inputs::patches::SourcePatches;
-use crate::inputs::pins::{BasePin, CheckedPins, Pins};
+use crate::inputs::pins::{AptPin, BasePin, CheckedPins, Pins};
 use crate::inputs::spec::LoadedSpec;
 use crate::inputs::spec::compile::{
     CompileStage, WHEELS_DIR, apt_toolchain_reference, volume_name,
 };
 use crate::inputs::values::Name;
 use crate::plan::checksum::{self, InputChecksum};
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 
-const TOOLCHAIN_VERSION_LINE: &str = "hallmark-toolchain v1";
+const TOOLCHAIN_VERSION_LINE: &str = "hallmark-toolchain v2";
 
 /// What a stage runs in.
 #[derive(Debug, Clone)]
@@ -50,6 +50,8 @@ pub struct PlannedStage {
     /// With `apt` packages: the key of the toolchain image that adds them (the sha256 of the
     /// toolchain line and the sorted packages), its label on the builder.
     pub apt_key: Option<String>,
+    /// The pinned apt packages, `name=version`.
+    pub apt: Vec<String>,
     /// Indexes into the spec's sources (and its pins and patches).
     pub sources: Vec<usize>,
     pub spec: CompileStage,
@@ -78,7 +80,8 @@ pub fn plan(
             toolchain_specs,
             pins_path,
         )?;
-        let apt_key = apt_key(stage, &toolchain_line);
+        let apt = pins.apt_for(Some(stage.name.get_ref()));
+        let apt_key = apt_key(&apt, &toolchain_line);
         let mut sources = Vec::new();
         for wanted in &stage.sources {
             let index = spec
@@ -99,6 +102,7 @@ pub fn plan(
             stage,
             spec.image.source_date_epoch,
             &toolchain_line,
+            &apt,
             &stage_sources,
         );
         planned.push(PlannedStage {
@@ -108,6 +112,7 @@ pub fn plan(
             toolchain,
             toolchain_line,
             apt_key,
+            apt: apt.iter().map(|p| p.describe()).collect(),
             sources,
             spec: stage.clone(),
         });
@@ -116,16 +121,15 @@ pub fn plan(
 }
 
 /// The key of the toolchain image with the stage's apt packages: the toolchain line and the
-/// packages, sorted (their order does not change what apt installs).
-fn apt_key(stage: &CompileStage, toolchain_line: &str) -> Option<String> {
-    if stage.apt.is_empty() {
+/// pinned package files (sorted: their order does not change what apt installs).
+fn apt_key(apt: &[&AptPin], toolchain_line: &str) -> Option<String> {
+    if apt.is_empty() {
         return None;
     }
-    let packages: BTreeSet<&str> = stage.apt.iter().map(String::as_str).collect();
-    let packages: Vec<&str> = packages.into_iter().collect();
+    let packages: Vec<String> = apt.iter().map(|p| p.checksum_line()).collect();
     let text = format!(
-        "{TOOLCHAIN_VERSION_LINE}\n{toolchain_line}\napt {}\n",
-        packages.join(" ")
+        "{TOOLCHAIN_VERSION_LINE}\n{toolchain_line}\n{}\n",
+        packages.join("\n")
     );
     Some(crate::plan::checksum::sha256_hex(text.as_bytes()))
 }
@@ -192,7 +196,7 @@ fn describe_stage(stage: &PlannedStage, loaded: &LoadedSpec) -> String {
     if let Some(key) = &stage.apt_key {
         toolchain.push_str(&format!(
             " + apt {} (kept as {})",
-            stage.spec.apt.join(" "),
+            stage.apt.join(" "),
             apt_toolchain_reference(key)
         ));
     }
@@ -227,7 +231,7 @@ fn describe_stage(stage: &PlannedStage, loaded: &LoadedSpec) -> String {
         "#   network: {}{}\n",
         if stage.spec.network { "on" } else { "off" },
         if stage.apt_key.is_some() {
-            " (apt: the engine's default network)"
+            " (apt: the pinned files, no network)"
         } else {
             ""
         }

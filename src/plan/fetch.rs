@@ -307,6 +307,9 @@ pub struct FetchedSource {
 pub struct Fetched {
     pub sources: Vec<FetchedSource>,
     pub wheels: Vec<PathBuf>,
+    /// The `[build]` apt packages: each file's name in the context (`apt/`) and where the
+    /// layer store keeps it, checked against its pin.
+    pub debs: Vec<(String, PathBuf)>,
 }
 
 /// One source of `image` at its pinned commit with its patch series applied: the step both
@@ -353,5 +356,27 @@ pub fn fetch(cache: &Path, image: &PlannedImage) -> Result<Fetched> {
         .iter()
         .map(|pin| ensure_wheel(cache, image.name().as_str(), pin))
         .collect::<Result<_>>()?;
-    Ok(Fetched { sources, wheels })
+    let apt = image.pins.apt_for(None);
+    let debs = match apt.is_empty() {
+        true => Vec::new(),
+        false => {
+            let store = crate::images::store::LayerStore::open(cache);
+            crate::plan::apt::ensure_debs(&store, image.name().as_str(), &apt)?
+                .into_iter()
+                .map(|(pin, path)| {
+                    let name = crate::inputs::apt::deb_file_name(
+                        &pin.name,
+                        &pin.version,
+                        &pin.architecture,
+                    );
+                    (name, path)
+                })
+                .collect()
+        }
+    };
+    Ok(Fetched {
+        sources,
+        wheels,
+        debs,
+    })
 }

@@ -2,7 +2,8 @@
 //! still match the spec are kept unless `--update`; nothing else changes in the file.
 
 use crate::error::{Error, Invalid, Result};
-use crate::inputs::pins::{self, BasePin, Pins, SourcePin, WheelPin, wheel_stem};
+use crate::inputs::apt::Requested;
+use crate::inputs::pins::{self, AptPin, BasePin, Pins, SourcePin, WheelPin, wheel_stem};
 use crate::inputs::project::Project;
 use crate::inputs::python;
 use crate::inputs::python::Interpreter;
@@ -18,6 +19,16 @@ pub trait BaseResolver {
     /// The Python in the image `reference` names, asked in a container from it; `Ok(None)`
     /// when no engine holds it or it cannot run there (another machine, no python3).
     fn interpreter(&self, reference: &str) -> Result<Option<Interpreter>>;
+    /// The platform of the image `reference` names and its files at `paths` (folders with
+    /// what is under them), by path; `Ok(None)` when no engine holds it. Read from a container
+    /// that is created, never started: an image for another machine is read as well.
+    fn files(&self, reference: &str, paths: &[&str]) -> Result<Option<ImageFiles>>;
+}
+
+/// Regular files of an image, by their absolute path, and its platform.
+pub struct ImageFiles {
+    pub platform: String,
+    pub files: std::collections::BTreeMap<String, Vec<u8>>,
 }
 
 /// One line of what `lock` did, for the operator.
@@ -69,6 +80,28 @@ pub fn lock(
     for wheel in &loaded.spec.wheels {
         let pin = locking.wheel(wheel, new.python.as_ref(), cache)?;
         new.wheels.push(pin);
+    }
+    let (chain, platform) = parent_chain(project, &loaded)?;
+    if !loaded.spec.build.apt.is_empty() {
+        let into = chain.first().expect("every image has a parent").clone();
+        let pins = locking.apt(
+            None,
+            &into,
+            &loaded.spec.build.apt,
+            platform.as_deref(),
+            cache,
+        )?;
+        new.apt.extend(pins);
+    }
+    for stage in loaded.spec.compiles.iter().filter(|s| !s.apt.is_empty()) {
+        let into = match (&stage.toolchain, &stage.toolchain_image) {
+            (Some(reference), _) => reference.get_ref().to_string(),
+            (None, Some(name)) => project.load_spec(name.get_ref())?.reference(),
+            (None, None) => chain.first().expect("every image has a parent").clone(),
+        };
+        let name = stage.name.get_ref();
+        let pins = locking.apt(Some(name), &into, &stage.apt, platform.as_deref(), cache)?;
+        new.apt.extend(pins);
     }
 
     if new != old {
@@ -241,25 +274,102 @@ impl Locking<'_> {
     }
 }
 
-/// The Python an image's wheels are chosen for: the one pinned (unless `--update`, or it is
-/// for another machine than the spec's platform), else asked of the nearest image up the
-/// parent chain that the builder holds and can run. The spec's platform (its own or the
-/// nearest parent's) names the machine, so an arm64 image is locked for arm64 on an x86
-/// builder that holds the base's x86 variant: the Python version and C library are the same
-/// across a base's platforms. `None` when nothing could be asked.
-fn interpreter(
-    project: &Project,
-    loaded: &LoadedSpec,
-    old: &Pins,
-    update: bool,
-    bases: &dyn BaseResolver,
-    changes: &mut Vec<String>,
-) -> Result<Option<Interpreter>> {
+impl Locking<'_> {
+    /// The packages `requested` for `stage` (`None`: `[build]`) and all they need that the
+    /// image `into` lacks: the pins kept while the spec asks for the same packages (unless
+    /// `--update`), else resolved now against the archives `into` names.
+    fn apt(
+        &mut self,
+        stage: Option<&Name>,
+        into: &str,
+        requested: &[String],
+        platform: Option<&str>,
+        cache: &std::path::Path,
+    ) -> Result<Vec<AptPin>> {
+        let old: Vec<&AptPin> = self
+            .old
+            .apt
+            .iter()
+            .filter(|p| p.stage.as_ref() == stage)
+            .collect();
+        let wanted: std::collections::BTreeSet<(String, Option<String>)> = requested
+            .iter()
+            .map(|r| {
+                let r = Requested::parse(r);
+                (r.name, r.version)
+            })
+            .collect();
+        let kept: std::collections::BTreeSet<(String, Option<String>)> = old
+            .iter()
+            .filter(|p| p.wanted)
+            .map(|p| {
+                let asked = wanted
+                    .iter()
+                    .find(|(name, _)| *name == p.name)
+                    .and_then(|(_, version)| version.clone());
+                (p.name.clone(), asked.filter(|v| *v == p.version))
+            })
+            .collect();
+        let target = match stage {
+            None => "[build]".to_string(),
+            Some(stage) => format!("compile stage `{stage}`"),
+        };
+        if !self.update && kept == wanted {
+            return Ok(old.into_iter().cloned().collect());
+        }
+        let fail = |message: String| Error::Apt {
+            image: self.image.to_string(),
+            package: requested.join(" "),
+            message,
+            hint: None,
+        };
+        let Some(image) = self.bases.files(into, crate::plan::apt::SYSTEM_PATHS)? else {
+            return Err(self.unpinnable(format!(
+                "cannot pin the apt packages of {target}: no reachable engine holds `{into}`, which they go into; build or load it on the builder"
+            )));
+        };
+        let platform = platform.unwrap_or(&image.platform);
+        let architecture = crate::inputs::apt::debian_architecture(platform).ok_or_else(|| {
+            fail(format!(
+                "Debian has no architecture for the platform {platform}"
+            ))
+        })?;
+        let system = crate::plan::apt::System::from_files(architecture, image.files)
+            .map_err(|e| fail(format!("reading `{into}`: {e}")))?;
+        let pins =
+            crate::plan::apt::lock_packages(&system, requested, stage, cache).map_err(fail)?;
+        let needed = pins.iter().filter(|p| !p.wanted).count();
+        self.changes.push(format!(
+            "apt {target}: {} for {architecture} from {}, and {needed} more {} that `{into}` lacks",
+            pins.iter()
+                .filter(|p| p.wanted)
+                .map(AptPin::describe)
+                .collect::<Vec<_>>()
+                .join(" "),
+            system
+                .sources
+                .iter()
+                .map(|s| format!("{} {}", s.uri, s.suite))
+                .collect::<Vec<_>>()
+                .join(", "),
+            if needed == 1 {
+                "package it needs"
+            } else {
+                "packages they need"
+            },
+        ));
+        Ok(pins)
+    }
+}
+
+/// The references of an image's parents, nearest first (specs' images, then the external
+/// base), and the platform the image is for (its own or the nearest parent's).
+fn parent_chain(project: &Project, loaded: &LoadedSpec) -> Result<(Vec<String>, Option<String>)> {
     let mut platform = loaded.spec.image.platform.clone();
     let mut chain = Vec::new();
     let mut seen = vec![loaded.name.clone()];
-    let mut current = loaded.spec.parent();
     let mut parents = Vec::new();
+    let mut current = loaded.spec.parent();
     loop {
         match current {
             Parent::External(reference) => {
@@ -278,6 +388,24 @@ fn interpreter(
             Parent::Image(_) => break,
         }
     }
+    Ok((chain, platform))
+}
+
+/// The Python an image's wheels are chosen for: the one pinned (unless `--update`, or it is
+/// for another machine than the spec's platform), else asked of the nearest image up the
+/// parent chain that the builder holds and can run. The spec's platform (its own or the
+/// nearest parent's) names the machine, so an arm64 image is locked for arm64 on an x86
+/// builder that holds the base's x86 variant: the Python version and C library are the same
+/// across a base's platforms. `None` when nothing could be asked.
+fn interpreter(
+    project: &Project,
+    loaded: &LoadedSpec,
+    old: &Pins,
+    update: bool,
+    bases: &dyn BaseResolver,
+    changes: &mut Vec<String>,
+) -> Result<Option<Interpreter>> {
+    let (chain, platform) = parent_chain(project, loaded)?;
     let machine = platform.as_deref().and_then(python::machine_of_platform);
     let for_machine = |python: &Interpreter| machine.is_none_or(|m| python.machine == m);
     if let Some(pinned) = old.python.as_ref().filter(|p| !update && for_machine(p)) {

@@ -1,21 +1,22 @@
 //! What a compile stage runs in: the image's parent, a pinned external image, or another spec
 //! of the project, each found on the builder (nothing is pulled). With `apt` packages, an
-//! image of its own is made from that toolchain once: a container installs them (with the
-//! engine's default network, as apt needs it) and is committed, labelled with the key of the
-//! toolchain and the sorted packages (`hallmark.toolchain`) and tagged
+//! image of its own is made from that toolchain once: the pinned package files (from the
+//! layer store, checked by sha256: `plan::apt`) are put into a container with no network,
+//! apt installs them, and the container is committed, normalised as a build's layers are
+//! (so the same key gives the same image on every builder), labelled with the key of the
+//! toolchain and the pinned files (`hallmark.toolchain`) and tagged
 //! `hallmark-toolchain:<key16>`. The next stage with the same toolchain and packages runs in
-//! it without running apt again. apt takes versions from the mirror of the day: the image is
-//! made once per key on a builder and kept, so builds from it agree; a builder making it anew
-//! may get newer packages (say so in the stage's docs when versions matter: pin them as
-//! `name=version`).
+//! it without running apt again.
 
 use super::log::follow_output;
 use super::{PlannedStage, TOOLCHAIN_LABEL, Toolchain, apt_toolchain_reference};
 use crate::engine::Engine;
 use crate::error::{BuildFailure, Error, Result};
 use crate::images::identity;
+use crate::images::store::LayerStore;
 use crate::make::build::BuildSettings;
 use crate::plan::PlannedImage;
+use std::sync::Arc;
 use std::time::Instant;
 
 /// The builder's id (or reference) of the image `stage` runs in; `parent` is the builder's
@@ -104,17 +105,20 @@ async fn with_apt(
         return Ok(id.clone());
     }
     let started = Instant::now();
+    let store = Arc::new(LayerStore::open(settings.cache));
+    let pins = image.pins.apt_for(Some(&stage.name));
+    let files = crate::plan::apt::ensure_debs(&store, image.name().as_str(), &pins)?;
+    let debs = debs_tar(&files)?;
+    let packages: Vec<String> = pins.iter().map(|p| p.describe()).collect();
     let script = format!(
-        "set -e\napt-get update\nDEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends {}\napt-get clean\nrm -rf /var/lib/apt/lists/*",
-        stage.spec.apt.join(" ")
+        "set -e\nDEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends --no-remove -o Dpkg::Use-Pty=0 -o APT::Sandbox::User=root {DEBS_DIR}/*.deb\nrm -rf {DEBS_DIR} {APT_LEFTOVERS}",
     );
     let body = serde_json::json!({
         "Image": base,
         "Entrypoint": [],
         "Cmd": ["/bin/sh", "-c", script],
-        // Kept in the committed image: what finds it again.
-        "Labels": {TOOLCHAIN_LABEL: key},
-        "HostConfig": {"NetworkMode": "default"},
+        "NetworkDisabled": true,
+        "HostConfig": {"NetworkMode": "none"},
     });
     let log = settings.state_dir.join("logs").join(format!(
         "{}-toolchain-{}-{}.log",
@@ -124,6 +128,11 @@ async fn with_apt(
     ));
     let id = engine.create_container(body).await?;
     let made = async {
+        let body = futures_util::stream::once(async move { bytes::Bytes::from(debs) });
+        let put = engine.put_archive(&id, "/", body);
+        tokio::time::timeout(crate::engine::stall::stall_timeout(), put)
+            .await
+            .map_err(|_| engine.error(format!("container {id} took no package files in time")))??;
         engine.start_container(&id).await?;
         let followed = follow_output(engine, &id, &log, settings.echo).await?;
         let code = engine.wait_container(&id).await?;
@@ -132,29 +141,75 @@ async fn with_apt(
                 image: image.name().to_string(),
                 node: engine.node.clone(),
                 step: Some(format!(
-                    "compile stage `{}`, adding apt packages to its toolchain: {}",
+                    "compile stage `{}`, installing its pinned apt packages into its toolchain: {}",
                     stage.name,
-                    stage.spec.apt.join(" ")
+                    packages.join(" ")
                 )),
                 message: format!("exit code {code}"),
                 tail: followed.tail,
                 log: log.clone(),
             }));
         }
-        let reference = apt_toolchain_reference(key);
-        let (repository, tag) = reference.split_once(':').expect("a tagged reference");
-        engine.commit_container(&id, repository, tag).await
+        engine
+            .commit_container(&id, "hallmark-toolchain-raw", &key[..16])
+            .await
     }
     .await;
     engine.remove_created(&id).await;
-    let made = made?;
+    let raw = made?;
+    let base_layers = engine.inspect(base).await?.map_or(0, |i| i.layers().len());
+    let normalised = crate::make::normalize::normalize(
+        engine,
+        &store,
+        &raw,
+        crate::make::normalize::Parent {
+            name: base,
+            layers: base_layers,
+        },
+        image.loaded.spec.image.source_date_epoch,
+        Some((TOOLCHAIN_LABEL, key)),
+    )
+    .await;
+    engine
+        .untag(&format!("hallmark-toolchain-raw:{}", &key[..16]))
+        .await;
+    let normalised = normalised?;
+    let reference = apt_toolchain_reference(key);
+    let parsed = crate::oci::Reference::parse(&reference).map_err(Error::usage)?;
+    engine.tag(&normalised.id, &parsed).await?;
     if settings.echo {
         crate::output::stderr(&format!(
             "compile stage `{}`: toolchain with apt packages made in {:.1} s, kept as {}",
             stage.name,
             started.elapsed().as_secs_f64(),
-            apt_toolchain_reference(key)
+            reference
         ));
     }
-    Ok(made)
+    Ok(normalised.id)
+}
+
+/// Where the package files are put in the toolchain container (removed before the commit).
+const DEBS_DIR: &str = "/tmp/hallmark-apt";
+
+/// What apt and dpkg leave that differs from one run to the next (logs with times, caches of
+/// file times): removed so that the same packages give the same layer.
+const APT_LEFTOVERS: &str = "/var/log/apt /var/log/dpkg.log /var/log/alternatives.log /var/cache/ldconfig/aux-cache /var/cache/apt/*.bin /var/lib/apt/lists/*";
+
+/// A tar of the package files under `DEBS_DIR`, for the container before it starts.
+fn debs_tar(files: &[(&crate::inputs::pins::AptPin, std::path::PathBuf)]) -> Result<Vec<u8>> {
+    let mut tar = tar::Builder::new(Vec::new());
+    let io = |e| Error::io("the apt packages' tar", e);
+    for (pin, path) in files {
+        let mut file = fs_err::File::open(path).map_err(|e| Error::io(path, e))?;
+        let size = file.metadata().map_err(|e| Error::io(path, e))?.len();
+        let mut header = tar::Header::new_gnu();
+        header.set_size(size);
+        header.set_mode(0o644);
+        header.set_entry_type(tar::EntryType::Regular);
+        let name = crate::inputs::apt::deb_file_name(&pin.name, &pin.version, &pin.architecture);
+        let path_in = format!("{}/{name}", DEBS_DIR.trim_start_matches('/'));
+        tar.append_data(&mut header, path_in, &mut file)
+            .map_err(io)?;
+    }
+    tar.into_inner().map_err(io)
 }
