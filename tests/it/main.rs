@@ -1,6 +1,7 @@
 //! The integration tests: one crate (one link), a module per suite, `support` shared.
 //! A suite alone: `cargo test --locked --test it engine::` (offline::, malformed::, ship::...).
 
+mod apt;
 mod assemble;
 mod compile;
 mod engine;

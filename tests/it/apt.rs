@@ -1,0 +1,146 @@
+//! System packages (issue 33): apt packages locked by version and sha256 against the base's
+//! own archive, fetched and checked by hallmark, installed with the network off; a rebuild
+//! on another engine with hallmark cut off from every network gives the same image.
+//! Needs the testbed and Debian's archive (deb.debian.org), as the testbed's bases do.
+
+use crate::support::{self, Run, TestProject, Testbed, unique};
+use std::path::Path;
+
+/// A project with one image on the testbed's Debian base that asks apt for `jq` (which
+/// needs two libraries the base lacks) and runs it in a later step.
+fn jq_project() -> (TestProject, String) {
+    let project = TestProject::new();
+    let run = unique();
+    project.write(
+        "images/jq/image.toml",
+        &format!(
+            r#"[image]
+name = "hm-apt-{run}"
+
+[from]
+ref = "hallmark-testbed/python:bookworm"
+
+[build]
+apt = ["jq"]
+run = ["jq --version > /jq-version"]
+
+[labels]
+"test.run" = "{run}"
+"#
+        ),
+    );
+    (project, format!("hm-apt-{run}:latest"))
+}
+
+/// `hallmark ARGS...` in a network namespace of its own (no interface but a loopback that is
+/// down): the engines are reached by their unix sockets, nothing else is.
+fn offline(project: &TestProject, config: &Path, args: &[&str]) -> Run {
+    let output = std::process::Command::new("unshare")
+        .arg("--net")
+        .arg("--")
+        .arg(env!("CARGO_BIN_EXE_hallmark"))
+        .arg("--config")
+        .arg(config)
+        .args(args)
+        .current_dir(project.root())
+        .env("HALLMARK_CACHE", project.root().join(".test-cache"))
+        .env_remove("DOCKER_HOST")
+        .output()
+        .unwrap();
+    Run(output)
+}
+
+fn built_id(run: Run) -> String {
+    let records = support::document(&run.success().stdout());
+    let record = records.as_array().unwrap().last().unwrap().clone();
+    assert_eq!(record["outcome"], "built", "{record}");
+    record["image_id"].as_str().unwrap().to_string()
+}
+
+#[test]
+fn apt_packages_are_locked_by_hash_and_installed_without_network_the_same_on_two_engines() {
+    let testbed = Testbed::get();
+    let (project, tag) = jq_project();
+    let config = testbed.config();
+    let on_builder = project.with_config(&config);
+
+    // lock: the closure, each by archive path, size and sha256.
+    on_builder.run(&["lock", "jq"]).success();
+    let locked = project.read("pins/jq.toml");
+    let pins: toml::Value = toml::from_str(&locked).unwrap();
+    let apt = pins["apt"].as_array().unwrap();
+    let names: Vec<&str> = apt.iter().map(|p| p["name"].as_str().unwrap()).collect();
+    assert!(names.contains(&"jq") && names.len() >= 3, "{names:?}");
+    for pin in apt {
+        assert_eq!(pin["sha256"].as_str().unwrap().len(), 64, "{pin}");
+        assert!(pin["size"].as_integer().unwrap() > 0, "{pin}");
+        assert!(pin["path"].as_str().unwrap().starts_with("pool/"), "{pin}");
+        let wanted = pin.get("wanted").and_then(toml::Value::as_bool);
+        assert_eq!(wanted.unwrap_or(false), pin["name"].as_str() == Some("jq"));
+    }
+
+    // Without its apt pins (the base still pinned), check refuses at the spec's line.
+    let mut unpinned = pins.clone();
+    unpinned.as_table_mut().unwrap().remove("apt");
+    project.write("pins/jq.toml", &toml::to_string(&unpinned).unwrap());
+    let check = on_builder.run(&["check", "jq"]);
+    assert_eq!(check.code(), 2, "{}", check.stderr());
+    let stderr = check.stderr();
+    assert!(stderr.contains("images/jq/image.toml:8:"), "{stderr}");
+    assert!(stderr.contains("apt package `jq` has no pin"), "{stderr}");
+    project.write("pins/jq.toml", &locked);
+    on_builder.run(&["check", "jq"]).success();
+
+    let explain = on_builder
+        .run(&["checksum", "--explain", "jq"])
+        .success()
+        .stdout();
+    let lines = explain.lines().filter(|l| l.contains("apt ")).count();
+    assert!(lines >= names.len(), "{explain}");
+
+    // Built with the network off (the spec does not ask for it), jq runs.
+    let first = built_id(on_builder.run(&["--json", "build", "jq"]));
+    let version = testbed.run_container("builder", &tag, &["cat", "/jq-version"]);
+    assert!(version.starts_with("jq-1."), "{version}");
+
+    // Another engine, hallmark in a network namespace of its own: the packages come from
+    // the layer store, and the image is the same.
+    let other = testbed.node_of("20", "classic");
+    testbed.script("load-bases", &["--node", &other]);
+    let elsewhere = testbed.config_with_builder(project.root(), &other);
+    let cut_off = offline(&project, &elsewhere, &["lock", "--update", "jq"]);
+    assert_ne!(cut_off.code(), 0, "the namespace reaches the archive");
+    let second = built_id(offline(&project, &elsewhere, &["--json", "build", "jq"]));
+    assert_eq!(first, second, "the same pins gave another image on {other}");
+
+    // A package file in the store with other bytes: the build fails naming the package.
+    let libonig = apt
+        .iter()
+        .find(|p| p["name"].as_str() == Some("libonig5"))
+        .expect("jq needs libonig5");
+    let stored = project
+        .root()
+        .join(".test-cache/store/debs")
+        .join(libonig["sha256"].as_str().unwrap());
+    let mut bytes = std::fs::read(&stored).unwrap();
+    let last = bytes.len() - 1;
+    bytes[last] ^= 1;
+    std::fs::write(&stored, bytes).unwrap();
+    let tampered = offline(&project, &elsewhere, &["build", "--force", "jq"]);
+    assert_eq!(tampered.code(), 1, "{}", tampered.stderr());
+    let stderr = tampered.stderr();
+    assert!(stderr.contains("apt package `libonig5="), "{stderr}");
+    assert!(stderr.contains("is not the pinned file"), "{stderr}");
+    assert_eq!(testbed.image_id(&other, &tag), second, "the tag moved");
+
+    // Gone from the store and the archive out of reach: named, with where to find it.
+    std::fs::remove_file(&stored).unwrap();
+    let unreachable = offline(&project, &elsewhere, &["build", "--force", "jq"]);
+    assert_eq!(unreachable.code(), 1, "{}", unreachable.stderr());
+    let stderr = unreachable.stderr();
+    assert!(stderr.contains("apt package `libonig5="), "{stderr}");
+    assert!(stderr.contains("snapshot.debian.org"), "{stderr}");
+
+    let _ = testbed.docker("builder", &["rmi", &tag]);
+    let _ = testbed.docker(&other, &["rmi", &tag]);
+}
