@@ -83,21 +83,20 @@ pub fn lock(
     }
     let (chain, platform) = parent_chain(project, &loaded)?;
     if !loaded.spec.build.apt.is_empty() {
-        let into = chain.first().expect("every image has a parent").clone();
-        let pins = locking.apt(
-            None,
-            &into,
-            &loaded.spec.build.apt,
-            platform.as_deref(),
-            cache,
-        )?;
+        let build_apt = &loaded.spec.build.apt;
+        let pins = locking.apt(None, &chain, build_apt, platform.as_deref(), cache)?;
         new.apt.extend(pins);
     }
     for stage in loaded.spec.compiles.iter().filter(|s| !s.apt.is_empty()) {
         let into = match (&stage.toolchain, &stage.toolchain_image) {
-            (Some(reference), _) => reference.get_ref().to_string(),
-            (None, Some(name)) => project.load_spec(name.get_ref())?.reference(),
-            (None, None) => chain.first().expect("every image has a parent").clone(),
+            (Some(reference), _) => vec![reference.get_ref().to_string()],
+            (None, Some(name)) => {
+                let toolchain = project.load_spec(name.get_ref())?;
+                let mut into = vec![toolchain.reference()];
+                into.extend(parent_chain(project, &toolchain)?.0);
+                into
+            }
+            (None, None) => chain.clone(),
         };
         let name = stage.name.get_ref();
         let pins = locking.apt(Some(name), &into, &stage.apt, platform.as_deref(), cache)?;
@@ -276,12 +275,14 @@ impl Locking<'_> {
 
 impl Locking<'_> {
     /// The packages `requested` for `stage` (`None`: `[build]`) and all they need that the
-    /// image `into` lacks: the pins kept while the spec asks for the same packages (unless
-    /// `--update`), else resolved now against the archives `into` names.
+    /// image they go into lacks: the pins kept while the spec asks for the same packages
+    /// (unless `--update`), else resolved now against the archives it names. `chain` is that
+    /// image and the images below it, nearest first: the first one the builder holds is read
+    /// (a spec's image not built yet is read as its parent, which lacks no more than it).
     fn apt(
         &mut self,
         stage: Option<&Name>,
-        into: &str,
+        chain: &[String],
         requested: &[String],
         platform: Option<&str>,
         cache: &std::path::Path,
@@ -323,9 +324,20 @@ impl Locking<'_> {
             message,
             hint: None,
         };
-        let Some(image) = self.bases.files(into, crate::plan::apt::SYSTEM_PATHS)? else {
+        let mut found = None;
+        for reference in chain {
+            if let Some(image) = self
+                .bases
+                .files(reference, crate::plan::apt::SYSTEM_PATHS)?
+            {
+                found = Some((reference.as_str(), image));
+                break;
+            }
+        }
+        let Some((into, image)) = found else {
             return Err(self.unpinnable(format!(
-                "cannot pin the apt packages of {target}: no reachable engine holds `{into}`, which they go into; build or load it on the builder"
+                "cannot pin the apt packages of {target}: no reachable engine holds `{}`, which they go into, or an image below it; build or load it on the builder",
+                chain.first().map_or("", String::as_str)
             )));
         };
         let platform = platform.unwrap_or(&image.platform);

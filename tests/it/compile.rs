@@ -598,65 +598,18 @@ fn malformed_compile_stages_are_refused_with_their_key() {
     }
 }
 
-/// A local apt repository (one package, `hm-tool`, printing `ok-41`) as files of a spec:
-/// `repo/` and the `sources.list` naming it, so that apt works in a container with no network.
-fn write_apt_repository(project: &TestProject, spec_dir: &str) {
-    use sha2::Digest as _;
-    let work = tempfile::tempdir().unwrap();
-    let package = work.path().join("hm-tool");
-    std::fs::create_dir_all(package.join("DEBIAN")).unwrap();
-    std::fs::create_dir_all(package.join("usr/bin")).unwrap();
-    std::fs::write(
-        package.join("DEBIAN/control"),
-        "Package: hm-tool\nVersion: 1.0\nArchitecture: all\nMaintainer: hallmark tests <t@example.org>\nDescription: a tool for a compile stage's toolchain\n",
-    )
-    .unwrap();
-    let tool = package.join("usr/bin/hm-tool");
-    std::fs::write(&tool, "#!/bin/sh\necho ok-41\n").unwrap();
-    use std::os::unix::fs::PermissionsExt;
-    std::fs::set_permissions(&tool, std::fs::Permissions::from_mode(0o755)).unwrap();
-    let deb = work.path().join("hm-tool_1.0_all.deb");
-    let built = std::process::Command::new("dpkg-deb")
-        .args(["--build", "--root-owner-group"])
-        .arg(&package)
-        .arg(&deb)
-        .output()
-        .unwrap();
-    assert!(built.status.success(), "{built:?}");
-    let bytes = std::fs::read(&deb).unwrap();
-    let repo = project.root().join(spec_dir).join("repo");
-    std::fs::create_dir_all(&repo).unwrap();
-    std::fs::write(repo.join("hm-tool_1.0_all.deb"), &bytes).unwrap();
-    let control = std::fs::read_to_string(package.join("DEBIAN/control")).unwrap();
-    std::fs::write(
-        repo.join("Packages"),
-        format!(
-            "{control}Filename: ./hm-tool_1.0_all.deb\nSize: {}\nSHA256: {}\n",
-            bytes.len(),
-            sha2::Sha256::digest(&bytes)
-                .iter()
-                .map(|b| format!("{b:02x}"))
-                .collect::<String>()
-        ),
-    )
-    .unwrap();
-    project.write(
-        &format!("{spec_dir}/sources.list"),
-        "deb [trusted=yes] file:/repo ./\n",
-    );
-}
-
-/// Issue 16 item 1: a stage runs in another spec of the project with apt packages added; the
-/// toolchain image with the packages is made once and kept (a second compile runs no apt
-/// container), the packages stay out of the image, and a failing apt names the stage.
+/// Issue 16 item 1 and issue 33: a stage runs in another spec of the project with apt
+/// packages added, pinned by `lock` against the toolchain's own archive and installed from
+/// their files with no network; the toolchain image with the packages is made once and kept
+/// (a second compile runs no apt container), is the same image on another builder, the
+/// packages stay out of the image, and a package no archive has is named by `lock`.
 #[test]
 fn a_stage_runs_in_another_spec_with_apt_packages_added_once() {
     let testbed = Testbed::get();
     let compile = CompileProject::new(
-        r#""test \"$(hm-tool)\" = ok-41", "cd /src/hmext && python3 -m pip wheel --no-deps --no-build-isolation -w $HALLMARK_WHEELS .""#,
+        r#""test \"$(echo 41 | jq .)\" = 41", "cd /src/hmext && python3 -m pip wheel --no-deps --no-build-isolation -w $HALLMARK_WHEELS .""#,
         "",
     );
-    write_apt_repository(&compile.project, "images/tools");
     compile.project.write(
         "images/tools/image.toml",
         &format!(
@@ -665,21 +618,13 @@ name = "tools-{}"
 
 [from]
 ref = "hallmark-testbed/toolchain:bookworm"
-
-[[file]]
-src = "repo"
-dest = "/repo"
-
-[[file]]
-src = "sources.list"
-dest = "/etc/apt/sources.list"
 "#,
             compile.name
         ),
     );
     compile.edit(
         "toolchain = \"hallmark-testbed/toolchain:bookworm\"",
-        "toolchain-image = \"tools\"\napt = [\"hm-tool\"]",
+        "toolchain-image = \"tools\"\napt = [\"jq\"]",
     );
     compile.hallmark(&["lock", "tools", "cext"]).success();
 
@@ -694,7 +639,7 @@ dest = "/etc/apt/sources.list"
         .and_then(|rest| rest.strip_suffix(')'))
         .unwrap_or_else(|| panic!("{shown}"))
         .to_string();
-    assert!(shown.contains("+ apt hm-tool"), "{shown}");
+    assert!(shown.contains("+ apt jq="), "{shown}");
 
     let since = now();
     let built = compile
@@ -738,7 +683,7 @@ dest = "/etc/apt/sources.list"
         &[
             "sh",
             "-c",
-            "python3 -c 'import hmext; print(hmext.value())'; command -v hm-tool || echo none",
+            "python3 -c 'import hmext; print(hmext.value())'; command -v jq || echo none",
         ],
     );
     assert_eq!(value, "141\nnone", "the package stays in the toolchain");
@@ -753,28 +698,37 @@ dest = "/etc/apt/sources.list"
     assert_eq!(compile.containers_created_since(&since), 1);
     assert_eq!(apt_runs(&since), 0);
 
-    // A package apt cannot find: the build fails naming the stage and apt's complaint, and
-    // leaves no container.
-    compile.edit(
-        "apt = [\"hm-tool\"]",
-        "apt = [\"hm-tool\", \"hm-no-such-tool\"]",
+    // The same key on another builder: the same toolchain image.
+    let node3 = testbed.node_of("20", "classic");
+    testbed.script("load-bases", &["--node", &node3, "--toolchain"]);
+    let other = testbed.config_with_builder(compile.project.root(), &node3);
+    // A cache of its own: the stage's wheels are not kept there, the packages are fetched.
+    let fresh = compile.project.root().join(".other-cache");
+    let fresh = fresh.to_str().unwrap();
+    compile
+        .project
+        .with_config(&other)
+        .run_with(&["build", "cext"], &[("HALLMARK_CACHE", fresh)])
+        .success();
+    assert_eq!(
+        testbed.image_id(&node3, &kept),
+        testbed.image_id("builder", &kept),
+        "the toolchain with the same pinned packages differs between builders"
     );
-    let failed = compile.hallmark(&["build", "cext"]);
-    assert_eq!(failed.code(), 1, "{}", failed.stderr());
+    let _ = testbed.docker(&node3, &["rmi", &kept]);
+
+    // A package no archive has: `lock` names it; `check` refuses the unpinned stage.
+    compile.edit("apt = [\"jq\"]", "apt = [\"jq\", \"hm-no-such-tool\"]");
+    let check = compile.hallmark(&["check", "cext"]);
+    assert_eq!(check.code(), 2, "{}", check.stderr());
+    assert!(
+        check.stderr().contains("`hm-no-such-tool` has no pin"),
+        "{}",
+        check.stderr()
+    );
+    let failed = compile.hallmark(&["lock", "cext"]);
+    assert_ne!(failed.code(), 0, "{}", failed.stderr());
     let stderr = failed.stderr();
-    assert!(stderr.contains("adding apt packages"), "{stderr}");
-    assert!(stderr.contains("hm-no-such-tool"), "{stderr}");
-    let left = testbed.docker_ok(
-        "builder",
-        &[
-            "ps",
-            "-aq",
-            "--filter",
-            "label=hallmark.toolchain",
-            "--filter",
-            "status=exited",
-        ],
-    );
-    assert_eq!(left.trim(), "", "an apt container was left behind");
+    assert!(stderr.contains("no package `hm-no-such-tool`"), "{stderr}");
     let _ = testbed.docker("builder", &["rmi", &kept]);
 }

@@ -117,6 +117,8 @@ async fn with_apt(
         "Image": base,
         "Entrypoint": [],
         "Cmd": ["/bin/sh", "-c", script],
+        // Kept in the committed image: what finds it again.
+        "Labels": {TOOLCHAIN_LABEL: key},
         "NetworkDisabled": true,
         "HostConfig": {"NetworkMode": "none"},
     });
