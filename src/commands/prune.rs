@@ -52,11 +52,17 @@ pub(super) fn run(settings: &Settings) -> Result<ExitStatus> {
         .flat_map(|image| &image.compiles)
         .map(|stage| stage.checksum.to_string())
         .collect();
-    let pruned = store.prune(&keep, &stages)?;
+    let debs: Vec<String> = plan
+        .images
+        .values()
+        .flat_map(|image| &image.pins.apt)
+        .map(|pin| pin.sha256.to_string())
+        .collect();
+    let pruned = store.prune(&keep, &stages, &debs)?;
     drop(store);
     settings.output.note(format!(
-        "removed {} blobs, {} bytes, and the wheels of {} compile stages no spec has, {} bytes, from the layer store (kept what other projects use)",
-        pruned.blobs, pruned.blob_bytes, pruned.compiled, pruned.compiled_bytes
+        "removed {} blobs, {} bytes, the wheels of {} compile stages no spec has, {} bytes, and {} apt package files no pin names, {} bytes, from the layer store (kept what other projects use)",
+        pruned.blobs, pruned.blob_bytes, pruned.compiled, pruned.compiled_bytes, pruned.debs, pruned.deb_bytes
     ));
     let collected = match registry::collect_garbage(cache, false)? {
         registry::Garbage::Busy => {

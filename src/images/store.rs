@@ -34,13 +34,15 @@ pub use crate::oci::archive::{Blob, LAYER_TAR, StoredImage, StoredLayer};
 /// The files of an archive being read: each name's digest and size.
 type ArchiveFiles = HashMap<String, (Digest, u64)>;
 
-/// What `prune` removed: blobs, and the kept wheels of compile stages.
+/// What `prune` removed: blobs, the kept wheels of compile stages, and apt package files.
 #[derive(Debug, Default)]
 pub struct Pruned {
     pub blobs: usize,
     pub blob_bytes: u64,
     pub compiled: usize,
     pub compiled_bytes: u64,
+    pub debs: usize,
+    pub deb_bytes: u64,
 }
 
 pub struct LayerStore {
@@ -545,7 +547,12 @@ impl LayerStore {
     /// still holds `hallmark.toml` (a project that is gone is forgotten). Leftover temporary
     /// files go too: with the lock held exclusively, no command is writing. Returns the blobs
     /// removed and their bytes.
-    pub fn prune(&self, keep: &[String], keep_compiled: &[String]) -> Result<Pruned> {
+    pub fn prune(
+        &self,
+        keep: &[String],
+        keep_compiled: &[String],
+        keep_debs: &[String],
+    ) -> Result<Pruned> {
         let project = match (&self.project, self.exclusive) {
             (Some(project), true) => project.clone(),
             _ => {
@@ -559,16 +566,21 @@ impl LayerStore {
         let own = self.project_dir(&project);
         let _ = fs_err::remove_dir_all(own.join("images"));
         let _ = fs_err::remove_dir_all(own.join("compiled"));
+        let _ = fs_err::remove_dir_all(own.join("debs"));
         let mut kept_compiled: HashSet<String> = keep_compiled.iter().cloned().collect();
         for checksum in keep_compiled {
             self.mark_compiled(checksum);
+        }
+        let mut kept_debs: HashSet<String> = keep_debs.iter().cloned().collect();
+        for sha256 in keep_debs {
+            self.mark_debs(sha256);
         }
         for id in keep {
             if self.parse_record(id).is_some() {
                 self.mark_used(id);
             }
         }
-        self.add_other_projects_marks(&own, &mut kept, &mut kept_compiled);
+        self.add_other_projects_marks(&own, &mut kept, &mut kept_compiled, &mut kept_debs);
         let mut used = HashSet::new();
         let images = self.root.join("images");
         for entry in fs_err::read_dir(&images).into_iter().flatten().flatten() {
@@ -599,11 +611,14 @@ impl LayerStore {
         }
         let _ = fs_err::remove_dir_all(self.root.join("tmp"));
         let (compiled, compiled_bytes) = self.prune_compiled(&kept_compiled)?;
+        let (debs, deb_bytes) = self.prune_debs(&kept_debs)?;
         Ok(Pruned {
             blobs: removed,
             blob_bytes: bytes,
             compiled,
             compiled_bytes,
+            debs,
+            deb_bytes,
         })
     }
 
@@ -614,6 +629,7 @@ impl LayerStore {
         own: &Path,
         images: &mut HashSet<String>,
         compiled: &mut HashSet<String>,
+        debs: &mut HashSet<String>,
     ) {
         let names_in = |dir: PathBuf| {
             fs_err::read_dir(dir)
@@ -642,6 +658,7 @@ impl LayerStore {
             }
             images.extend(names_in(dir.join("images")));
             compiled.extend(names_in(dir.join("compiled")));
+            debs.extend(names_in(dir.join("debs")));
         }
     }
 
@@ -666,6 +683,31 @@ impl LayerStore {
             removed += 1;
         }
         Ok((removed, bytes))
+    }
+
+    /// Removes every apt package file (`debs/<sha256>`) no current spec of any project using
+    /// the store pins.
+    fn prune_debs(&self, kept: &HashSet<String>) -> Result<(usize, u64)> {
+        let (mut removed, mut bytes) = (0, 0);
+        for entry in fs_err::read_dir(self.root.join("debs"))
+            .into_iter()
+            .flatten()
+            .flatten()
+        {
+            if kept.contains(&*entry.file_name().to_string_lossy()) {
+                continue;
+            }
+            bytes += entry.metadata().map(|m| m.len()).unwrap_or(0);
+            fs_err::remove_file(entry.path()).map_err(|e| Error::io(entry.path(), e))?;
+            removed += 1;
+        }
+        Ok((removed, bytes))
+    }
+
+    /// Notes that this project uses the apt package file with this sha256, so that a `prune`
+    /// in another project sharing the store keeps it.
+    pub fn mark_debs(&self, sha256: &str) {
+        self.mark("debs", sha256);
     }
 
     /// Notes that this project uses the wheels kept for compile stage `checksum`, so that a
@@ -812,7 +854,7 @@ mod tests {
         LayerStore::for_prune(cache, project, false)
             .unwrap()
             .expect("no other store open")
-            .prune(keep, &[])
+            .prune(keep, &[], &[])
             .unwrap();
     }
 
@@ -831,7 +873,7 @@ mod tests {
             LayerStore::for_prune(&cache, project, false)
                 .unwrap()
                 .expect("no other store open")
-                .prune(&[], keep)
+                .prune(&[], keep, &[])
                 .unwrap()
         };
         let pruned = prune_in(&b, &["used-by-b".to_string()]);

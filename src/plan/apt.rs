@@ -651,6 +651,7 @@ pub fn ensure_debs<'a>(
                     )),
                 ));
             }
+            store.mark_debs(pin.sha256.as_str());
             files.push((*pin, path));
             continue;
         }
@@ -681,6 +682,7 @@ pub fn ensure_debs<'a>(
         }
         crate::images::store::mark_cache(&store.root);
         write_atomically(&path, &bytes).map_err(|e| Error::io(&path, e))?;
+        store.mark_debs(pin.sha256.as_str());
         files.push((*pin, path));
     }
     Ok(files)

@@ -110,6 +110,10 @@ fn apt_packages_are_locked_by_hash_and_installed_without_network_the_same_on_two
     let elsewhere = testbed.config_with_builder(project.root(), &other);
     let cut_off = offline(&project, &elsewhere, &["lock", "--update", "jq"]);
     assert_ne!(cut_off.code(), 0, "the namespace reaches the archive");
+    assert!(cut_off.stderr().contains("InRelease"), "{}", cut_off.stderr());
+    // Without --update the pins stand as they are: nothing is asked of the archive.
+    offline(&project, &elsewhere, &["lock", "jq"]).success();
+    assert_eq!(project.read("pins/jq.toml"), locked);
     let second = built_id(offline(&project, &elsewhere, &["--json", "build", "jq"]));
     assert_eq!(first, second, "the same pins gave another image on {other}");
 
@@ -141,6 +145,74 @@ fn apt_packages_are_locked_by_hash_and_installed_without_network_the_same_on_two
     assert!(stderr.contains("apt package `libonig5="), "{stderr}");
     assert!(stderr.contains("snapshot.debian.org"), "{stderr}");
 
+    // An archive that answers other bytes for the file: named too.
+    let archive = tempfile::tempdir().unwrap();
+    let served = archive.path().join(libonig["path"].as_str().unwrap());
+    std::fs::create_dir_all(served.parent().unwrap()).unwrap();
+    std::fs::write(&served, b"not the package").unwrap();
+    let mut server = std::process::Command::new("python3")
+        .args(["-c", SERVER])
+        .current_dir(archive.path())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut port = String::new();
+    std::io::BufRead::read_line(
+        &mut std::io::BufReader::new(server.stdout.take().unwrap()),
+        &mut port,
+    )
+    .unwrap();
+    let moved = locked.replace(
+        &format!(
+            "archive = \"{}\"\npath = \"{}\"",
+            libonig["archive"].as_str().unwrap(),
+            libonig["path"].as_str().unwrap()
+        ),
+        &format!(
+            "archive = \"http://127.0.0.1:{}\"\npath = \"{}\"",
+            port.trim(),
+            libonig["path"].as_str().unwrap()
+        ),
+    );
+    assert_ne!(moved, locked);
+    project.write("pins/jq.toml", &moved);
+    let answered = on_builder.run(&["build", "--force", "jq"]);
+    server.kill().unwrap();
+    server.wait().unwrap();
+    assert_eq!(answered.code(), 1, "{}", answered.stderr());
+    let stderr = answered.stderr();
+    assert!(stderr.contains("apt package `libonig5="), "{stderr}");
+    assert!(stderr.contains("answered other bytes"), "{stderr}");
+    project.write("pins/jq.toml", &locked);
+
+    // prune keeps what pins name and removes what none does.
+    let debs = project.root().join(".test-cache/store/debs");
+    let count = || std::fs::read_dir(&debs).unwrap().count();
+    let before = count();
+    on_builder.run(&["prune"]).success();
+    assert_eq!(count(), before, "prune removed a pinned package file");
+    let spec = project.read("images/jq/image.toml");
+    project.write(
+        "images/jq/image.toml",
+        &spec.replace(
+            "apt = [\"jq\"]\nrun = [\"jq --version > /jq-version\"]\n",
+            "",
+        ),
+    );
+    on_builder.run(&["lock", "jq"]).success();
+    let pruned = on_builder.run(&["prune"]).success().stderr();
+    assert!(
+        pruned.contains(&format!("{before} apt package files")),
+        "{pruned}"
+    );
+    assert_eq!(count(), 0);
+
     let _ = testbed.docker("builder", &["rmi", &tag]);
     let _ = testbed.docker(&other, &["rmi", &tag]);
 }
+
+/// A file server on a free loopback port, which it prints first.
+const SERVER: &str = "import http.server, socketserver\n\
+s = socketserver.TCPServer(('127.0.0.1', 0), http.server.SimpleHTTPRequestHandler)\n\
+print(s.server_address[1], flush=True)\n\
+s.serve_forever()\n";
