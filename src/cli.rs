@@ -58,6 +58,16 @@ pub enum Command {
         #[arg(long, value_name = "DIR")]
         out: Option<PathBuf>,
     },
+    /// What is inside an image and where it came from, as SPDX or CycloneDX; offline.
+    Sbom {
+        image: String,
+        /// SPDX 2.3 JSON, or CycloneDX 1.6 JSON.
+        #[arg(long, value_enum, default_value = "spdx")]
+        format: crate::plan::sbom::Format,
+        /// Write it to FILE instead of stdout.
+        #[arg(long, value_name = "FILE")]
+        out: Option<PathBuf>,
+    },
     /// Print `<checksum>  <image>` per image; offline.
     Checksum {
         #[command(flatten)]

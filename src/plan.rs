@@ -9,6 +9,7 @@ pub mod checksum;
 pub mod compile;
 pub mod fetch;
 pub mod lock;
+pub mod sbom;
 
 use crate::error::{Error, Invalid, Result};
 use crate::inputs::patches::{self, SourcePatches};

@@ -15,6 +15,7 @@ mod nodes;
 mod patches;
 mod prune;
 mod render;
+mod sbom;
 mod smoke;
 mod status;
 mod verify;
@@ -41,6 +42,7 @@ pub fn run(cli: Cli) -> Result<ExitStatus> {
     match cli.command {
         Command::Checksum { selection, explain } => checksum::run(settings, &selection, explain),
         Command::Render { image, out } => render::run(settings, &image, out.as_deref()),
+        Command::Sbom { image, format, out } => sbom::run(settings, &image, format, out.as_deref()),
         Command::Check(selection) => check::run(settings, &selection),
         Command::Lock { images, update } => lock::run(settings, &images, update),
         Command::Build {

@@ -137,26 +137,7 @@ pub fn redact_url(url: &str) -> String {
     }
 }
 
-/// RFC 3339 UTC for a Unix time, without a date crate (days to civil date, H. Hinnant).
-pub fn rfc3339(epoch: u64) -> String {
-    let days = (epoch / 86_400) as i64;
-    let secs = epoch % 86_400;
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z - era * 146_097;
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let day = doy - (153 * mp + 2) / 5 + 1;
-    let month = if mp < 10 { mp + 3 } else { mp - 9 };
-    let year = yoe + era * 400 + i64::from(month <= 2);
-    format!(
-        "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}Z",
-        secs / 3600,
-        secs % 3600 / 60,
-        secs % 60
-    )
-}
+pub use crate::oci::rfc3339;
 
 /// Labels every hallmark image carries besides the spec's own: the checksum and
 /// `org.opencontainers.image.*` provenance.

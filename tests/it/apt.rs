@@ -110,7 +110,11 @@ fn apt_packages_are_locked_by_hash_and_installed_without_network_the_same_on_two
     let elsewhere = testbed.config_with_builder(project.root(), &other);
     let cut_off = offline(&project, &elsewhere, &["lock", "--update", "jq"]);
     assert_ne!(cut_off.code(), 0, "the namespace reaches the archive");
-    assert!(cut_off.stderr().contains("InRelease"), "{}", cut_off.stderr());
+    assert!(
+        cut_off.stderr().contains("InRelease"),
+        "{}",
+        cut_off.stderr()
+    );
     // Without --update the pins stand as they are: nothing is asked of the archive.
     offline(&project, &elsewhere, &["lock", "jq"]).success();
     assert_eq!(project.read("pins/jq.toml"), locked);

@@ -12,6 +12,7 @@ mod offline;
 mod patches;
 mod podman;
 mod registry;
+mod sbom;
 mod secrets;
 mod ship;
 mod ssh;
