@@ -4,6 +4,7 @@
 //!
 //! Layer: above `inputs`, `engine` and `oci`; below `plan`, `make`, `ship` and the commands.
 
+pub mod attest;
 pub mod identity;
 pub mod store;
 pub mod transfer;

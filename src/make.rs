@@ -11,6 +11,7 @@ pub mod build_cache;
 pub mod compile;
 pub mod context;
 pub mod normalize;
+pub mod provenance;
 pub mod render;
 pub mod repro;
 pub mod wheel;

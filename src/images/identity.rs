@@ -114,6 +114,20 @@ pub fn known_ids(store: &LayerStore, builder_id: &str) -> Vec<String> {
     ids
 }
 
+/// The config digest of the builder's image `builder_id`: from the layer store's record of
+/// it, else the id itself on a store whose ids are config digests (`classic`); `None` when
+/// neither tells.
+pub fn config_digest(
+    store: &LayerStore,
+    builder_id: &str,
+    ids_are_config_digests: bool,
+) -> Option<String> {
+    match store.image(builder_id) {
+        Some(stored) => Some(stored.config.digest.to_string()),
+        None => ids_are_config_digests.then(|| builder_id.to_string()),
+    }
+}
+
 /// Whether the builder's image `id`, which carries `checksum` as its label, is one hallmark
 /// finished for that checksum on this builder: `None` if so, else why it is not trusted.
 /// Only hallmark's own record says ([`crate::images::store::finished`]): a label and a history step

@@ -25,6 +25,19 @@ struct ConfigFile {
     transport: Transport,
     #[serde(default)]
     registry: RegistryConfig,
+    provenance: Option<ProvenanceConfig>,
+}
+
+/// `[provenance]`: the key that signs each image's provenance when it is built, and the
+/// public keys `verify --provenance` accepts; paths relative to the project root.
+#[derive(Debug, Clone, Default, Deserialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+pub struct ProvenanceConfig {
+    /// An ed25519 private key in OpenSSH format (`ssh-keygen -t ed25519 -N ''`).
+    pub key: Option<PathBuf>,
+    /// OpenSSH public keys (`.pub`).
+    #[serde(default)]
+    pub trusted: Vec<PathBuf>,
 }
 
 /// How `distribute` moves an image to a node.
@@ -85,6 +98,7 @@ pub struct Config {
     pub nodes: Vec<NodeConfig>,
     pub transport: Transport,
     pub registry: RegistryConfig,
+    pub provenance: Option<ProvenanceConfig>,
 }
 
 impl Config {
@@ -225,6 +239,7 @@ impl Config {
                 nodes: vec![local],
                 transport: Transport::Stream,
                 registry: RegistryConfig::default(),
+                provenance: None,
             });
         };
         let file = read_cluster_file(&path)?;
@@ -263,6 +278,7 @@ impl Config {
             nodes,
             transport: file.transport,
             registry: file.registry,
+            provenance: file.provenance,
         })
     }
 }

@@ -1,0 +1,190 @@
+//! Signed provenance: an in-toto Statement in a DSSE envelope (the format in-toto, SLSA and
+//! Sigstore read), signed with the operator's ed25519 key in OpenSSH format and checked
+//! against the public keys `hallmark.toml` trusts (`[provenance]`).
+//!
+//! The signature is a plain ed25519 signature over DSSE's pre-authentication encoding, so
+//! any DSSE implementation checks it with the public key; `ssh-keygen -Y sign` is not used:
+//! it signs its own SSHSIG wrapping, which DSSE verifiers do not read. The key file is read
+//! by the `ssh-key` crate and signs through `ed25519-dalek`.
+
+use base64::Engine as _;
+use ed25519_dalek::{Signer as _, Verifier as _};
+use serde::{Deserialize, Serialize};
+use std::path::{Path, PathBuf};
+
+/// The payload type of an in-toto Statement in DSSE.
+pub const PAYLOAD_TYPE: &str = "application/vnd.in-toto+json";
+
+/// A DSSE envelope (`payload` base64 of the Statement's JSON).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Envelope {
+    pub payload: String,
+    #[serde(rename = "payloadType")]
+    pub payload_type: String,
+    pub signatures: Vec<Signature>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Signature {
+    /// The key's OpenSSH fingerprint (`SHA256:...`), as `ssh-keygen -l` prints it.
+    pub keyid: String,
+    /// base64 of the 64-byte ed25519 signature.
+    pub sig: String,
+}
+
+/// DSSE's pre-authentication encoding: what is signed.
+pub fn pae(payload_type: &str, payload: &[u8]) -> Vec<u8> {
+    let mut bytes = format!(
+        "DSSEv1 {} {payload_type} {} ",
+        payload_type.len(),
+        payload.len()
+    )
+    .into_bytes();
+    bytes.extend_from_slice(payload);
+    bytes
+}
+
+fn base64() -> base64::engine::GeneralPurpose {
+    base64::engine::general_purpose::STANDARD
+}
+
+/// Signs `statement` with the OpenSSH ed25519 private key at `key` (unencrypted: hallmark
+/// runs unattended).
+pub fn sign(statement: &serde_json::Value, key: &Path) -> Result<Envelope, String> {
+    let text = fs_err::read_to_string(key).map_err(|e| e.to_string())?;
+    let private = ssh_key::PrivateKey::from_openssh(&text)
+        .map_err(|e| format!("{}: not an OpenSSH private key: {e}", key.display()))?;
+    if private.is_encrypted() {
+        return Err(format!(
+            "{}: the key has a passphrase; hallmark signs unattended: make one without (`ssh-keygen -t ed25519 -N '' -f ...`)",
+            key.display()
+        ));
+    }
+    let Some(pair) = private.key_data().ed25519() else {
+        return Err(format!(
+            "{}: a {} key; provenance is signed with ed25519 (`ssh-keygen -t ed25519`)",
+            key.display(),
+            private.algorithm()
+        ));
+    };
+    let signing = ed25519_dalek::SigningKey::from_bytes(&pair.private.to_bytes());
+    let payload = serde_json::to_vec(statement).expect("JSON values serialize");
+    let signature = signing.sign(&pae(PAYLOAD_TYPE, &payload));
+    Ok(Envelope {
+        payload: base64().encode(&payload),
+        payload_type: PAYLOAD_TYPE.to_string(),
+        signatures: vec![Signature {
+            keyid: private
+                .public_key()
+                .fingerprint(ssh_key::HashAlg::Sha256)
+                .to_string(),
+            sig: base64().encode(signature.to_bytes()),
+        }],
+    })
+}
+
+/// A public key hallmark.toml trusts, read.
+pub struct Trusted {
+    pub path: PathBuf,
+    pub keyid: String,
+    key: ed25519_dalek::VerifyingKey,
+}
+
+/// Reads the OpenSSH public keys at `paths` (`.pub` files, one ed25519 key each).
+pub fn trusted(paths: &[PathBuf]) -> Result<Vec<Trusted>, String> {
+    paths
+        .iter()
+        .map(|path| {
+            let text = fs_err::read_to_string(path).map_err(|e| e.to_string())?;
+            let public = ssh_key::PublicKey::from_openssh(text.trim())
+                .map_err(|e| format!("{}: not an OpenSSH public key: {e}", path.display()))?;
+            let bytes = public
+                .key_data()
+                .ed25519()
+                .ok_or_else(|| format!("{}: not an ed25519 key", path.display()))?;
+            let key = ed25519_dalek::VerifyingKey::from_bytes(&bytes.0)
+                .map_err(|e| format!("{}: {e}", path.display()))?;
+            Ok(Trusted {
+                path: path.clone(),
+                keyid: public.fingerprint(ssh_key::HashAlg::Sha256).to_string(),
+                key,
+            })
+        })
+        .collect()
+}
+
+/// The Statement of `envelope` if one of its signatures verifies with a `trusted` key; which
+/// key did, or why none did.
+pub fn verify<'a>(
+    envelope: &Envelope,
+    trusted: &'a [Trusted],
+) -> Result<(&'a Trusted, serde_json::Value), String> {
+    if envelope.payload_type != PAYLOAD_TYPE {
+        return Err(format!(
+            "payload type `{}`, not an in-toto Statement",
+            envelope.payload_type
+        ));
+    }
+    let payload = base64()
+        .decode(&envelope.payload)
+        .map_err(|e| format!("the payload is not base64: {e}"))?;
+    let signed = pae(&envelope.payload_type, &payload);
+    for signature in &envelope.signatures {
+        let Ok(bytes) = base64().decode(&signature.sig) else {
+            continue;
+        };
+        let Ok(signature) = ed25519_dalek::Signature::from_slice(&bytes) else {
+            continue;
+        };
+        if let Some(key) = trusted
+            .iter()
+            .find(|k| k.key.verify(&signed, &signature).is_ok())
+        {
+            let statement = serde_json::from_slice(&payload)
+                .map_err(|e| format!("the signed payload is not JSON: {e}"))?;
+            return Ok((key, statement));
+        }
+    }
+    let keyids: Vec<&str> = envelope
+        .signatures
+        .iter()
+        .map(|s| s.keyid.as_str())
+        .collect();
+    Err(format!(
+        "no signature verifies with a key hallmark.toml trusts (signed by {}; trusted: {})",
+        if keyids.is_empty() {
+            "nobody".to_string()
+        } else {
+            keyids.join(", ")
+        },
+        trusted
+            .iter()
+            .map(|k| k.keyid.as_str())
+            .collect::<Vec<_>>()
+            .join(", ")
+    ))
+}
+
+/// The sha256 digests a Statement names as its subjects.
+pub fn subjects(statement: &serde_json::Value) -> Vec<String> {
+    statement["subject"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|s| s["digest"]["sha256"].as_str())
+        .map(|hex| format!("sha256:{hex}"))
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn pae_is_dsse_v1() {
+        assert_eq!(
+            pae("http://example.com/HelloWorld", b"hello world"),
+            b"DSSEv1 29 http://example.com/HelloWorld 11 hello world"
+        );
+    }
+}
