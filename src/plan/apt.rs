@@ -47,6 +47,8 @@ pub struct Installed {
     pub name: String,
     pub version: String,
     pub provides: Vec<Alternative>,
+    /// Its `Pre-Depends` and `Depends`, as dpkg recorded them.
+    pub depends: String,
 }
 
 /// What an image's own files say about its packages.
@@ -101,7 +103,14 @@ impl System {
             if !is_installed {
                 continue;
             }
+            let depends = ["Pre-Depends", "Depends"]
+                .iter()
+                .filter_map(|f| paragraph.get(f))
+                .cloned()
+                .collect::<Vec<_>>()
+                .join(", ");
             installed.push(Installed {
+                depends,
                 name: name.clone(),
                 version: version.clone(),
                 provides: provides(&paragraph)
@@ -357,6 +366,55 @@ fn snapshot_of(uri: &str, date: &str) -> Option<String> {
     ))
 }
 
+/// One index file the signed `Release` names (`sha`, `size`, `path` below `base`), from the
+/// cache or the archive (by hash where it offers that), checked, decompressed.
+fn fetch_index(
+    agent: &ureq::Agent,
+    cache: &Path,
+    base: &str,
+    by_hash: bool,
+    sha: &str,
+    size: u64,
+    path: &str,
+) -> std::result::Result<String, String> {
+    let kept = cache.join("apt/indexes").join(sha);
+    let bytes = match fs_err::read(&kept) {
+        Ok(bytes) if sha256_hex(&bytes) == sha => bytes,
+        _ => {
+            let dir = path.rsplit_once('/').map_or("", |(d, _)| d);
+            let url = match by_hash {
+                true => format!("{base}/{dir}/by-hash/SHA256/{sha}"),
+                false => format!("{base}/{path}"),
+            };
+            let bytes = download(agent, &url, size)?;
+            if sha256_hex(&bytes) != sha {
+                return Err(format!(
+                    "{url}: not the index the signed InRelease names (sha256 differs)"
+                ));
+            }
+            crate::images::store::mark_cache(cache);
+            write_atomically(&kept, &bytes).map_err(|e| e.to_string())?;
+            bytes
+        }
+    };
+    let mut text = Vec::new();
+    let decoded = match path.rsplit('.').next() {
+        Some("xz") => {
+            lzma_rs::xz_decompress(&mut bytes.as_slice(), &mut text).map_err(|e| e.to_string())
+        }
+        Some("gz") => flate2::read::GzDecoder::new(bytes.as_slice())
+            .read_to_end(&mut text)
+            .map(drop)
+            .map_err(|e| e.to_string()),
+        _ => {
+            text = bytes;
+            Ok(())
+        }
+    };
+    decoded.map_err(|e| format!("{base}/{path}: {e}"))?;
+    String::from_utf8(text).map_err(|_| format!("{base}/{path}: not UTF-8 text"))
+}
+
 impl Index {
     /// Reads every source's signed index for `system`'s architecture; indexes are kept in
     /// `cache` by sha256, so a second lock reads only the `InRelease` files.
@@ -385,51 +443,45 @@ impl Index {
             let snapshot = snapshot_of(&source.uri, &date);
             for component in &source.components {
                 let wanted = |name: &str| format!("{component}/binary-{arch}/{name}");
-                let entry = ["Packages.gz", "Packages"].iter().find_map(|name| {
-                    hashes.lines().find_map(|line| {
-                        let mut parts = line.split_whitespace();
-                        let (sha, size, path) = (parts.next()?, parts.next()?, parts.next()?);
-                        (path == wanted(name))
-                            .then(|| (sha.to_string(), size.parse::<u64>().ok(), path.to_string()))
+                // What the signed text lists, smallest first: an archive may list the
+                // uncompressed index without serving it (Debian's updates and security).
+                let listed: Vec<(String, u64, String)> = ["Packages.xz", "Packages.gz", "Packages"]
+                    .iter()
+                    .filter_map(|name| {
+                        hashes.lines().find_map(|line| {
+                            let mut parts = line.split_whitespace();
+                            let (sha, size, path) = (parts.next()?, parts.next()?, parts.next()?);
+                            (path == wanted(name))
+                                .then(|| {
+                                    Some((
+                                        sha.to_string(),
+                                        size.parse::<u64>().ok()?,
+                                        path.to_string(),
+                                    ))
+                                })
+                                .flatten()
+                        })
                     })
-                });
-                let Some((sha, Some(size), path)) = entry else {
+                    .collect();
+                if listed.is_empty() {
                     return Err(format!(
                         "{url}: the archive has no {} index (its architectures: {})",
                         wanted("Packages"),
                         release.get("Architectures").map_or("?", String::as_str)
                     ));
-                };
-                let kept = cache.join("apt/indexes").join(&sha);
-                let bytes = match fs_err::read(&kept) {
-                    Ok(bytes) if sha256_hex(&bytes) == sha => bytes,
-                    _ => {
-                        let dir = path.rsplit_once('/').map_or("", |(d, _)| d);
-                        let url = match by_hash {
-                            true => format!("{base}/{dir}/by-hash/SHA256/{sha}"),
-                            false => format!("{base}/{path}"),
-                        };
-                        let bytes = download(&agent, &url, size)?;
-                        if sha256_hex(&bytes) != sha {
-                            return Err(format!(
-                                "{url}: not the index the signed InRelease names (sha256 differs)"
-                            ));
+                }
+                let mut failures = Vec::new();
+                let mut read = None;
+                for (sha, size, path) in &listed {
+                    match fetch_index(&agent, cache, &base, by_hash, sha, *size, path) {
+                        Ok(text) => {
+                            read = Some(text);
+                            break;
                         }
-                        crate::images::store::mark_cache(cache);
-                        write_atomically(&kept, &bytes).map_err(|e| e.to_string())?;
-                        bytes
+                        Err(e) => failures.push(e),
                     }
-                };
-                let text = match path.ends_with(".gz") {
-                    true => {
-                        let mut text = String::new();
-                        flate2::read::GzDecoder::new(bytes.as_slice())
-                            .read_to_string(&mut text)
-                            .map_err(|e| format!("{url}: {path}: {e}"))?;
-                        text
-                    }
-                    false => String::from_utf8_lossy(&bytes).into_owned(),
-                };
+                }
+                let text = read.ok_or_else(|| failures.join("; "))?;
                 index.add(&text, source, snapshot.as_deref(), arch)?;
             }
         }
@@ -523,12 +575,100 @@ pub fn resolve(
         chosen.insert(wanted.name.clone(), (candidate.clone(), true));
         queue.push_back(wanted.name.clone());
     }
+    loop {
+        drain(system, index, &sources, &mut chosen, &mut queue)?;
+        // What is chosen replaces what the image has of the same name: an installed package
+        // that needs the old version exactly (`libfoo-dev (= 1.2-3)`) must move with it, and
+        // nothing may move back (apt refuses both, at the build, after the lock said yes).
+        let mut moved = Vec::new();
+        for (name, (candidate, _)) in &chosen {
+            let Some(installed) = system.installed.iter().find(|i| &i.name == name) else {
+                continue;
+            };
+            if version(&candidate.version) < version(&installed.version) {
+                return Err(format!(
+                    "{name} {} would replace the image's newer {name} {}: the image's apt sources ({sources}) do not offer what it has installed (add the suite it came from, such as the security or updates suite, to its sources)",
+                    candidate.version, installed.version
+                ));
+            }
+            for user in system
+                .installed
+                .iter()
+                .filter(|u| !chosen.contains_key(&u.name))
+            {
+                let needs = relations(&user.depends).unwrap_or_default();
+                let broken = needs.iter().any(|dependency| {
+                    dependency.iter().any(|alt| &alt.name == name)
+                        && !dependency.iter().any(|alt| {
+                            &alt.name == name
+                                && alt
+                                    .constraint
+                                    .as_ref()
+                                    .is_none_or(|c| c.allows(&candidate.version))
+                        })
+                        && !satisfied(system, &chosen, dependency)
+                });
+                if broken {
+                    moved.push((user.name.clone(), name.clone(), candidate.version.clone()));
+                }
+            }
+        }
+        if moved.is_empty() {
+            break;
+        }
+        for (user, because, to) in moved {
+            let installed = system
+                .installed
+                .iter()
+                .find(|i| i.name == user)
+                .expect("found above");
+            let newer = index
+                .best(&user, |v| version(v) > version(&installed.version))
+                .ok_or_else(|| {
+                    format!(
+                        "{because} {to} breaks the image's {user} {}, which needs another {because}, and {sources} has no newer {user}",
+                        installed.version
+                    )
+                })?;
+            chosen.insert(user.clone(), (newer.clone(), false));
+            queue.push_back(user);
+        }
+    }
+    chosen
+        .into_values()
+        .map(|(c, wanted)| {
+            Ok(AptPin {
+                stage: None,
+                wanted,
+                sha256: Sha256Hex::try_from(c.sha256.clone())
+                    .map_err(|e| format!("package {}: SHA256: {e}", c.name))?,
+                name: c.name,
+                version: c.version,
+                architecture: c.architecture,
+                archive: c.archive,
+                path: c.path,
+                size: c.size,
+                snapshot: c.snapshot,
+            })
+        })
+        .collect()
+}
+
+/// Chooses, for each package in `queue`, what its dependencies need that neither the image
+/// nor the choice so far has.
+fn drain(
+    system: &System,
+    index: &Index,
+    sources: &str,
+    chosen: &mut BTreeMap<String, (Candidate, bool)>,
+    queue: &mut VecDeque<String>,
+) -> std::result::Result<(), String> {
     while let Some(name) = queue.pop_front() {
         let depends = chosen[&name].0.depends.clone();
         let dependencies =
             relations(&depends).map_err(|e| format!("package {name}: Depends: {e}"))?;
         for dependency in dependencies {
-            if satisfied(system, &chosen, &dependency) {
+            if satisfied(system, chosen, &dependency) {
                 continue;
             }
             let pick = dependency.iter().find_map(|alt| {
@@ -555,24 +695,7 @@ pub fn resolve(
             chosen.insert(pick.name.clone(), (pick.clone(), false));
         }
     }
-    chosen
-        .into_values()
-        .map(|(c, wanted)| {
-            Ok(AptPin {
-                stage: None,
-                wanted,
-                sha256: Sha256Hex::try_from(c.sha256.clone())
-                    .map_err(|e| format!("package {}: SHA256: {e}", c.name))?,
-                name: c.name,
-                version: c.version,
-                architecture: c.architecture,
-                archive: c.archive,
-                path: c.path,
-                size: c.size,
-                snapshot: c.snapshot,
-            })
-        })
-        .collect()
+    Ok(())
 }
 
 /// Whether a `Provides` entry meets a dependency: unversioned provides meet only
@@ -729,6 +852,10 @@ mod tests {
                     name: n.to_string(),
                     version: v.to_string(),
                     provides: vec![],
+                    depends: match *n {
+                        "python3.11" => format!("libpython3.11-stdlib (= {v})"),
+                        _ => String::new(),
+                    },
                 })
                 .collect(),
             files: BTreeMap::new(),
@@ -833,6 +960,65 @@ SHA256: 6666666666666666666666666666666666666666666666666666666666666666
         .unwrap_err();
         assert!(
             error.contains("no package `other-arch` for amd64"),
+            "{error}"
+        );
+    }
+
+    const PYTHON: &str = "\
+Package: libpython3.11-dev
+Version: 3.11.2-6+deb12u8
+Architecture: amd64
+Depends: libpython3.11-stdlib (= 3.11.2-6+deb12u8)
+Filename: pool/main/p/python3.11/libpython3.11-dev_3.11.2-6+deb12u8_amd64.deb
+Size: 1
+SHA256: 7777777777777777777777777777777777777777777777777777777777777777
+
+Package: libpython3.11-stdlib
+Version: 3.11.2-6+deb12u8
+Architecture: amd64
+Filename: pool/main/p/python3.11/libpython3.11-stdlib_3.11.2-6+deb12u8_amd64.deb
+Size: 1
+SHA256: 8888888888888888888888888888888888888888888888888888888888888888
+
+Package: python3.11
+Version: 3.11.2-6+deb12u8
+Architecture: amd64
+Depends: libpython3.11-stdlib (= 3.11.2-6+deb12u8)
+Filename: pool/main/p/python3.11/python3.11_3.11.2-6+deb12u8_amd64.deb
+Size: 1
+SHA256: 9999999999999999999999999999999999999999999999999999999999999999
+";
+
+    #[test]
+    fn an_installed_package_tied_to_an_upgraded_one_moves_with_it_and_nothing_moves_back() {
+        let older = system(&[
+            ("python3.11", "3.11.2-6+deb12u7"),
+            ("libpython3.11-stdlib", "3.11.2-6+deb12u7"),
+        ]);
+        let pins = resolve(
+            &older,
+            &index(PYTHON),
+            &[Requested::parse("libpython3.11-dev")],
+        )
+        .unwrap();
+        let names: Vec<&str> = pins.iter().map(|p| p.name.as_str()).collect();
+        assert_eq!(
+            names,
+            ["libpython3.11-dev", "libpython3.11-stdlib", "python3.11"]
+        );
+
+        let newer = system(&[
+            ("python3.11", "3.11.2-6+deb12u9"),
+            ("libpython3.11-stdlib", "3.11.2-6+deb12u9"),
+        ]);
+        let error = resolve(
+            &newer,
+            &index(PYTHON),
+            &[Requested::parse("libpython3.11-dev")],
+        )
+        .unwrap_err();
+        assert!(
+            error.contains("would replace the image's newer libpython3.11-stdlib"),
             "{error}"
         );
     }
