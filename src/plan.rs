@@ -362,6 +362,13 @@ fn plan_one(
         (None, Some(base)) => format!("base {} {}", base.reference, base.digest),
         (None, None) => unreachable!("pins::check requires a base pin for an external parent"),
     };
+    pins::apt_against_is(
+        &all_pins,
+        &pins::path_for(&project.root, &loaded.name),
+        &loaded.name,
+        None,
+        &parent_line,
+    )?;
     let compiles = crate::plan::compile::plan(
         &loaded,
         &pins,

@@ -7,11 +7,26 @@ use crate::error::{ExitStatus, Result};
 use crate::make::base::BuilderResolver;
 
 pub(super) fn run(settings: &Settings, images: &[String], update: bool) -> Result<ExitStatus> {
-    let names = if images.is_empty() {
+    let mut names = if images.is_empty() {
         settings.project.all_images()?
     } else {
         settings.names(images)?
     };
+    // Parents first: apt pins record the parent's checksum, which needs the parent's pins.
+    let depth = |name: &crate::inputs::values::Name| {
+        let mut depth = 0;
+        let mut current = settings.project.load_spec(name).ok();
+        while let Some(loaded) = current.take() {
+            if let crate::inputs::spec::Parent::Image(parent) = loaded.spec.parent() {
+                depth += 1;
+                if depth < 64 {
+                    current = settings.project.load_spec(parent).ok();
+                }
+            }
+        }
+        depth
+    };
+    names.sort_by_cached_key(depth);
     let runtime = runtime()?;
     let resolver = BuilderResolver {
         builder: &settings.config.builder,

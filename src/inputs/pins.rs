@@ -30,6 +30,54 @@ pub struct Pins {
     /// image they go into lacks, by archive file and sha256 (`hallmark lock`; docs/spec.md).
     #[serde(default, rename = "apt", skip_serializing_if = "Vec::is_empty")]
     pub apt: Vec<AptPin>,
+    /// What the apt pins were resolved against, by where they go (`build`, or
+    /// `compile.<stage>`): the checksum line that names that image (`parent <name>
+    /// <checksum>`, `base <ref> <digest>`, `toolchain ...`). Another image there is another
+    /// set of installed packages: the pins are stale until `lock` resolves them again.
+    #[serde(
+        default,
+        rename = "apt-against",
+        skip_serializing_if = "std::collections::BTreeMap::is_empty"
+    )]
+    pub apt_against: std::collections::BTreeMap<String, String>,
+}
+
+/// The key of `apt-against` for `stage` (`None`: `[build]`).
+pub fn apt_target(stage: Option<&Name>) -> String {
+    match stage {
+        None => "build".to_string(),
+        Some(stage) => format!("compile.{stage}"),
+    }
+}
+
+/// The pins of `stage` (`None`: `[build]`) are stale unless they were resolved against
+/// `line`, the image they go into now.
+pub fn apt_against_is(
+    pins: &Pins,
+    path: &Path,
+    image: &Name,
+    stage: Option<&Name>,
+    line: &str,
+) -> Result<()> {
+    if !pins.apt.iter().any(|p| p.stage.as_ref() == stage) {
+        return Ok(());
+    }
+    let target = apt_target(stage);
+    let what = match stage {
+        None => "[build]".to_string(),
+        Some(stage) => format!("compile stage `{stage}`"),
+    };
+    match pins.apt_against.get(&target) {
+        Some(against) if against == line => Ok(()),
+        found => Err(Error::Pin {
+            image: image.to_string(),
+            path: path.to_path_buf(),
+            what: format!(
+                "stale: the apt packages of {what} were resolved against {}; they go into `{line}` now (other installed packages)",
+                found.map_or("an image not recorded".to_string(), |a| format!("`{a}`"))
+            ),
+        }),
+    }
 }
 
 /// One Debian package file, as the archive's signed index named it when it was locked.

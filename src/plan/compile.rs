@@ -80,6 +80,13 @@ pub fn plan(
             toolchain_specs,
             pins_path,
         )?;
+        crate::inputs::pins::apt_against_is(
+            all_pins,
+            pins_path,
+            &loaded.name,
+            Some(stage.name.get_ref()),
+            &toolchain_line,
+        )?;
         let apt = pins.apt_for(Some(stage.name.get_ref()));
         let apt_key = apt_key(&apt, &toolchain_line);
         let mut sources = Vec::new();

@@ -82,25 +82,55 @@ pub fn lock(
         new.wheels.push(pin);
     }
     let (chain, platform) = parent_chain(project, &loaded)?;
+    let needs_lines =
+        !loaded.spec.build.apt.is_empty() || loaded.spec.compiles.iter().any(|s| !s.apt.is_empty());
+    let parent_line = match (needs_lines, loaded.spec.parent()) {
+        (false, _) => String::new(),
+        (true, Parent::External(reference)) => {
+            let base = new.base.as_ref().expect("pinned above");
+            format!("base {reference} {}", base.digest)
+        }
+        (true, Parent::Image(parent)) => {
+            let planned = crate::plan::Plan::new(project, std::slice::from_ref(parent))?;
+            format!("parent {parent} {}", planned.get(parent).checksum)
+        }
+    };
     if !loaded.spec.build.apt.is_empty() {
         let build_apt = &loaded.spec.build.apt;
-        let pins = locking.apt(None, &chain, build_apt, platform.as_deref(), cache)?;
+        let target = (None, parent_line.as_str());
+        let pins = locking.apt(target, &chain, build_apt, platform.as_deref(), cache)?;
         new.apt.extend(pins);
+        new.apt_against
+            .insert(pins::apt_target(None), parent_line.clone());
     }
     for stage in loaded.spec.compiles.iter().filter(|s| !s.apt.is_empty()) {
-        let into = match (&stage.toolchain, &stage.toolchain_image) {
-            (Some(reference), _) => vec![reference.get_ref().to_string()],
+        let (into, line) = match (&stage.toolchain, &stage.toolchain_image) {
+            (Some(reference), _) => {
+                let pin = new
+                    .toolchains
+                    .iter()
+                    .find(|t| t.reference == reference.get_ref().as_str())
+                    .expect("pinned above");
+                let line = format!("toolchain {} {}", pin.reference, pin.digest);
+                (vec![reference.get_ref().to_string()], line)
+            }
             (None, Some(name)) => {
-                let toolchain = project.load_spec(name.get_ref())?;
+                let name = name.get_ref();
+                let toolchain = project.load_spec(name)?;
+                let planned = crate::plan::Plan::new(project, std::slice::from_ref(name))?;
+                let line = format!("toolchain image {name} {}", planned.get(name).checksum);
                 let mut into = vec![toolchain.reference()];
                 into.extend(parent_chain(project, &toolchain)?.0);
-                into
+                (into, line)
             }
-            (None, None) => chain.clone(),
+            (None, None) => (chain.clone(), format!("toolchain {parent_line}")),
         };
         let name = stage.name.get_ref();
-        let pins = locking.apt(Some(name), &into, &stage.apt, platform.as_deref(), cache)?;
+        let target = (Some(name), line.as_str());
+        let pins = locking.apt(target, &into, &stage.apt, platform.as_deref(), cache)?;
         new.apt.extend(pins);
+        new.apt_against
+            .insert(pins::apt_target(Some(name)), line.clone());
     }
 
     if new != old {
@@ -281,7 +311,7 @@ impl Locking<'_> {
     /// (a spec's image not built yet is read as its parent, which lacks no more than it).
     fn apt(
         &mut self,
-        stage: Option<&Name>,
+        (stage, line): (Option<&Name>, &str),
         chain: &[String],
         requested: &[String],
         platform: Option<&str>,
@@ -315,8 +345,18 @@ impl Locking<'_> {
             None => "[build]".to_string(),
             Some(stage) => format!("compile stage `{stage}`"),
         };
-        if !self.update && kept == wanted {
+        let against = self.old.apt_against.get(&pins::apt_target(stage));
+        if !self.update && kept == wanted && against.is_some_and(|a| a == line) {
             return Ok(old.into_iter().cloned().collect());
+        }
+        if let Some(against) = against.filter(|a| *a != line && !old.is_empty()) {
+            self.changes.push(format!(
+                "apt {}: resolved again: they were resolved against `{against}`, they go into `{line}` now",
+                match stage {
+                    None => "[build]".to_string(),
+                    Some(stage) => format!("compile stage `{stage}`"),
+                }
+            ));
         }
         let fail = |message: String| Error::Apt {
             image: self.image.to_string(),

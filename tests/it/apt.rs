@@ -220,3 +220,48 @@ const SERVER: &str = "import http.server, socketserver\n\
 s = socketserver.TCPServer(('127.0.0.1', 0), http.server.SimpleHTTPRequestHandler)\n\
 print(s.server_address[1], flush=True)\n\
 s.serve_forever()\n";
+
+/// Pins are resolved against the image they go into: when the parent changes, `check` calls
+/// them stale and `lock` resolves them again (outside test: a parent moved to newer packages
+/// kept the child's pins, check said ok, and apt failed at the build).
+#[test]
+fn apt_pins_go_stale_with_their_parent_and_lock_resolves_them_again() {
+    let testbed = Testbed::get();
+    let project = TestProject::new();
+    let run = unique();
+    project
+        .write(
+            "images/par/image.toml",
+            &format!(
+                "[image]\nname = \"hm-apt-par-{run}\"\n\n[from]\nref = \"hallmark-testbed/python:bookworm\"\n\n[[file]]\nsrc = \"note\"\ndest = \"/etc/note\"\n"
+            ),
+        )
+        .write("images/par/note", "one\n")
+        .write(
+            "images/kid/image.toml",
+            &format!("[image]\nname = \"hm-apt-kid-{run}\"\n\n[from]\nimage = \"par\"\n\n[build]\napt = [\"jq\"]\n"),
+        );
+    let on_builder = project.with_config(testbed.config());
+    // Children first on the command line: lock takes the parent first anyway.
+    on_builder.run(&["lock", "kid", "par"]).success();
+    on_builder.run(&["check", "kid"]).success();
+    let pins = project.read("pins/kid.toml");
+    assert!(
+        pins.contains("[apt-against]\nbuild = \"parent par "),
+        "{pins}"
+    );
+
+    project.write("images/par/note", "two\n");
+    let check = on_builder.run(&["check", "kid"]);
+    assert_eq!(check.code(), 2, "{}", check.stderr());
+    assert!(
+        check
+            .stderr()
+            .contains("stale: the apt packages of [build] were resolved against `parent par "),
+        "{}",
+        check.stderr()
+    );
+    let relocked = on_builder.run(&["lock", "kid"]).success().stderr();
+    assert!(relocked.contains("resolved again"), "{relocked}");
+    on_builder.run(&["check", "kid"]).success();
+}

@@ -102,6 +102,9 @@ git = "{url}"
 rev = "{commit}"
 commit = "{commit}"
 
+[apt-against]
+build = "base example/base:1 sha256:{}"
+
 [[apt]]
 name = "jq"
 version = "1.6-2.1+deb12u2"
@@ -121,6 +124,7 @@ path = "pool/main/g/gcc-12/libstdc++6_12.2.0-14_amd64.deb"
 size = 10
 sha256 = "{}"
 "#,
+                sha('a'),
                 sha('a'),
                 sha('b'),
                 sha('c')
