@@ -147,6 +147,8 @@ fn alternative(text: &str) -> Result<Alternative, String> {
 pub struct Requested {
     pub name: String,
     pub version: Option<String>,
+    /// `name:arch`: hallmark pins the image's architecture only; another is refused.
+    pub arch: Option<String>,
 }
 
 impl Requested {
@@ -155,9 +157,14 @@ impl Requested {
             Some((name, version)) => (name, Some(version.to_string())),
             None => (text, None),
         };
+        let (name, arch) = match rest.split_once(':') {
+            Some((name, arch)) => (name, Some(arch.to_string())),
+            None => (rest, None),
+        };
         Requested {
-            name: rest.split(':').next().unwrap_or(rest).to_string(),
+            name: name.to_string(),
             version,
+            arch,
         }
     }
 }
@@ -231,7 +238,8 @@ mod tests {
             Requested::parse("jq=1.6-2.1"),
             Requested {
                 name: "jq".into(),
-                version: Some("1.6-2.1".into())
+                version: Some("1.6-2.1".into()),
+                arch: None,
             }
         );
         assert_eq!(Requested::parse("libc6:arm64").name, "libc6");

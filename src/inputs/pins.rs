@@ -199,6 +199,17 @@ pub fn parse(path: PathBuf, text: &str) -> Result<Pins> {
             hint: None,
         }));
     }
+    for pin in &pins.apt {
+        if let Some(message) = apt_pin_problem(pin) {
+            return Err(Error::from(Invalid {
+                location: crate::inputs::spec::locate(text, &["apt", pin.name.as_str()]),
+                path,
+                key: Some("apt".into()),
+                message: format!("package `{}`: {message}", pin.name.escape_debug()),
+                hint: Some("`hallmark lock --update` writes these pins; a hand edit must keep to what an archive's index gives".into()),
+            }));
+        }
+    }
     for wheel in &pins.wheels {
         let distribution = wheel.file.split('-').next().unwrap_or_default();
         if !wheel.file.ends_with(".whl")
@@ -222,6 +233,73 @@ pub fn parse(path: PathBuf, text: &str) -> Result<Pins> {
         }
     }
     Ok(pins)
+}
+
+/// Why an `[[apt]]` pin cannot be what an archive's index gave (it is written into a build
+/// context, a shell command and a URL): `None` if it can.
+fn apt_pin_problem(pin: &AptPin) -> Option<String> {
+    let alphabet = |text: &str, extra: &[char]| {
+        !text.is_empty()
+            && text
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || extra.contains(&c))
+    };
+    let name_ok = alphabet(&pin.name, &['+', '-', '.'])
+        && pin.name.starts_with(|c: char| c.is_ascii_alphanumeric());
+    if !name_ok {
+        return Some(
+            "`name` is not a Debian package name (a-z 0-9 + - ., a letter or digit first)".into(),
+        );
+    }
+    if !alphabet(&pin.version, &['+', '-', '.', '~', ':']) {
+        return Some(format!(
+            "`version` `{}` is not a Debian version",
+            pin.version.escape_debug()
+        ));
+    }
+    if !alphabet(&pin.architecture, &['-']) {
+        return Some(format!(
+            "`architecture` `{}` is not a Debian architecture",
+            pin.architecture.escape_debug()
+        ));
+    }
+    let path_ok = alphabet(&pin.path, &['+', '-', '.', '~', '_', '/', '%', ':'])
+        && !pin.path.starts_with('/')
+        && pin
+            .path
+            .split('/')
+            .all(|part| !part.is_empty() && part != "." && part != "..")
+        && pin.path.ends_with(".deb");
+    if !path_ok {
+        return Some(format!(
+            "`path` `{}` is not a package file inside its archive (relative, no `..`, ending in .deb)",
+            pin.path.escape_debug()
+        ));
+    }
+    let archive_ok = (pin.archive.starts_with("http://") || pin.archive.starts_with("https://"))
+        && !pin
+            .archive
+            .chars()
+            .any(|c| c.is_whitespace() || c.is_control())
+        && !pin
+            .archive
+            .split("://")
+            .nth(1)
+            .unwrap_or("")
+            .split('/')
+            .next()
+            .unwrap_or("")
+            .contains('@');
+    if !archive_ok {
+        return Some(format!(
+            "`archive` `{}` is not an http(s) address without credentials",
+            pin.archive.escape_debug()
+        ));
+    }
+    if pin.size == 0 {
+        return Some("`size` is 0".into());
+    }
+    None
 }
 
 /// PEP 427 normalisation of a distribution name as it appears in wheel file names.
@@ -469,5 +547,63 @@ impl Checking<'_> {
             }
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn apt_pins(field: &str, value: &str) -> String {
+        let mut pin = toml::map::Map::new();
+        for (key, default) in [
+            ("name", "jq"),
+            ("version", "1.6-2.1+deb12u2"),
+            ("architecture", "amd64"),
+            ("archive", "http://deb.debian.org/debian"),
+            ("path", "pool/main/j/jq/jq_1.6-2.1+deb12u2_amd64.deb"),
+            ("sha256", &"a".repeat(64)),
+        ] {
+            let value = if key == field { value } else { default };
+            pin.insert(key.into(), toml::Value::String(value.into()));
+        }
+        pin.insert("size".into(), toml::Value::Integer(10));
+        let mut root = toml::map::Map::new();
+        root.insert(
+            "apt".into(),
+            toml::Value::Array(vec![toml::Value::Table(pin)]),
+        );
+        toml::to_string(&toml::Value::Table(root)).unwrap()
+    }
+
+    /// Outside test: a newline in a pin's name panicked (the checksum line), `..` in a path
+    /// was fetched, credentials in an archive were kept.
+    #[test]
+    fn hand_edited_apt_pins_are_refused_naming_the_field() {
+        let path = PathBuf::from("pins/x.toml");
+        assert!(parse(path.clone(), &apt_pins("name", "jq")).is_ok());
+        for (field, value, words) in [
+            ("name", "jq\nRUN echo injected", "`name`"),
+            ("name", "../../evil", "`name`"),
+            ("version", "1.0 2", "`version`"),
+            ("architecture", "amd64/../x", "`architecture`"),
+            ("path", "../../../etc/passwd.deb", "`path`"),
+            ("path", "/pool/x.deb", "`path`"),
+            ("path", "pool/x.tar", "`path`"),
+            (
+                "archive",
+                "http://user:token@deb.debian.org/debian",
+                "`archive`",
+            ),
+            ("archive", "file:///repo", "`archive`"),
+        ] {
+            let error = parse(path.clone(), &apt_pins(field, value))
+                .expect_err(value)
+                .to_string();
+            assert!(
+                error.contains(words) && error.contains("pins/x.toml"),
+                "{value}: {error}"
+            );
+        }
     }
 }

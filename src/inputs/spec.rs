@@ -719,6 +719,28 @@ pub fn is_apt_package(package: &str) -> bool {
         })
 }
 
+/// The first problem of an `apt` list: a package that is not a name, an empty `=version`,
+/// a package named twice.
+pub fn apt_problems(packages: &[String]) -> Option<(&String, String)> {
+    let mut seen = std::collections::BTreeSet::new();
+    for package in packages {
+        if !is_apt_package(package) {
+            return Some((package, format!("`{package}` is not a package name")));
+        }
+        let requested = crate::inputs::apt::Requested::parse(package);
+        if requested.version.as_deref() == Some("") || requested.arch.as_deref() == Some("") {
+            return Some((
+                package,
+                format!("`{package}`: an empty version or architecture"),
+            ));
+        }
+        if !seen.insert(requested.name.clone()) {
+            return Some((package, format!("`{}` is named twice", requested.name)));
+        }
+    }
+    None
+}
+
 /// `[build]`: steps and apt packages.
 fn validate_build(loaded: &LoadedSpec) -> Result<()> {
     let spec = &loaded.spec;
@@ -738,14 +760,34 @@ fn validate_build(loaded: &LoadedSpec) -> Result<()> {
             );
         }
     }
-    for package in &spec.build.apt {
-        if !is_apt_package(package) {
-            return loaded.invalid_at(
-                &["build", "apt", package],
-                "build.apt",
-                format!("`{package}` is not a package name"),
-            );
-        }
+    if let Some((package, message)) = apt_problems(&spec.build.apt) {
+        return loaded.invalid_at(&["build", "apt", package], "build.apt", message);
     }
     crate::inputs::spec::compile::validate(loaded)
+}
+
+#[cfg(test)]
+mod tests {
+    /// Outside test: `jq=` and a package named twice were taken.
+    #[test]
+    fn apt_lists_with_an_empty_version_or_a_repeat_are_refused() {
+        let list = |items: &[&str]| items.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        assert!(
+            super::apt_problems(&list(&["jq", "curl=7.88.1-10+deb12u5", "libc6:amd64"])).is_none()
+        );
+        let empty = list(&["jq="]);
+        assert!(
+            super::apt_problems(&empty)
+                .unwrap()
+                .1
+                .contains("empty version")
+        );
+        let twice = list(&["jq", "jq=1.6-2.1"]);
+        assert!(
+            super::apt_problems(&twice)
+                .unwrap()
+                .1
+                .contains("named twice")
+        );
+    }
 }

@@ -251,7 +251,13 @@ pub struct Index {
 /// (`HALLMARK_STALL_TIMEOUT`, 600 s). Proxies as the environment sets them.
 fn agent() -> ureq::Agent {
     let answer = crate::engine::answer_timeout();
+    // The system's certificate authorities (a company proxy or an internal mirror adds its
+    // own there), not only the ones built into the TLS library.
+    let tls = ureq::tls::TlsConfig::builder()
+        .root_certs(ureq::tls::RootCerts::PlatformVerifier)
+        .build();
     ureq::Agent::config_builder()
+        .tls_config(tls)
         .timeout_connect(Some(answer))
         .timeout_recv_response(Some(answer))
         .timeout_recv_body(Some(crate::engine::stall::stall_timeout()))
@@ -260,24 +266,85 @@ fn agent() -> ureq::Agent {
         .into()
 }
 
-/// Downloads `url`, at most `limit` bytes.
-fn download(agent: &ureq::Agent, url: &str, limit: u64) -> std::result::Result<Vec<u8>, String> {
-    let mut answer = agent.get(url).call().map_err(|e| format!("{url}: {e}"))?;
+/// Why a download failed: the server's answer (it said no), or no answer (the network).
+enum Failed {
+    Answered(String),
+    Unreached(String),
+}
+
+impl Failed {
+    fn text(self) -> String {
+        match self {
+            Failed::Answered(text) | Failed::Unreached(text) => text,
+        }
+    }
+}
+
+/// Downloads `url` into `out`, at most `limit` bytes; returns the sha256 and length.
+fn download_into(
+    agent: &ureq::Agent,
+    url: &str,
+    limit: u64,
+    out: &mut dyn std::io::Write,
+) -> std::result::Result<(String, u64), Failed> {
+    use sha2::Digest as _;
+    let shown = without_credentials(url);
+    let mut answer = agent
+        .get(url)
+        .call()
+        .map_err(|e| Failed::Unreached(format!("{shown}: {e}")))?;
     let status = answer.status();
     if !status.is_success() {
-        return Err(format!("{url}: the server answered {status}"));
+        return Err(Failed::Answered(format!(
+            "{shown}: the server answered {status}"
+        )));
     }
+    let mut reader = answer.body_mut().as_reader().take(limit + 1);
+    let mut hasher = sha2::Sha256::new();
+    let mut buffer = vec![0u8; 1 << 16];
+    let mut length = 0u64;
+    loop {
+        let read = reader
+            .read(&mut buffer)
+            .map_err(|e| Failed::Unreached(format!("{shown}: {e}")))?;
+        if read == 0 {
+            break;
+        }
+        length += read as u64;
+        if length > limit {
+            return Err(Failed::Answered(format!(
+                "{shown}: longer than the {limit} bytes expected"
+            )));
+        }
+        hasher.update(&buffer[..read]);
+        out.write_all(&buffer[..read])
+            .map_err(|e| Failed::Unreached(format!("writing what {shown} sent: {e}")))?;
+    }
+    Ok((hex::encode(hasher.finalize()), length))
+}
+
+/// Downloads `url`, at most `limit` bytes, into memory (indexes: megabytes).
+fn download(agent: &ureq::Agent, url: &str, limit: u64) -> std::result::Result<Vec<u8>, String> {
     let mut bytes = Vec::new();
-    answer
-        .body_mut()
-        .as_reader()
-        .take(limit + 1)
-        .read_to_end(&mut bytes)
-        .map_err(|e| format!("{url}: {e}"))?;
-    if bytes.len() as u64 > limit {
-        return Err(format!("{url}: longer than the {limit} bytes expected"));
-    }
+    download_into(agent, url, limit, &mut bytes).map_err(Failed::text)?;
     Ok(bytes)
+}
+
+/// `url` without a `user:password@` part: what may be printed or written.
+pub fn without_credentials(url: &str) -> String {
+    match url.split_once("://") {
+        Some((scheme, rest)) => {
+            let (authority, path) = rest.split_once('/').map_or((rest, ""), |(a, p)| (a, p));
+            let host = authority
+                .rsplit_once('@')
+                .map_or(authority, |(_, host)| host);
+            match rest.contains('/') {
+                true => format!("{scheme}://{host}/{path}"),
+                false => format!("{scheme}://{host}"),
+            }
+        }
+        None => url.to_string(),
+    }
 }
 
 /// Verifies a clearsigned `InRelease` with `gpgv` against `keyrings` and returns the text
@@ -429,6 +496,13 @@ impl Index {
                     source.uri, source.suite
                 ));
             }
+            if without_credentials(&source.uri) != source.uri {
+                return Err(format!(
+                    "{} {}: the source's address carries credentials; hallmark writes archive addresses into pins (reviewed in git) and does not read apt's auth.conf: a source that needs them is not supported",
+                    without_credentials(&source.uri),
+                    source.suite
+                ));
+            }
             let base = format!("{}/dists/{}", source.uri, source.suite);
             index
                 .sources
@@ -558,6 +632,12 @@ pub fn resolve(
     let mut queue: VecDeque<String> = VecDeque::new();
     let sources = index.sources.join(", ");
     for wanted in requested {
+        if let Some(arch) = wanted.arch.as_ref().filter(|a| **a != system.architecture) {
+            return Err(format!(
+                "`{}:{arch}`: hallmark pins the packages of the image's own architecture ({}); another architecture's is not supported",
+                wanted.name, system.architecture
+            ));
+        }
         let candidate = index
             .best(&wanted.name, |v| {
                 wanted.version.as_deref().is_none_or(|w| w == v)
@@ -762,7 +842,7 @@ pub fn ensure_debs<'a>(
             if sha != pin.sha256.as_str() || size != pin.size {
                 return Err(fail(
                     format!(
-                        "{} in the layer store is not the pinned file (sha256 {sha}, {size} bytes; pinned {} , {} bytes)",
+                        "{} in the layer store is not the pinned file (sha256 {sha}, {size} bytes; pinned {}, {} bytes)",
                         path.display(),
                         pin.sha256,
                         pin.size
@@ -779,24 +859,35 @@ pub fn ensure_debs<'a>(
             continue;
         }
         let url = format!("{}/{}", pin.archive, pin.path);
-        let bytes = download(&agent, &url, pin.size).map_err(|message| {
-            let hint = match &pin.snapshot {
-                Some(snapshot) => format!(
-                    "this version can still be found in Debian's snapshot archive: {snapshot}{}",
-                    pin.path
-                ),
-                None => {
-                    format!("`hallmark lock --update {image}` pins what the archive serves now")
-                }
-            };
-            fail(format!("fetching it: {message}"), Some(hint))
-        })?;
-        let sha = sha256_hex(&bytes);
-        if sha != pin.sha256.as_str() || bytes.len() as u64 != pin.size {
+        let dir = path.parent().expect("a file in a folder");
+        fs_err::create_dir_all(dir).map_err(|e| Error::io(dir, e))?;
+        let mut file = tempfile::NamedTempFile::new_in(dir).map_err(|e| Error::io(dir, e))?;
+        let (sha, length) = match download_into(&agent, &url, pin.size, &mut file) {
+            Ok(done) => done,
+            Err(Failed::Answered(message)) => {
+                let hint = match &pin.snapshot {
+                    Some(snapshot) => format!(
+                        "the archive no longer serves it; this version can still be found in Debian's snapshot archive: {snapshot}{}",
+                        pin.path
+                    ),
+                    None => format!(
+                        "the archive no longer serves it: `hallmark lock --update {image}` pins what it serves now"
+                    ),
+                };
+                return Err(fail(format!("fetching it: {message}"), Some(hint)));
+            }
+            Err(Failed::Unreached(message)) => {
+                return Err(fail(
+                    format!("fetching it: {message}"),
+                    Some("the archive could not be reached (no network, a proxy, DNS): the layer store does not hold the file".into()),
+                ));
+            }
+        };
+        if sha != pin.sha256.as_str() || length != pin.size {
             return Err(fail(
                 format!(
-                    "{url} answered other bytes than the pinned file (sha256 {sha}, {} bytes; pinned {}, {} bytes)",
-                    bytes.len(),
+                    "{} answered other bytes than the pinned file (sha256 {sha}, {length} bytes; pinned {}, {} bytes)",
+                    without_credentials(&url),
                     pin.sha256,
                     pin.size
                 ),
@@ -804,7 +895,7 @@ pub fn ensure_debs<'a>(
             ));
         }
         crate::images::store::mark_cache(&store.root);
-        write_atomically(&path, &bytes).map_err(|e| Error::io(&path, e))?;
+        file.persist(&path).map_err(|e| Error::io(&path, e.error))?;
         store.mark_debs(pin.sha256.as_str());
         files.push((*pin, path));
     }

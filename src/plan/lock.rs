@@ -380,6 +380,15 @@ impl Locking<'_> {
                 chain.first().map_or("", String::as_str)
             )));
         };
+        let read = crate::inputs::apt::debian_architecture(&image.platform);
+        if let Some(wanted) =
+            platform.filter(|p| crate::inputs::apt::debian_architecture(p) != read)
+        {
+            return Err(fail(format!(
+                "the spec is for {wanted}, and the image the packages go into, `{into}`, is {} on the builder: its installed packages are another architecture's; load the {wanted} variant on the builder, or lock on a builder of that platform",
+                image.platform
+            )));
+        }
         let platform = platform.unwrap_or(&image.platform);
         let architecture = crate::inputs::apt::debian_architecture(platform).ok_or_else(|| {
             fail(format!(

@@ -141,13 +141,13 @@ fn apt_packages_are_locked_by_hash_and_installed_without_network_the_same_on_two
     assert!(stderr.contains("is not the pinned file"), "{stderr}");
     assert_eq!(testbed.image_id(&other, &tag), second, "the tag moved");
 
-    // Gone from the store and the archive out of reach: named, with where to find it.
+    // Gone from the store and the archive out of reach: named, and why.
     std::fs::remove_file(&stored).unwrap();
     let unreachable = offline(&project, &elsewhere, &["build", "--force", "jq"]);
     assert_eq!(unreachable.code(), 1, "{}", unreachable.stderr());
     let stderr = unreachable.stderr();
     assert!(stderr.contains("apt package `libonig5="), "{stderr}");
-    assert!(stderr.contains("snapshot.debian.org"), "{stderr}");
+    assert!(stderr.contains("could not be reached"), "{stderr}");
 
     // An archive that answers other bytes for the file: named too.
     let archive = tempfile::tempdir().unwrap();
@@ -181,12 +181,19 @@ fn apt_packages_are_locked_by_hash_and_installed_without_network_the_same_on_two
     assert_ne!(moved, locked);
     project.write("pins/jq.toml", &moved);
     let answered = on_builder.run(&["build", "--force", "jq"]);
-    server.kill().unwrap();
-    server.wait().unwrap();
     assert_eq!(answered.code(), 1, "{}", answered.stderr());
     let stderr = answered.stderr();
     assert!(stderr.contains("apt package `libonig5="), "{stderr}");
     assert!(stderr.contains("answered other bytes"), "{stderr}");
+    // An archive that no longer serves it: where that version can still be found.
+    std::fs::remove_file(&served).unwrap();
+    let gone = on_builder.run(&["build", "--force", "jq"]);
+    let stderr = gone.stderr();
+    assert_eq!(gone.code(), 1, "{stderr}");
+    assert!(stderr.contains("404"), "{stderr}");
+    assert!(stderr.contains("snapshot.debian.org/archive/debian/"), "{stderr}");
+    server.kill().unwrap();
+    server.wait().unwrap();
     project.write("pins/jq.toml", &locked);
 
     // prune keeps what pins name and removes what none does.

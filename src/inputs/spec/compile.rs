@@ -223,14 +223,12 @@ fn validate_toolchain(loaded: &LoadedSpec, stage: &CompileStage) -> Result<()> {
         );
     }
     let stage_name = stage.name.get_ref().as_str();
-    for package in &stage.apt {
-        if !crate::inputs::spec::is_apt_package(package) {
-            return loaded.invalid_at(
-                &["compile", stage_name, "apt", package],
-                "compile.apt",
-                format!("`{package}` is not a package name"),
-            );
-        }
+    if let Some((package, message)) = crate::inputs::spec::apt_problems(&stage.apt) {
+        return loaded.invalid_at(
+            &["compile", stage_name, "apt", package],
+            "compile.apt",
+            message,
+        );
     }
     Ok(())
 }
