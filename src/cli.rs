@@ -120,7 +120,12 @@ pub enum Command {
         images: Vec<String>,
         #[arg(long, value_name = "NODE,...", value_delimiter = ',')]
         nodes: Vec<String>,
+        /// Also check each image's signed provenance against the keys hallmark.toml trusts.
+        #[arg(long)]
+        provenance: bool,
     },
+    /// Print the signed provenance (a DSSE envelope) kept for an image's current checksum.
+    Provenance { image: String },
     /// Images by nodes: current, stale, mismatch, missing, unreachable.
     Status,
     /// Each node: reachable, engine version, image store, images.

@@ -50,7 +50,7 @@ pub(super) fn run(
         echo: settings.output.echo(),
     };
     let mut differences = Vec::new();
-    let (records, outcome) = runtime()?.block_on(async {
+    let (records, outcome, signed) = runtime()?.block_on(async {
         let engine = connect(settings, &settings.config.builder).await?;
         let work = async {
             if check_repro {
@@ -59,8 +59,11 @@ pub(super) fn run(
                 build::build_all(&engine, &plan, &build_settings).await
             }
         };
-        Ok::<_, Error>(until_interrupted(&engine, "the build", work).await)
+        let (records, outcome) = until_interrupted(&engine, "the build", work).await;
+        let signed = sign_provenance(settings, &engine, &plan, &records).await;
+        Ok::<_, Error>((records, outcome, signed))
     })?;
+    signed?;
     if settings.output.json {
         settings.output.json("records", &records);
     }
@@ -99,6 +102,79 @@ pub(super) fn run(
         differences.len()
     ));
     Ok(ExitStatus::Failure)
+}
+
+/// With `[provenance] key`, each image hallmark finished gets its signed provenance (kept in
+/// the layer store and `.hallmark/provenance/`), unless the one kept names the same image
+/// and checksum.
+async fn sign_provenance(
+    settings: &Settings,
+    engine: &crate::engine::Engine,
+    plan: &Plan,
+    records: &[build::BuildRecord],
+) -> Result<()> {
+    use crate::make::provenance;
+    let Some(key) = settings
+        .config
+        .provenance
+        .as_ref()
+        .and_then(|p| p.key.as_ref())
+    else {
+        return Ok(());
+    };
+    let key = settings.project.root.join(key);
+    let store = crate::images::store::LayerStore::open(&settings.cache);
+    let ids_are_config_digests = engine.store().await?.ids_are_config_digests();
+    for record in records {
+        if !matches!(record.outcome, "built" | "assembled" | "up-to-date") {
+            continue;
+        }
+        let name = settings.project.image_name(&record.image)?;
+        let Some(image) = plan.images.get(&name) else {
+            continue;
+        };
+        let subject = crate::images::identity::config_digest(
+            &store,
+            &record.image_id,
+            ids_are_config_digests,
+        )
+        .ok_or_else(|| {
+            engine.error(format!(
+                "the config digest of `{name}` ({}) is not known: cannot sign its provenance",
+                record.image_id
+            ))
+        })?;
+        let kept = provenance::kept(&settings.state_dir, name.as_str())?;
+        let same = kept.as_ref().is_some_and(|envelope| {
+            provenance::payload(envelope).is_some_and(|statement| {
+                crate::images::attest::subjects(&statement) == [subject.clone()]
+                    && statement["predicate"]["buildDefinition"]["externalParameters"]["checksum"]
+                        == record.checksum.as_str()
+            })
+        });
+        if same {
+            continue;
+        }
+        let builder = provenance::Builder {
+            node: &engine.node,
+            engine_version: &engine.version.version,
+        };
+        let statement =
+            provenance::statement(plan, image, &subject, &builder, &settings.checksum_label);
+        let envelope = provenance::sign_and_keep(
+            &statement,
+            &key,
+            &store,
+            &settings.state_dir,
+            name.as_str(),
+            &subject,
+        )?;
+        settings.output.note(format!(
+            "{name}: provenance signed by {} for {subject}",
+            envelope.signatures[0].keyid
+        ));
+    }
+    Ok(())
 }
 
 /// The lints cost nothing and a wrong ENTRYPOINT costs a deployment: refused before building.

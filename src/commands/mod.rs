@@ -60,7 +60,12 @@ pub fn run(cli: Cli) -> Result<ExitStatus> {
             parallel,
             full,
         } => distribute::run(settings, &images, &to, parallel, full),
-        Command::Verify { images, nodes } => verify::run(settings, &images, &nodes),
+        Command::Verify {
+            images,
+            nodes,
+            provenance,
+        } => verify::run(settings, &images, &nodes, provenance),
+        Command::Provenance { image } => verify::provenance(settings, &image),
         Command::Status => status::run(settings),
         Command::Nodes => nodes::run(settings),
         Command::Prune => prune::run(settings),

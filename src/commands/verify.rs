@@ -15,7 +15,16 @@ use crate::ship::verify::{self, Holding, NodeHolding};
 use futures_util::StreamExt as _;
 use serde::Serialize;
 
-pub(super) fn run(settings: &Settings, images: &[String], nodes: &[String]) -> Result<ExitStatus> {
+pub(super) fn run(
+    settings: &Settings,
+    images: &[String],
+    nodes: &[String],
+    provenance: bool,
+) -> Result<ExitStatus> {
+    let trusted = match provenance {
+        true => Some(trusted_keys(settings)?),
+        false => None,
+    };
     let asked = settings.names(images)?;
     // An image that cannot be planned has its rows, `unplanned` with why, as in `status`;
     // the others are verified (one unlocked spec gave no rows at all, exit 2).
@@ -47,9 +56,29 @@ pub(super) fn run(settings: &Settings, images: &[String], nodes: &[String]) -> R
             });
             judged.push(wanted_or_why(plan.get(name), &store, found));
         }
+        let ids_are_config_digests = builder.store().await?.ids_are_config_digests();
+        let subjects: Vec<Option<String>> = judged
+            .iter()
+            .map(|(wanted, why)| match why {
+                Some(_) => None,
+                None => wanted.ids.first().and_then(|id| {
+                    crate::images::identity::config_digest(&store, id, ids_are_config_digests)
+                }),
+            })
+            .collect();
         let (wanted, unchecked): (Vec<_>, Vec<_>) = judged.into_iter().unzip();
         let mut columns = holdings_of_nodes(settings, &nodes, &connected, &wanted).await;
         unverified_without_reference(&mut columns, &unchecked);
+        if let Some(trusted) = &trusted {
+            let verdicts: Vec<std::result::Result<String, String>> = names
+                .iter()
+                .zip(&subjects)
+                .map(|(name, subject)| {
+                    signed(settings, plan.get(name), subject.as_deref(), trusted)
+                })
+                .collect();
+            judge_provenance(&mut columns, &verdicts);
+        }
         Ok::<_, Error>(image_rows(&names, columns))
     })?;
     let rows = with_unplanned(&asked, rows, &unplanned, &nodes);
@@ -64,6 +93,128 @@ pub(super) fn run(settings: &Settings, images: &[String], nodes: &[String]) -> R
         (true, false) => ExitStatus::BadInput,
         (true, true) => ExitStatus::Success,
     })
+}
+
+/// The public keys `[provenance] trusted` names; none is a usage error that says so.
+fn trusted_keys(settings: &Settings) -> Result<Vec<crate::images::attest::Trusted>> {
+    let paths: Vec<std::path::PathBuf> = settings
+        .config
+        .provenance
+        .iter()
+        .flat_map(|p| &p.trusted)
+        .map(|p| settings.project.root.join(p))
+        .collect();
+    if paths.is_empty() {
+        return Err(Error::Usage {
+            message: "verify --provenance: hallmark.toml trusts no key ([provenance] trusted), so no provenance can be checked; without [provenance] nothing is signed either".into(),
+            hint: Some("[provenance]\nkey = \"keys/hallmark\"\ntrusted = [\"keys/hallmark.pub\"]   (docs/supply-chain.md)".into()),
+        });
+    }
+    crate::images::attest::trusted(&paths).map_err(|message| Error::Usage {
+        message: format!("[provenance] trusted: {message}"),
+        hint: None,
+    })
+}
+
+/// Whether the provenance kept for `image` verifies: signed by a trusted key, for its
+/// checksum, with `subject` (the config digest of the builder's finished image) as its
+/// subject. `Ok` names the key; `Err` says why not.
+fn signed(
+    settings: &Settings,
+    image: &PlannedImage,
+    subject: Option<&str>,
+    trusted: &[crate::images::attest::Trusted],
+) -> std::result::Result<String, String> {
+    let envelope = crate::make::provenance::kept(&settings.state_dir, image.name().as_str())
+        .map_err(|e| e.to_string())?
+        .ok_or_else(|| {
+            format!(
+                "no provenance kept for `{}`: build it with [provenance] key set",
+                image.name()
+            )
+        })?;
+    let (key, statement) = crate::images::attest::verify(&envelope, trusted)?;
+    let checksum = &statement["predicate"]["buildDefinition"]["externalParameters"]["checksum"];
+    if checksum != image.checksum.as_str() {
+        return Err(format!(
+            "the provenance kept is for checksum {checksum}, the image's is {}",
+            image.checksum
+        ));
+    }
+    let subjects = crate::images::attest::subjects(&statement);
+    match subject {
+        None => Err("the builder's image to compare the signed subject with is not at hand".into()),
+        Some(subject) if subjects.iter().any(|s| s == subject) => Ok(format!(
+            "provenance signed by {} ({})",
+            key.keyid,
+            key.path.display()
+        )),
+        Some(subject) => Err(format!(
+            "the signed subject is {}, the builder's image is {subject}",
+            subjects.join(", ")
+        )),
+    }
+}
+
+/// Each node's row of each image, with its provenance: a node that holds the image (current)
+/// is `unsigned` unless the provenance verifies; one that holds another says it does not
+/// hold the signed subject.
+fn judge_provenance(
+    columns: &mut [Vec<NodeHolding>],
+    verdicts: &[std::result::Result<String, String>],
+) {
+    for column in columns {
+        for (holding, verdict) in column.iter_mut().zip(verdicts) {
+            let note = match (&holding.state, verdict) {
+                (Holding::Current, Ok(signed)) => signed.clone(),
+                (Holding::Current, Err(why)) => {
+                    holding.state = Holding::Unsigned;
+                    format!("provenance: {why}")
+                }
+                _ => "provenance: the node does not hold the signed subject".to_string(),
+            };
+            holding.detail = Some(match holding.detail.take() {
+                Some(detail) => format!("{detail}; {note}"),
+                None => note,
+            });
+        }
+    }
+}
+
+/// `hallmark provenance IMAGE`: the envelope kept for the image at its current checksum.
+pub(super) fn provenance(settings: &Settings, image: &str) -> Result<ExitStatus> {
+    let name = settings.project.image_name(image)?;
+    let plan = crate::plan::Plan::new(&settings.project, std::slice::from_ref(&name))?;
+    let planned = plan.get(&name);
+    let path = crate::make::provenance::kept_in_project(&settings.state_dir, name.as_str());
+    let envelope = crate::make::provenance::kept(&settings.state_dir, name.as_str())?;
+    let current = envelope.as_ref().is_some_and(|e| {
+        crate::make::provenance::payload(e).is_some_and(|s| {
+            s["predicate"]["buildDefinition"]["externalParameters"]["checksum"]
+                == planned.checksum.as_str()
+        })
+    });
+    match (envelope, current) {
+        (Some(envelope), true) => {
+            let mut text = serde_json::to_string_pretty(&envelope).expect("an envelope serializes");
+            text.push('\n');
+            crate::output::stdout_exactly(&text);
+            Ok(ExitStatus::Success)
+        }
+        (found, _) => Err(Error::Usage {
+            message: format!(
+                "no provenance of `{name}` at checksum {} ({})",
+                planned.checksum,
+                match found {
+                    Some(_) => format!("{} is for another checksum", path.display()),
+                    None => format!("{} does not exist", path.display()),
+                }
+            ),
+            hint: Some(format!(
+                "build it with [provenance] key set in hallmark.toml: hallmark build {name}"
+            )),
+        }),
+    }
 }
 
 /// What one node holds of one image: a line of the `verify` and `status` tables.

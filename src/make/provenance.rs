@@ -195,3 +195,12 @@ pub fn kept(state_dir: &Path, name: &str) -> Result<Option<Envelope>> {
         Err(e) => Err(Error::io(&path, e)),
     }
 }
+
+/// The Statement an envelope carries, unverified (to tell whether it is the one to keep).
+pub fn payload(envelope: &Envelope) -> Option<Value> {
+    use base64::Engine as _;
+    let bytes = base64::engine::general_purpose::STANDARD
+        .decode(&envelope.payload)
+        .ok()?;
+    serde_json::from_slice(&bytes).ok()
+}

@@ -20,6 +20,10 @@ pub enum Holding {
     /// The label matches, but the content cannot be checked: the builder, whose image is the
     /// reference, does not hold it (any more). `status` says so rather than `current`.
     Unverified,
+    /// `verify --provenance`: the node holds the image, but no provenance of it verifies (none
+    /// kept, signed by a key hallmark.toml does not trust, or for another image). `detail`
+    /// says why.
+    Unsigned,
     Missing,
     /// The engine holds the name but not the image's content (a manifest whose layers or
     /// config it lacks): it cannot be saved or pushed. `distribute` completes it.

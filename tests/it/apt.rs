@@ -191,7 +191,10 @@ fn apt_packages_are_locked_by_hash_and_installed_without_network_the_same_on_two
     let stderr = gone.stderr();
     assert_eq!(gone.code(), 1, "{stderr}");
     assert!(stderr.contains("404"), "{stderr}");
-    assert!(stderr.contains("snapshot.debian.org/archive/debian/"), "{stderr}");
+    assert!(
+        stderr.contains("snapshot.debian.org/archive/debian/"),
+        "{stderr}"
+    );
     server.kill().unwrap();
     server.wait().unwrap();
     project.write("pins/jq.toml", &locked);

@@ -11,6 +11,7 @@ mod malformed;
 mod offline;
 mod patches;
 mod podman;
+mod provenance;
 mod registry;
 mod sbom;
 mod secrets;

@@ -1,46 +1,14 @@
 //! SBOMs (issue 34): `hallmark sbom` from the plan and pins, offline, checked by the SPDX
 //! project's own validator (`pyspdxtools`, PyPI `spdx-tools`) and CycloneDX's
 //! (`cyclonedx-python-lib`'s strict JSON schema validator), and the same bytes from two
-//! copies of a project. The validators are installed from PyPI into target/sbom-tools once.
+//! copies of a project. The validators are installed from PyPI once (`support::python_tools`).
 
-use crate::support::{GitRepo, TestProject, one_line_patch, run_in};
+use crate::support::{self, GitRepo, TestProject, one_line_patch, run_in};
 use std::path::{Path, PathBuf};
 use std::process::Command;
-use std::sync::OnceLock;
-
-/// A virtual environment with both validators; made on first use (PyPI must be reachable).
-fn validators() -> &'static Path {
-    static TOOLS: OnceLock<PathBuf> = OnceLock::new();
-    TOOLS.get_or_init(|| {
-        let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("target/sbom-tools");
-        if !dir.join("bin/pyspdxtools").is_file() {
-            let made = Command::new("python3")
-                .args(["-m", "venv"])
-                .arg(&dir)
-                .status()
-                .unwrap();
-            assert!(made.success(), "python3 -m venv {}", dir.display());
-            let installed = Command::new(dir.join("bin/pip"))
-                .args([
-                    "install",
-                    "-q",
-                    "spdx-tools==0.8.5",
-                    "cyclonedx-python-lib[json-validation]==11.12.0",
-                ])
-                .status()
-                .unwrap();
-            assert!(
-                installed.success(),
-                "pip install of the SBOM validators into {}",
-                dir.display()
-            );
-        }
-        dir
-    })
-}
 
 fn valid_spdx(path: &Path) -> Result<(), String> {
-    let out = Command::new(validators().join("bin/pyspdxtools"))
+    let out = Command::new(support::python_tools().join("bin/pyspdxtools"))
         .arg("-i")
         .arg(path)
         .output()
@@ -53,7 +21,7 @@ fn valid_spdx(path: &Path) -> Result<(), String> {
 
 fn valid_cyclonedx(path: &Path) -> Result<(), String> {
     let script = "import sys\nfrom cyclonedx.validation.json import JsonStrictValidator\nfrom cyclonedx.schema import SchemaVersion\ne = JsonStrictValidator(SchemaVersion.V1_6).validate_str(open(sys.argv[1]).read())\nprint(e or '')\nsys.exit(1 if e else 0)\n";
-    let out = Command::new(validators().join("bin/python"))
+    let out = Command::new(support::python_tools().join("bin/python"))
         .args(["-c", script])
         .arg(path)
         .output()

@@ -864,3 +864,44 @@ impl Testbed {
             .collect()
     }
 }
+
+/// A Python virtual environment with the outside tools that check what hallmark writes: the
+/// SPDX and CycloneDX validators and securesystemslib's DSSE. Made on first use, from PyPI
+/// (which must be reachable), in target/python-tools; a file lock keeps two test processes
+/// from making it at once.
+pub fn python_tools() -> &'static Path {
+    static TOOLS: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+    TOOLS.get_or_init(|| {
+        let target = Path::new(env!("CARGO_MANIFEST_DIR")).join("target");
+        let dir = target.join("python-tools");
+        std::fs::create_dir_all(&target).unwrap();
+        let lock = std::fs::File::create(target.join("python-tools.lock")).unwrap();
+        lock.lock().unwrap();
+        if !dir.join("ready").is_file() {
+            let _ = std::fs::remove_dir_all(&dir);
+            let made = Command::new("python3")
+                .args(["-m", "venv"])
+                .arg(&dir)
+                .status()
+                .unwrap();
+            assert!(made.success(), "python3 -m venv {}", dir.display());
+            let installed = Command::new(dir.join("bin/pip"))
+                .args([
+                    "install",
+                    "-q",
+                    "spdx-tools==0.8.5",
+                    "cyclonedx-python-lib[json-validation]==11.12.0",
+                    "securesystemslib[crypto]==1.6.0",
+                ])
+                .status()
+                .unwrap();
+            assert!(
+                installed.success(),
+                "pip install of the checking tools into {}",
+                dir.display()
+            );
+            std::fs::write(dir.join("ready"), "").unwrap();
+        }
+        dir
+    })
+}
