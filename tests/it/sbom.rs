@@ -4,7 +4,7 @@
 //! copies of a project. The validators are installed from PyPI once (`support::python_tools`).
 
 use crate::support::{self, GitRepo, TestProject, one_line_patch, run_in};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Command;
 
 fn valid_spdx(path: &Path) -> Result<(), String> {
