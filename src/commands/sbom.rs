@@ -1,7 +1,7 @@
 //! `hallmark sbom IMAGE`: the image's SBOM from its plan and pins (`plan::sbom`), offline.
 
 use crate::commands::settings::Settings;
-use crate::error::{Error, ExitStatus, Result};
+use crate::error::{ExitStatus, Result};
 use crate::plan::Plan;
 use crate::plan::sbom::{self, Format};
 use std::path::Path;
@@ -18,15 +18,7 @@ pub(super) fn run(
     match out {
         None => crate::output::stdout_exactly(&text),
         Some(path) => {
-            // Written beside and renamed: a reader never sees half a document.
-            let dir = path
-                .parent()
-                .filter(|d| !d.as_os_str().is_empty())
-                .unwrap_or(Path::new("."));
-            let mut file = tempfile::NamedTempFile::new_in(dir).map_err(|e| Error::io(dir, e))?;
-            std::io::Write::write_all(&mut file, text.as_bytes())
-                .map_err(|e| Error::io(path, e))?;
-            file.persist(path).map_err(|e| Error::io(path, e.error))?;
+            crate::images::store::write_atomically(path, text.as_bytes())?;
             settings
                 .output
                 .note(format!("wrote the SBOM of `{name}` to {}", path.display()));

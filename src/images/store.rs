@@ -741,7 +741,9 @@ pub fn normalize(path: &str) -> String {
     parts.join("/")
 }
 
-fn write_atomically(path: &Path, bytes: &[u8]) -> Result<()> {
+/// Writes `bytes` to a temporary file beside `path`, then renames it into place: a reader
+/// never sees half a file.
+pub fn write_atomically(path: &Path, bytes: &[u8]) -> Result<()> {
     let dir = path.parent().expect("a folder");
     fs_err::create_dir_all(dir).map_err(|e| Error::io(dir, e))?;
     let mut tmp = tempfile::NamedTempFile::new_in(dir).map_err(|e| Error::io(dir, e))?;

@@ -170,11 +170,7 @@ pub fn sign_and_keep(
         kept_in_store(store, subject),
         kept_in_project(state_dir, name),
     ] {
-        let dir = path.parent().expect("a file in a folder");
-        fs_err::create_dir_all(dir).map_err(|e| Error::io(dir, e))?;
-        let mut file = tempfile::NamedTempFile::new_in(dir).map_err(|e| Error::io(dir, e))?;
-        std::io::Write::write_all(&mut file, text.as_bytes()).map_err(|e| Error::io(&path, e))?;
-        file.persist(&path).map_err(|e| Error::io(&path, e.error))?;
+        crate::images::store::write_atomically(&path, text.as_bytes())?;
     }
     Ok(envelope)
 }

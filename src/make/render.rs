@@ -119,23 +119,7 @@ pub fn parent_reference(image: &PlannedImage, parent_tag: Option<&str>) -> Strin
     }
 }
 
-/// `https://user:token@host/x.git` -> `https://host/x.git`: credentials never reach a label.
-pub fn redact_url(url: &str) -> String {
-    match url.split_once("://") {
-        Some((scheme, rest)) => {
-            let (authority, path) = rest.split_once('/').map_or((rest, ""), |(a, p)| (a, p));
-            let host = authority
-                .rsplit_once('@')
-                .map_or(authority, |(_, host)| host);
-            if path.is_empty() && !rest.contains('/') {
-                format!("{scheme}://{host}")
-            } else {
-                format!("{scheme}://{host}/{path}")
-            }
-        }
-        None => url.to_string(),
-    }
-}
+pub use crate::inputs::values::redact_url;
 
 pub use crate::oci::rfc3339;
 

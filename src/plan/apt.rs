@@ -288,7 +288,7 @@ fn download_into(
     out: &mut dyn std::io::Write,
 ) -> std::result::Result<(String, u64), Failed> {
     use sha2::Digest as _;
-    let shown = without_credentials(url);
+    let shown = crate::inputs::values::redact_url(url);
     let mut answer = agent
         .get(url)
         .call()
@@ -328,23 +328,6 @@ fn download(agent: &ureq::Agent, url: &str, limit: u64) -> std::result::Result<V
     let mut bytes = Vec::new();
     download_into(agent, url, limit, &mut bytes).map_err(Failed::text)?;
     Ok(bytes)
-}
-
-/// `url` without a `user:password@` part: what may be printed or written.
-pub fn without_credentials(url: &str) -> String {
-    match url.split_once("://") {
-        Some((scheme, rest)) => {
-            let (authority, path) = rest.split_once('/').map_or((rest, ""), |(a, p)| (a, p));
-            let host = authority
-                .rsplit_once('@')
-                .map_or(authority, |(_, host)| host);
-            match rest.contains('/') {
-                true => format!("{scheme}://{host}/{path}"),
-                false => format!("{scheme}://{host}"),
-            }
-        }
-        None => url.to_string(),
-    }
 }
 
 /// Verifies a clearsigned `InRelease` with `gpgv` against `keyrings` and returns the text
@@ -460,7 +443,7 @@ fn fetch_index(
                 ));
             }
             crate::images::store::mark_cache(cache);
-            write_atomically(&kept, &bytes).map_err(|e| e.to_string())?;
+            crate::images::store::write_atomically(&kept, &bytes).map_err(|e| e.to_string())?;
             bytes
         }
     };
@@ -496,10 +479,10 @@ impl Index {
                     source.uri, source.suite
                 ));
             }
-            if without_credentials(&source.uri) != source.uri {
+            if crate::inputs::values::redact_url(&source.uri) != source.uri {
                 return Err(format!(
                     "{} {}: the source's address carries credentials; hallmark writes archive addresses into pins (reviewed in git) and does not read apt's auth.conf: a source that needs them is not supported",
-                    without_credentials(&source.uri),
+                    crate::inputs::values::redact_url(&source.uri),
                     source.suite
                 ));
             }
@@ -887,7 +870,7 @@ pub fn ensure_debs<'a>(
             return Err(fail(
                 format!(
                     "{} answered other bytes than the pinned file (sha256 {sha}, {length} bytes; pinned {}, {} bytes)",
-                    without_credentials(&url),
+                    crate::inputs::values::redact_url(&url),
                     pin.sha256,
                     pin.size
                 ),
@@ -900,17 +883,6 @@ pub fn ensure_debs<'a>(
         files.push((*pin, path));
     }
     Ok(files)
-}
-
-/// Writes `bytes` to a temporary file beside `path`, then renames it into place: a reader
-/// never sees half a file.
-fn write_atomically(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
-    let dir = path.parent().expect("a file in a folder");
-    fs_err::create_dir_all(dir)?;
-    let mut file = tempfile::NamedTempFile::new_in(dir)?;
-    std::io::Write::write_all(&mut file, bytes)?;
-    file.persist(path).map_err(|e| e.error)?;
-    Ok(())
 }
 
 /// The packages `requested` need in `system`, pinned for `stage` (`None`: `[build]`).
