@@ -8,12 +8,30 @@ use crate::support::{self, OwnTestbed, hallmark_json, nodes_of, reference, ship_
 /// Images whose config carries fields Podman's inspect leaves out (`HEALTHCHECK`, `SHELL`,
 /// `ONBUILD`), several at once (Podman ANDs the names of one listing), and a `localhost/`
 /// name that shadows the short one: every image is shipped once, verified, listed `current`
-/// by status, skipped the second time, and smoke-tested on the node.
+/// by status, skipped the second time, its signed provenance verified there
+/// (`verify --provenance`), and smoke-tested on the node.
 #[test]
 fn a_podman_node_is_shipped_to_verified_listed_and_smoke_tested() {
     let testbed = OwnTestbed::up(&["--nodes", "2", "--kind", "node1=podman"]);
-    let config = testbed.config();
     let project = ship_project(1, "podman");
+    // Signed provenance too (issue 34): `verify --provenance` on the Podman node below.
+    let keys = project.root().join("keys");
+    std::fs::create_dir_all(&keys).unwrap();
+    let made = std::process::Command::new("ssh-keygen")
+        .args(["-q", "-t", "ed25519", "-N", "", "-f"])
+        .arg(keys.join("hallmark"))
+        .status()
+        .unwrap();
+    assert!(made.success());
+    let config = project.root().join("cluster.toml");
+    let cluster = std::fs::read_to_string(testbed.config()).unwrap();
+    std::fs::write(
+        &config,
+        format!(
+            "{cluster}\n[provenance]\nkey = \"keys/hallmark\"\ntrusted = [\"keys/hallmark.pub\"]\n"
+        ),
+    )
+    .unwrap();
 
     // A base built by the builder's engine with the three fields Podman does not report.
     let base = format!("configured-{}:latest", support::unique());
@@ -89,11 +107,16 @@ fn a_podman_node_is_shipped_to_verified_listed_and_smoke_tested() {
     for row in nodes_of(&report) {
         assert_eq!(row["action"], "skipped", "the second distribute: {row}");
     }
-    let mut verify = vec!["verify"];
+    let mut verify = vec!["verify", "--provenance"];
     verify.extend(images);
     verify.extend(["--nodes", "node1"]);
     let (code, report) = hallmark_json(&project, &config, &verify);
     assert_eq!(code, 0, "{report}");
+    for row in report.as_array().unwrap() {
+        assert_eq!(row["state"], "current", "{row}");
+        let detail = row["detail"].as_str().unwrap_or_default();
+        assert!(detail.contains("provenance signed by"), "{row}");
+    }
     let (code, report) = hallmark_json(&project, &config, &["status"]);
     assert_eq!(code, 0, "{report}");
     let text = report.to_string();
