@@ -498,6 +498,26 @@ async fn open_and_push(
         "put {} into the registry from the layer store: {sent} blobs sent, {present} already there",
         shipment.reference
     ));
+    // The signed provenance, if the build kept one for this image, goes beside it.
+    let envelope =
+        crate::make::provenance::kept_in_store(source.store, &image.config.digest.to_string());
+    if let Ok(bytes) = fs_err::read(&envelope) {
+        let (digest, manifest) = crate::oci::archive::manifest(&image);
+        let tag = seed::push_attestation(
+            &registry.address,
+            reference.name(),
+            (&digest.to_string(), manifest.len()),
+            &bytes,
+        )
+        .await
+        .map_err(|e| {
+            source.builder.error(format!(
+                "cannot put the provenance of {} into the registry: {e}",
+                shipment.reference
+            ))
+        })?;
+        phases.say(format!("put its signed provenance beside it, at {tag}"));
+    }
     Ok((registry, Some(image)))
 }
 

@@ -553,3 +553,79 @@ fn the_first_stream_update_after_a_registry_pull_moves_only_the_new_layer() {
     let (code, report) = hallmark_json(&project, &streamed, &["verify", "wrap"]);
     assert_eq!(code, 0, "{report}");
 }
+
+/// Issue 34: on the registry transport, the image's signed provenance goes beside it, as
+/// cosign keeps attestations where a registry has no referrers API: an OCI manifest at the
+/// tag `sha256-<manifest hex>.att` whose layer is the envelope `hallmark provenance` prints.
+#[test]
+fn the_signed_provenance_goes_beside_the_image_in_the_registry() {
+    let testbed = Testbed::get();
+    let project = ship_project(1, "attested");
+    let run = support::unique();
+    let config = registry_config(testbed, &run, &free_port().to_string());
+    let keys = project.root().join("keys");
+    std::fs::create_dir_all(&keys).unwrap();
+    let made = std::process::Command::new("ssh-keygen")
+        .args(["-q", "-t", "ed25519", "-N", "", "-f"])
+        .arg(keys.join("hallmark"))
+        .status()
+        .unwrap();
+    assert!(made.success());
+    let text = std::fs::read_to_string(&config).unwrap();
+    std::fs::write(
+        &config,
+        format!(
+            "{text}\n[provenance]\nkey = \"keys/hallmark\"\ntrusted = [\"keys/hallmark.pub\"]\n"
+        ),
+    )
+    .unwrap();
+    let on = project.with_config(&config);
+    on.run(&["-q", "build", "wrap"]).success();
+    let (code, report) = hallmark_json(&project, &config, &["distribute", "wrap"]);
+    assert_eq!(code, 0, "{report}");
+    let envelope = on.run(&["provenance", "wrap"]).success().stdout();
+
+    // In the registry's storage (it runs only during a distribute): the tag, its manifest,
+    // and the envelope's bytes as the manifest's one layer.
+    let storage = project
+        .root()
+        .join(".test-cache/registry/storage/docker/registry/v2");
+    let repository = reference(&project, "wrap");
+    let name = repository.rsplit_once(':').unwrap().0;
+    let tags = storage
+        .join("repositories")
+        .join(name)
+        .join("_manifests/tags");
+    let tag = std::fs::read_dir(&tags)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .find(|t| t.starts_with("sha256-") && t.ends_with(".att"))
+        .unwrap_or_else(|| panic!("no .att tag in {}", tags.display()));
+    let blob = |digest: &str| {
+        let hex = digest.strip_prefix("sha256:").unwrap();
+        std::fs::read(
+            storage
+                .join("blobs/sha256")
+                .join(&hex[..2])
+                .join(hex)
+                .join("data"),
+        )
+        .unwrap()
+    };
+    let link = std::fs::read_to_string(tags.join(&tag).join("current/link")).unwrap();
+    let manifest: Value = serde_json::from_slice(&blob(link.trim())).unwrap();
+    let layer = &manifest["layers"][0];
+    assert_eq!(
+        layer["mediaType"], "application/vnd.dsse.envelope.v1+json",
+        "{manifest}"
+    );
+    assert_eq!(blob(layer["digest"].as_str().unwrap()), envelope.as_bytes());
+    // The tag names the image's manifest in the registry.
+    let image_link = std::fs::read_to_string(tags.join("latest/current/link"))
+        .or_else(|_| {
+            let tag = repository.rsplit_once(':').unwrap().1;
+            std::fs::read_to_string(tags.join(tag).join("current/link"))
+        })
+        .unwrap();
+    assert_eq!(tag, format!("{}.att", image_link.trim().replace(':', "-")));
+}
