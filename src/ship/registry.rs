@@ -500,13 +500,13 @@ async fn open_and_push(
     ));
     // The signed provenance, if the build kept one for this image, goes beside it.
     let envelope =
-        crate::make::provenance::kept_in_store(source.store, &image.config.digest.to_string());
+        crate::make::provenance::kept_in_store(source.store, image.config.digest.as_ref());
     if let Ok(bytes) = fs_err::read(&envelope) {
         let (digest, manifest) = crate::oci::archive::manifest(&image);
         let tag = seed::push_attestation(
             &registry.address,
             reference.name(),
-            (&digest.to_string(), manifest.len()),
+            (digest.as_ref(), manifest.len()),
             &bytes,
         )
         .await
