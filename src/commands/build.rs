@@ -63,11 +63,12 @@ pub(super) fn run(
         let signed = sign_provenance(settings, &engine, &plan, &records).await;
         Ok::<_, Error>((records, outcome, signed))
     })?;
-    signed?;
     if settings.output.json {
         settings.output.json("records", &records);
     }
     outcome?;
+    // After the records: a failed signature does not hide what was built.
+    signed?;
     for record in &records {
         let smoke = match record.smoke.len() {
             0 => String::new(),
@@ -145,8 +146,11 @@ async fn sign_provenance(
             ))
         })?;
         let kept = provenance::kept(&settings.state_dir, name.as_str())?;
+        // Kept for this image and checksum, and signed with the key of now (a changed key or
+        // a damaged envelope is signed again).
         let same = kept.as_ref().is_some_and(|envelope| {
-            provenance::payload(envelope).is_some_and(|statement| {
+            crate::images::attest::signed_with(envelope, &key)
+                && provenance::payload(envelope).is_some_and(|statement| {
                 crate::images::attest::subjects(&statement) == [subject.clone()]
                     && statement["predicate"]["buildDefinition"]["externalParameters"]["checksum"]
                         == record.checksum.as_str()

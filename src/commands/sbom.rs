@@ -18,6 +18,18 @@ pub(super) fn run(
     match out {
         None => crate::output::stdout_exactly(&text),
         Some(path) => {
+            // The folder must exist: a typo in --out is said, not made.
+            let dir = path.parent().filter(|d| !d.as_os_str().is_empty());
+            if let Some(dir) = dir.filter(|d| !d.is_dir()) {
+                return Err(crate::error::Error::Usage {
+                    message: format!(
+                        "--out {}: the folder {} does not exist",
+                        path.display(),
+                        dir.display()
+                    ),
+                    hint: None,
+                });
+            }
             crate::images::store::write_atomically(path, text.as_bytes())?;
             settings
                 .output

@@ -171,7 +171,12 @@ fn judge_provenance(
                     holding.state = Holding::Unsigned;
                     format!("provenance: {why}")
                 }
-                _ => "provenance: the node does not hold the signed subject".to_string(),
+                (
+                    Holding::Stale | Holding::Mismatch | Holding::Missing | Holding::Incomplete,
+                    _,
+                ) => "provenance: the node does not hold the signed subject".to_string(),
+                // Unreachable, unverified, unplanned: what it holds is not known.
+                _ => continue,
             };
             holding.detail = Some(match holding.detail.take() {
                 Some(detail) => format!("{detail}; {note}"),
@@ -194,6 +199,29 @@ pub(super) fn provenance(settings: &Settings, image: &str) -> Result<ExitStatus>
                 == planned.checksum.as_str()
         })
     });
+    // With trusted keys configured, an envelope that does not verify is not printed as if
+    // it did.
+    if let (Some(envelope), true) = (&envelope, current) {
+        let configured = settings
+            .config
+            .provenance
+            .as_ref()
+            .is_some_and(|p| !p.trusted.is_empty());
+        if configured {
+            let trusted = trusted_keys(settings)?;
+            if let Err(why) = crate::images::attest::verify(envelope, &trusted) {
+                return Err(Error::Usage {
+                    message: format!(
+                        "the provenance kept for `{name}` ({}) does not verify: {why}",
+                        path.display()
+                    ),
+                    hint: Some(format!(
+                        "build it again to sign it anew: hallmark build {name}"
+                    )),
+                });
+            }
+        }
+    }
     match (envelope, current) {
         (Some(envelope), true) => {
             let mut text = serde_json::to_string_pretty(&envelope).expect("an envelope serializes");

@@ -90,27 +90,62 @@ pub struct Trusted {
     key: ed25519_dalek::VerifyingKey,
 }
 
-/// Reads the OpenSSH public keys at `paths` (`.pub` files, one ed25519 key each).
+/// Reads the OpenSSH public keys at `paths`: each line of each file one ed25519 key (as in
+/// `authorized_keys`; blank lines and `#` comments skipped). A file with no key, or a line
+/// that is not an ed25519 key, is an error naming the file.
 pub fn trusted(paths: &[PathBuf]) -> Result<Vec<Trusted>, String> {
-    paths
-        .iter()
-        .map(|path| {
-            let text = fs_err::read_to_string(path).map_err(|e| e.to_string())?;
-            let public = ssh_key::PublicKey::from_openssh(text.trim())
-                .map_err(|e| format!("{}: not an OpenSSH public key: {e}", path.display()))?;
-            let bytes = public
-                .key_data()
-                .ed25519()
-                .ok_or_else(|| format!("{}: not an ed25519 key", path.display()))?;
-            let key = ed25519_dalek::VerifyingKey::from_bytes(&bytes.0)
-                .map_err(|e| format!("{}: {e}", path.display()))?;
-            Ok(Trusted {
-                path: path.clone(),
-                keyid: public.fingerprint(ssh_key::HashAlg::Sha256).to_string(),
-                key,
-            })
-        })
-        .collect()
+    let mut keys = Vec::new();
+    for path in paths {
+        let text = fs_err::read_to_string(path).map_err(|e| e.to_string())?;
+        let lines: Vec<&str> = text
+            .lines()
+            .map(str::trim)
+            .filter(|l| !l.is_empty() && !l.starts_with('#'))
+            .collect();
+        if lines.is_empty() {
+            return Err(format!("{}: holds no public key", path.display()));
+        }
+        for (number, line) in lines.into_iter().enumerate() {
+            let public = ssh_key::PublicKey::from_openssh(line).map_err(|e| {
+                format!(
+                    "{}, key {}: not an OpenSSH public key: {e}",
+                    path.display(),
+                    number + 1
+                )
+            })?;
+            keys.push(trusted_key(path, &public)?);
+        }
+    }
+    Ok(keys)
+}
+
+fn trusted_key(path: &Path, public: &ssh_key::PublicKey) -> Result<Trusted, String> {
+    let bytes = public
+        .key_data()
+        .ed25519()
+        .ok_or_else(|| format!("{}: not an ed25519 key", path.display()))?;
+    let key = ed25519_dalek::VerifyingKey::from_bytes(&bytes.0)
+        .map_err(|e| format!("{}: {e}", path.display()))?;
+    Ok(Trusted {
+        path: path.to_path_buf(),
+        keyid: public.fingerprint(ssh_key::HashAlg::Sha256).to_string(),
+        key,
+    })
+}
+
+/// Whether `envelope` verifies with the public half of the private key at `key` (the one
+/// `build` signs with now): a kept envelope signed by another key is signed again.
+pub fn signed_with(envelope: &Envelope, key: &Path) -> bool {
+    let Ok(text) = fs_err::read_to_string(key) else {
+        return false;
+    };
+    let Ok(private) = ssh_key::PrivateKey::from_openssh(&text) else {
+        return false;
+    };
+    let Ok(public) = trusted_key(key, private.public_key()) else {
+        return false;
+    };
+    verify(envelope, std::slice::from_ref(&public)).is_ok()
 }
 
 /// The Statement of `envelope` if one of its signatures verifies with a `trusted` key; which

@@ -748,6 +748,12 @@ pub fn write_atomically(path: &Path, bytes: &[u8]) -> Result<()> {
     fs_err::create_dir_all(dir).map_err(|e| Error::io(dir, e))?;
     let mut tmp = tempfile::NamedTempFile::new_in(dir).map_err(|e| Error::io(dir, e))?;
     tmp.write_all(bytes).map_err(|e| Error::io(path, e))?;
+    // A temporary file is made 0600; what is written here is read by others (an SBOM, an
+    // envelope, a package file), so as a plain file is.
+    use std::os::unix::fs::PermissionsExt;
+    tmp.as_file()
+        .set_permissions(std::fs::Permissions::from_mode(0o644))
+        .map_err(|e| Error::io(path, e))?;
     tmp.persist(path).map_err(|e| Error::io(path, e.error))?;
     Ok(())
 }

@@ -410,7 +410,10 @@ impl Checking<'_> {
             if pin.git != source.git || pin.rev != source.rev {
                 return Err(self.error(format!(
                     "stale: source `{name}` is pinned for {} at `{}`, the spec asks for {} at `{}`",
-                    pin.git, pin.rev, source.git, source.rev
+                    crate::inputs::values::redact_url(&pin.git),
+                    pin.rev,
+                    crate::inputs::values::redact_url(&source.git),
+                    source.rev
                 )));
             }
             // A rev that is a full commit is that commit: a pin naming another (a hand edit)

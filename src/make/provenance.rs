@@ -29,11 +29,7 @@ pub fn statement(
     checksum_label: &str,
 ) -> Value {
     let hex = subject.strip_prefix("sha256:").unwrap_or(subject);
-    let file = |path: &Path| {
-        fs_err::read(path)
-            .map(|bytes| sha256_hex(&bytes))
-            .unwrap_or_default()
-    };
+    let file = |path: &Path| fs_err::read(path).map(|bytes| sha256_hex(&bytes)).ok();
     let root = image
         .loaded
         .path
@@ -46,14 +42,12 @@ pub fn statement(
             .display()
             .to_string()
     };
-    let mut dependencies = vec![json!({
-        "name": relative(&image.loaded.path),
-        "digest": {"sha256": file(&image.loaded.path)},
-    })];
-    if let Some(root) = root {
-        let pins = crate::inputs::pins::path_for(root, image.name());
-        if pins.exists() {
-            dependencies.push(json!({"name": relative(&pins), "digest": {"sha256": file(&pins)}}));
+    let mut dependencies = Vec::new();
+    let mut files = vec![image.loaded.path.clone()];
+    files.extend(root.map(|root| crate::inputs::pins::path_for(root, image.name())));
+    for path in files {
+        if let Some(sha256) = file(&path) {
+            dependencies.push(json!({"name": relative(&path), "digest": {"sha256": sha256}}));
         }
     }
     if let Some(parent) = &image.parent {
@@ -70,11 +64,16 @@ pub fn statement(
             .push(json!({"name": base.reference.to_string(), "digest": {algorithm: value}}));
     }
     for (pin, patches) in image.pins.sources.iter().zip(&image.patches) {
-        dependencies.push(json!({
+        // Credentials never reach the Statement; a local path is no URI (and is the builder's).
+        let git = crate::inputs::values::redact_url(&pin.git);
+        let mut source = json!({
             "name": pin.name.to_string(),
-            "uri": format!("git+{}@{}", pin.git, pin.commit),
             "digest": {"gitCommit": pin.commit.to_string()},
-        }));
+        });
+        if git.contains("://") {
+            source["uri"] = json!(format!("git+{git}@{}", pin.commit));
+        }
+        dependencies.push(source);
         for set in &patches.sets {
             for patch in &set.patches {
                 dependencies.push(json!({
@@ -90,7 +89,7 @@ pub fn statement(
     for wheel in &image.pins.wheels {
         dependencies.push(json!({
             "name": wheel.file,
-            "uri": format!("pkg:pypi/{}@{}", wheel.name.as_str().to_lowercase(), wheel.version),
+            "uri": format!("pkg:pypi/{}@{}", wheel.name.as_str().to_lowercase().replace(['_', '.'], "-"), wheel.version),
             "digest": {"sha256": wheel.sha256.to_string()},
         }));
     }

@@ -129,10 +129,12 @@ fn id(kind: &str, what: &str) -> String {
 
 /// A purl's version or name segment, percent-encoded where the purl spec asks it.
 fn purl_encode(text: &str) -> String {
-    text.chars()
-        .map(|c| match c {
-            'a'..='z' | 'A'..='Z' | '0'..='9' | '.' | '-' | '_' | '~' => c.to_string(),
-            _ => format!("%{:02X}", c as u32),
+    text.bytes()
+        .map(|b| match b {
+            b'a'..=b'z' | b'A'..=b'Z' | b'0'..=b'9' | b'.' | b'-' | b'_' | b'~' => {
+                (b as char).to_string()
+            }
+            _ => format!("%{b:02X}"),
         })
         .collect()
 }
@@ -234,8 +236,10 @@ fn add_image(inventory: &mut Inventory, plan: &Plan, image: &PlannedImage) -> St
     let compiled = !spec.compiles.is_empty();
     let mut source_ids = Vec::new();
     for (pin, patches) in image.pins.sources.iter().zip(&image.patches) {
+        // Credentials in a git URL never reach the document (as they never reach a label).
+        let git = crate::inputs::values::redact_url(&pin.git);
         let source = inventory.add(Part {
-            id: id("source", &format!("{}@{}", pin.git, pin.commit)),
+            id: id("source", &format!("{}@{git}@{}", pin.name, pin.commit)),
             kind: Kind::Source,
             name: pin.name.to_string(),
             version: Some(pin.commit.to_string()),
@@ -244,10 +248,10 @@ fn add_image(inventory: &mut Inventory, plan: &Plan, image: &PlannedImage) -> St
                 "pkg:generic/{}@{}?vcs_url={}",
                 purl_encode(pin.name.as_str()),
                 pin.commit,
-                purl_encode(&format!("git+{}@{}", pin.git, pin.commit))
+                purl_encode(&format!("git+{git}@{}", pin.commit))
             )),
-            location: git_location(&pin.git, &pin.commit.to_string()),
-            comment: Some(format!("{} at {} ({})", pin.git, pin.commit, pin.rev)),
+            location: git_location(&git, &pin.commit.to_string()),
+            comment: Some(format!("{git} at {} ({})", pin.commit, pin.rev)),
         });
         for set in &patches.sets {
             for patch in &set.patches {
@@ -548,6 +552,7 @@ mod tests {
         );
         assert_ne!(id("deb", "a+b"), id("deb", "a-b"));
         assert_eq!(purl_encode("1:2.36-9+deb12u4"), "1%3A2.36-9%2Bdeb12u4");
+        assert_eq!(purl_encode("ré✓"), "r%C3%A9%E2%9C%93");
         assert_eq!(git_location("/tmp/x", "c"), None);
         assert_eq!(
             git_location("https://github.com/v/v.git", "c").as_deref(),

@@ -136,6 +136,16 @@ fn provenance_is_signed_checked_elsewhere_and_verified_on_every_node() {
             "{row}"
         );
     }
+    // A trusted file of several keys, as authorized_keys: any of them may have signed.
+    let both = [
+        std::fs::read_to_string(project.root().join("keys/stranger.pub")).unwrap(),
+        std::fs::read_to_string(project.root().join("keys/hallmark.pub")).unwrap(),
+    ]
+    .concat();
+    std::fs::write(project.root().join("keys/both.pub"), both).unwrap();
+    std::fs::write(&config, with("keys/both.pub")).unwrap();
+    let (code, rows) = hallmark_json(&project, &config, &["verify", "--provenance", "signed"]);
+    assert_eq!(code, 0, "{rows}");
     std::fs::write(&config, with("keys/hallmark.pub")).unwrap();
 
     // Another image tagged in place on one node: that node fails, the others pass.
@@ -155,6 +165,19 @@ fn provenance_is_signed_checked_elsewhere_and_verified_on_every_node() {
     for node in nodes.iter().skip(1) {
         assert_eq!(support::row(&rows, node)["state"], "current");
     }
+
+    // A new signing key: the next build signs again (the kept envelope is the old key's).
+    testbed.docker_ok(victim, &["rmi", &tag]);
+    keygen(&project.root().join("keys/second"));
+    let second = format!(
+        "{cluster}\n[provenance]\nkey = \"keys/second\"\ntrusted = [\"keys/second.pub\"]\n"
+    );
+    std::fs::write(&config, second).unwrap();
+    let resigned = signed.run(&["build", "signed"]).success().stderr();
+    assert!(resigned.contains("provenance signed by"), "{resigned}");
+    signed.run(&["distribute", "signed"]).success();
+    let (code, rows) = hallmark_json(&project, &config, &["verify", "--provenance", "signed"]);
+    assert_eq!(code, 0, "{rows}");
 
     // Without trusted keys, verify --provenance says nothing can be checked.
     std::fs::write(&config, &cluster).unwrap();

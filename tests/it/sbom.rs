@@ -251,3 +251,31 @@ fn a_bad_image_or_output_path_is_named() {
         run.stderr()
     );
 }
+
+/// Outside test: a token in a git URL reached the SBOM (labels never carried it).
+#[test]
+fn credentials_in_a_git_url_never_reach_the_sbom() {
+    let project = TestProject::new();
+    let url = "https://oauth2:S3CRETTOKEN@example.com/org/priv.git";
+    let commit = "c".repeat(40);
+    project
+        .write(
+            "images/priv/image.toml",
+            &format!("[from]\nref = \"example/base:1\"\n\n[[source]]\nname = \"priv\"\ngit = \"{url}\"\nrev = \"{commit}\"\ndest = \"/src/priv\"\n"),
+        )
+        .write(
+            "pins/priv.toml",
+            &format!("[base]\nref = \"example/base:1\"\ndigest = \"sha256:{}\"\n\n[[source]]\nname = \"priv\"\ngit = \"{url}\"\nrev = \"{commit}\"\ncommit = \"{commit}\"\n", "a".repeat(64)),
+        );
+    for format in ["spdx", "cyclonedx"] {
+        let text = project
+            .run(&["sbom", "priv", "--format", format])
+            .success()
+            .stdout();
+        assert!(!text.contains("S3CRETTOKEN"), "{format}: {text}");
+        assert!(
+            text.contains("example.com/org/priv.git"),
+            "{format}: {text}"
+        );
+    }
+}
