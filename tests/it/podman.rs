@@ -15,14 +15,7 @@ fn a_podman_node_is_shipped_to_verified_listed_and_smoke_tested() {
     let testbed = OwnTestbed::up(&["--nodes", "2", "--kind", "node1=podman"]);
     let project = ship_project(1, "podman");
     // Signed provenance too (issue 34): `verify --provenance` on the Podman node below.
-    let keys = project.root().join("keys");
-    std::fs::create_dir_all(&keys).unwrap();
-    let made = std::process::Command::new("ssh-keygen")
-        .args(["-q", "-t", "ed25519", "-N", "", "-f"])
-        .arg(keys.join("hallmark"))
-        .status()
-        .unwrap();
-    assert!(made.success());
+    support::ed25519_key(&project.root().join("keys/hallmark"));
     let config = project.root().join("cluster.toml");
     let cluster = std::fs::read_to_string(testbed.config()).unwrap();
     std::fs::write(

@@ -8,15 +8,6 @@ use crate::support::{self, TestProject, Testbed, hallmark_json, unique};
 use std::path::Path;
 use std::process::Command;
 
-fn keygen(path: &Path) {
-    let made = Command::new("ssh-keygen")
-        .args(["-q", "-t", "ed25519", "-N", "", "-f"])
-        .arg(path)
-        .status()
-        .unwrap();
-    assert!(made.success(), "ssh-keygen {}", path.display());
-}
-
 /// Checks `envelope` with securesystemslib's DSSE and the public key at `public`; returns
 /// the Statement it carries.
 fn checked_elsewhere(envelope: &Path, public: &Path) -> Result<serde_json::Value, String> {
@@ -57,9 +48,8 @@ fn provenance_is_signed_checked_elsewhere_and_verified_on_every_node() {
             ),
         )
         .write("images/signed/note", &format!("{run}\n"));
-    std::fs::create_dir_all(project.root().join("keys")).unwrap();
-    keygen(&project.root().join("keys/hallmark"));
-    keygen(&project.root().join("keys/stranger"));
+    support::ed25519_key(&project.root().join("keys/hallmark"));
+    support::ed25519_key(&project.root().join("keys/stranger"));
     let cluster = std::fs::read_to_string(testbed.config()).unwrap();
     let config = project.root().join("cluster.toml");
     let with = |trusted: &str| {
@@ -168,7 +158,7 @@ fn provenance_is_signed_checked_elsewhere_and_verified_on_every_node() {
 
     // A new signing key: the next build signs again (the kept envelope is the old key's).
     testbed.docker_ok(victim, &["rmi", &tag]);
-    keygen(&project.root().join("keys/second"));
+    support::ed25519_key(&project.root().join("keys/second"));
     let second = format!(
         "{cluster}\n[provenance]\nkey = \"keys/second\"\ntrusted = [\"keys/second.pub\"]\n"
     );

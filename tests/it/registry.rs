@@ -563,14 +563,7 @@ fn the_signed_provenance_goes_beside_the_image_in_the_registry() {
     let project = ship_project(1, "attested");
     let run = support::unique();
     let config = registry_config(testbed, &run, &free_port().to_string());
-    let keys = project.root().join("keys");
-    std::fs::create_dir_all(&keys).unwrap();
-    let made = std::process::Command::new("ssh-keygen")
-        .args(["-q", "-t", "ed25519", "-N", "", "-f"])
-        .arg(keys.join("hallmark"))
-        .status()
-        .unwrap();
-    assert!(made.success());
+    support::ed25519_key(&project.root().join("keys/hallmark"));
     let text = std::fs::read_to_string(&config).unwrap();
     std::fs::write(
         &config,

@@ -77,7 +77,10 @@ pub async fn push_attestation(
         )
         .await?;
         if head.status() != StatusCode::OK {
-            upload_bytes(address, name, &digest, bytes.clone()).await?;
+            let body = http_body_util::Full::new(Bytes::from(bytes.clone()))
+                .map_err(|never| match never {})
+                .boxed();
+            upload_body(address, name, &digest, body).await?;
         }
     }
     let manifest = serde_json::json!({
@@ -107,42 +110,6 @@ pub async fn push_attestation(
     Ok(tag)
 }
 
-/// Bytes in hand as one blob (one monolithic PUT).
-async fn upload_bytes(
-    address: &str,
-    name: &str,
-    digest: &str,
-    bytes: Vec<u8>,
-) -> Result<(), String> {
-    let path = format!("/v2/{name}/blobs/uploads/");
-    let started = request(address, Method::POST, &path, None, empty()).await?;
-    let location = started
-        .headers()
-        .get(hyper::header::LOCATION)
-        .and_then(|l| l.to_str().ok())
-        .map(str::to_string);
-    expect(started, StatusCode::ACCEPTED, &path).await?;
-    let location = location.ok_or("the registry gave no upload location")?;
-    let location = match location.find("/v2/") {
-        Some(at) => location[at..].to_string(),
-        None => location,
-    };
-    let separator = if location.contains('?') { '&' } else { '?' };
-    let put = format!("{location}{separator}digest={digest}");
-    let body = http_body_util::Full::new(Bytes::from(bytes))
-        .map_err(|never| match never {})
-        .boxed();
-    let answer = request(
-        address,
-        Method::PUT,
-        &put,
-        Some("application/octet-stream"),
-        body,
-    )
-    .await?;
-    expect(answer, StatusCode::CREATED, &put).await
-}
-
 /// One blob, in one PUT (the registry's monolithic upload), streamed from the store.
 async fn upload(
     address: &str,
@@ -150,6 +117,20 @@ async fn upload(
     store: &Arc<LayerStore>,
     blob: &Blob,
 ) -> Result<(), String> {
+    let file_path = store.blob_path(&blob.digest);
+    let stream = body_from_writer(None, move |writer| {
+        let mut file =
+            fs_err::File::open(&file_path).map_err(|e| crate::error::Error::io(&file_path, e))?;
+        std::io::copy(&mut file, writer).map_err(|e| crate::error::Error::io(&file_path, e))?;
+        Ok(())
+    });
+    let frames = stream.map(|chunk| Ok::<_, std::io::Error>(hyper::body::Frame::data(chunk)));
+    let body = BodyExt::boxed(http_body_util::StreamBody::new(frames));
+    upload_body(address, name, blob.digest.as_ref(), body).await
+}
+
+/// `body` as the blob `digest`: an upload started, then one PUT to where the registry says.
+async fn upload_body(address: &str, name: &str, digest: &str, body: Body) -> Result<(), String> {
     let path = format!("/v2/{name}/blobs/uploads/");
     let started = request(address, Method::POST, &path, None, empty()).await?;
     let location = started
@@ -165,16 +146,7 @@ async fn upload(
         None => location,
     };
     let separator = if location.contains('?') { '&' } else { '?' };
-    let put = format!("{location}{separator}digest={}", blob.digest);
-    let file_path = store.blob_path(&blob.digest);
-    let stream = body_from_writer(None, move |writer| {
-        let mut file =
-            fs_err::File::open(&file_path).map_err(|e| crate::error::Error::io(&file_path, e))?;
-        std::io::copy(&mut file, writer).map_err(|e| crate::error::Error::io(&file_path, e))?;
-        Ok(())
-    });
-    let frames = stream.map(|chunk| Ok::<_, std::io::Error>(hyper::body::Frame::data(chunk)));
-    let body = BodyExt::boxed(http_body_util::StreamBody::new(frames));
+    let put = format!("{location}{separator}digest={digest}");
     let answer = request(
         address,
         Method::PUT,

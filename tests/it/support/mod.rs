@@ -905,3 +905,15 @@ pub fn python_tools() -> &'static Path {
         dir
     })
 }
+
+/// An ed25519 key pair without a passphrase at `path` and `path.pub` (`ssh-keygen`), as an
+/// operator makes the provenance key.
+pub fn ed25519_key(path: &Path) {
+    std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+    let made = Command::new("ssh-keygen")
+        .args(["-q", "-t", "ed25519", "-N", "", "-f"])
+        .arg(path)
+        .status()
+        .unwrap();
+    assert!(made.success(), "ssh-keygen {}", path.display());
+}
