@@ -6,8 +6,11 @@ use crate::commands::settings::Settings;
 use crate::engine::Engine;
 use crate::error::{Error, ExitStatus, Result};
 use crate::inputs::values::Name;
+use crate::images::store::LayerStore;
 use crate::make::build;
 use crate::plan::{Plan, PlannedImage};
+use crate::ship;
+use crate::ship::verify::{self, Holding};
 
 pub(super) fn run(
     settings: &Settings,
@@ -22,7 +25,13 @@ pub(super) fn run(
     let mut results = Vec::new();
     let outcome = runtime()?.block_on(async {
         let engine = connect(settings, node).await?;
-        let id = tagged_image(&engine, planned, &settings.checksum_label).await?;
+        let builder = match node.name == settings.config.builder.name {
+            true => None,
+            false => Some(connect(settings, &settings.config.builder).await?),
+        };
+        let store = LayerStore::open(&settings.cache);
+        let trusted = trusted_image(builder.as_ref(), &engine, &store, planned, settings);
+        let id = with_deadline_or_interrupt(&engine, trusted).await?;
         let work = async { ((), build::smoke(&engine, planned, &id, &mut results).await) };
         until_interrupted(&engine, "the smoke tests", work).await.1
     });
@@ -51,29 +60,72 @@ pub(super) fn run(
     Ok(ExitStatus::Success)
 }
 
-/// The image `smoke` tests: the one the tag names, if it carries the expected checksum. An
-/// image elsewhere on the node with the same label is not what a user of the tag runs.
-async fn tagged_image(engine: &Engine, planned: &PlannedImage, label: &str) -> Result<String> {
+/// The question before a smoke test, ended by Ctrl-C or SIGTERM like the tests themselves.
+async fn with_deadline_or_interrupt<T>(
+    engine: &Engine,
+    work: impl std::future::Future<Output = Result<T>>,
+) -> Result<T> {
+    tokio::select! {
+        done = work => done,
+        _ = super::interrupted() => Err(Error::Interrupted {
+            what: format!("the smoke tests on node `{}`", engine.node),
+        }),
+    }
+}
+
+/// The id of the image `smoke` may test on `engine`: the one a user of the tag runs, and only
+/// if hallmark finished it. The rule is `distribute`'s and `verify`'s, by the same functions:
+/// the builder's image under the tag must be one hallmark recorded finishing for the spec's
+/// checksum ([`ship::shipment`]), and a node (`builder` is then the builder's engine) must
+/// hold that very image ([`verify::holding`] says `current`). A label alone proves nothing: a
+/// plain `docker build` can copy it.
+async fn trusted_image(
+    builder: Option<&Engine>,
+    engine: &Engine,
+    store: &LayerStore,
+    planned: &PlannedImage,
+    settings: &Settings,
+) -> Result<String> {
     let reference = planned.loaded.reference();
-    let Some(tagged) = engine.inspect(&reference).await? else {
+    let label = &settings.checksum_label;
+    let on_builder = builder.unwrap_or(engine);
+    let shipment = ship::shipment(on_builder, store, &reference, label, planned.checksum.as_str());
+    if builder.is_none() {
+        return Ok(shipment.await?.image_id);
+    }
+    // The node is asked whatever the builder answers: what it holds is what the user runs.
+    let (shipment, held) = futures_util::future::join(shipment, async {
+        let unknown = verify::Wanted {
+            reference: reference.clone(),
+            checksum: planned.checksum.to_string(),
+            fingerprint: String::new(),
+            ids: Vec::new(),
+        };
+        verify::holding(engine, label, &unknown).await
+    })
+    .await;
+    if held.as_ref().is_ok_and(|h| h.state == Holding::Missing) {
         return Err(engine.error(format!(
             "holds no image tagged {reference} for `{}`",
             planned.name()
         )));
-    };
-    let found = tagged.label(label);
-    if found != Some(planned.checksum.as_str()) {
-        return Err(engine.error(format!(
-            "{reference} is not the current build of `{}`: it carries {} as `{label}`, the spec's checksum is {}",
-            planned.name(),
-            found.map_or("no checksum".to_string(), |f| format!("`{f}`")),
-            planned.checksum
-        )));
     }
-    tagged
-        .id()
-        .map(str::to_string)
-        .ok_or_else(|| engine.error(format!("{reference} has no image id")))
+    let shipment = shipment.map_err(|e| {
+        engine.error(format!(
+            "cannot tell whether it holds the current build of `{}`: the builder cannot vouch for it: {e}",
+            planned.name()
+        ))
+    })?;
+    let held = verify::holding(engine, label, &shipment.wanted(store)).await?;
+    match (&held.state, held.image_id) {
+        (Holding::Current, Some(id)) => Ok(id),
+        (state, _) => Err(engine.error(format!(
+            "{reference} is not the current build of `{}` that hallmark finished on the builder: {}{}",
+            planned.name(),
+            crate::output::cell(state),
+            held.detail.map(|d| format!(" ({d})")).unwrap_or_default()
+        ))),
+    }
 }
 
 /// Text as XML 1.0 character data or attribute value: markup escaped, and the characters

@@ -757,6 +757,76 @@ fn smoke_runs_the_tagged_image_not_another_with_the_same_label() {
     );
 }
 
+/// `docker build` of an image on `node` tagged `tag` that carries `checksum` as its label,
+/// as anyone can write it: what hallmark must not take for its own build.
+fn forge(testbed: &Testbed, node: &str, tag: &str, checksum: &str) {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(
+        dir.path().join("Dockerfile"),
+        format!("FROM hallmark-testbed/busybox:latest\nRUN echo marker > /marker.txt\nLABEL hallmark.checksum={checksum}\n"),
+    )
+    .unwrap();
+    let built = std::process::Command::new("docker")
+        .args(["-H", &testbed.endpoint(node), "build", "-q", "-t", tag])
+        .arg(dir.path())
+        .env("DOCKER_BUILDKIT", "0")
+        .output()
+        .unwrap();
+    assert!(
+        built.status.success(),
+        "{}",
+        String::from_utf8_lossy(&built.stderr)
+    );
+}
+
+/// Issue 42: `smoke` trusts hallmark's record as `verify` does, not the label. A plain
+/// `docker build` with the checksum label copied in is refused on the builder and on every
+/// node kind of the testbed (the image there is not the one hallmark finished).
+#[test]
+fn smoke_refuses_an_image_hallmark_did_not_finish_on_the_builder_and_on_nodes() {
+    let testbed = Testbed::get();
+    let config = testbed.config();
+    let body = "[[smoke]]\nname = \"marker\"\nrun = [\"grep\", \"-q\", \"marker\", \"/marker.txt\"]\n";
+    let (project, tag, checksum) = busybox_project("forgery", "", body);
+    // Nothing built by hallmark yet: a forged image on the builder passes no smoke.
+    forge(testbed, "builder", &tag, &checksum);
+    let forged = project.with_config(&config).run(&["smoke", "forgery"]);
+    assert_eq!(forged.code(), 1, "{}", forged.stderr());
+    assert!(
+        forged.stderr().contains("hallmark did not finish it"),
+        "{}",
+        forged.stderr()
+    );
+    // A forged image on each node, beside a builder that holds the real one.
+    project
+        .with_config(&config)
+        .run(&["-q", "build", "forgery", "--force"])
+        .success();
+    for node in testbed.nodes() {
+        forge(testbed, &node, &tag, &checksum);
+        let forged = project
+            .with_config(&config)
+            .run(&["smoke", "forgery", "--node", &node]);
+        assert_eq!(forged.code(), 1, "{node}: {}", forged.stderr());
+        assert!(
+            forged.stderr().contains("is not the current build of"),
+            "{node}: {}",
+            forged.stderr()
+        );
+    }
+    // The real image, shipped, passes on every node.
+    project
+        .with_config(&config)
+        .run(&["-q", "distribute", "forgery"])
+        .success();
+    for node in testbed.nodes() {
+        project
+            .with_config(&config)
+            .run(&["smoke", "forgery", "--node", &node])
+            .success();
+    }
+}
+
 /// The `distribute`, `status` and `verify` tables, exactly: one image sent to one node (then
 /// skipped there), current on it and missing on the others, then stale everywhere it is once
 /// its spec changes, and current everywhere once the new build is sent to every node. The

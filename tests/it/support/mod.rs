@@ -169,8 +169,13 @@ pub fn without_hex(text: &str) -> String {
     out
 }
 
+/// The binary under test; `HALLMARK_TEST_BIN` runs the suite against another build (an
+/// older one, to see a new test fail before its fix).
 pub fn hallmark() -> Command {
-    Command::new(env!("CARGO_BIN_EXE_hallmark"))
+    match std::env::var_os("HALLMARK_TEST_BIN") {
+        Some(bin) => Command::new(bin),
+        None => Command::new(env!("CARGO_BIN_EXE_hallmark")),
+    }
 }
 
 /// [`hallmark`] on the cluster file `config` (`--config CONFIG`), for runs that set their own
