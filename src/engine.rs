@@ -408,8 +408,8 @@ impl Engine {
 
     async fn remove_name(&self, name: &str) -> bool {
         let options = RemoveImageOptionsBuilder::new().noprune(true).build();
-        self.docker
-            .remove_image(name, Some(options), None)
+        let removal = self.docker.remove_image(name, Some(options), None);
+        self.answered(&format!("removing {name}"), removal)
             .await
             .is_ok()
     }
@@ -419,10 +419,9 @@ impl Engine {
             .repo(reference.name())
             .tag(reference.tag_or_latest())
             .build();
-        self.docker
-            .tag_image(image_id, Some(options))
+        let tagging = self.docker.tag_image(image_id, Some(options));
+        self.answered(&format!("tagging {reference}"), tagging)
             .await
-            .map_err(|e| self.error(format!("tagging {reference}: {e}")))
     }
 
     /// Builds an image from `context` (a tar holding `Dockerfile`) with the classic builder;
@@ -571,20 +570,46 @@ impl Engine {
 
     async fn remove_container(&self, id: &str) {
         let remove = RemoveContainerOptionsBuilder::new().force(true).build();
-        let _ = self.docker.remove_container(id, Some(remove)).await;
+        let removal = self.docker.remove_container(id, Some(remove));
+        let _ = self.answered(&format!("removing container {id}"), removal).await;
         self.live.lock().await.retain(|live| live != id);
     }
 
     /// Removes every container `run_once` started and has not removed yet: called when the
     /// user interrupts hallmark, whose futures are then dropped before their own cleanup.
+    /// Each removal has the answer deadline: an interrupt on a frozen engine still ends
+    /// (the container is then left to the engine, and said).
     pub async fn remove_live_containers(&self) {
-        let mut live = self.live.lock().await;
+        let live = self.live.lock();
+        let Ok(mut live) = tokio::time::timeout(answer_timeout(), live).await else {
+            return;
+        };
         let remove = RemoveContainerOptionsBuilder::new().force(true).build();
         for id in live.drain(..) {
-            let _ = self
-                .docker
-                .remove_container(&id, Some(remove.clone()))
-                .await;
+            let removal = self.docker.remove_container(&id, Some(remove.clone()));
+            if let Err(e) = self.answered(&format!("removing container {id}"), removal).await {
+                crate::output::stderr_exactly(&format!("warning: {}\n", e.render()));
+            }
+        }
+    }
+
+    /// `request`'s answer within the answer deadline (`HALLMARK_ANSWER_TIMEOUT`): for the
+    /// requests bollard sends, whose own timeout is a day long for the sake of builds. `what`
+    /// says what was asked, for the error.
+    pub(crate) async fn answered<T>(
+        &self,
+        what: &str,
+        request: impl std::future::Future<Output = std::result::Result<T, bollard::errors::Error>>,
+    ) -> Result<T> {
+        let limit = answer_timeout();
+        match tokio::time::timeout(limit, request).await {
+            Ok(Ok(answer)) => Ok(answer),
+            Ok(Err(e)) => Err(self.error(format!("{what}: {}", with_causes(&e)))),
+            Err(_) => Err(self.error(format!(
+                "{what}: no answer in {} s: the engine is hung or overloaded ({} sets how long to wait)",
+                limit.as_secs(),
+                transport::ANSWER_TIMEOUT_ENV
+            ))),
         }
     }
 
@@ -594,10 +619,7 @@ impl Engine {
     }
 
     async fn run_created(&self, id: &str) -> Result<(i64, String)> {
-        self.docker
-            .start_container(id, None::<bollard::query_parameters::StartContainerOptions>)
-            .await
-            .map_err(|e| self.error(format!("starting container {id}: {e}")))?;
+        self.start_container(id).await?;
         // Not a document's deadline (60 s): a smoke test may import a framework for minutes.
         let limit = smoke_timeout();
         let exit: ContainerExit = self
@@ -615,13 +637,11 @@ impl Engine {
         let options = LogsOptionsBuilder::new().stdout(true).stderr(true).build();
         let mut logs = self.docker.logs(id, Some(options));
         let mut output = String::new();
-        while let Some(chunk) = logs.next().await {
-            match chunk {
-                Ok(chunk) => output.push_str(&chunk.to_string()),
-                Err(e) => {
-                    return Err(self.error(format!("reading the output of container {id}: {e}")));
-                }
-            }
+        // The container has stopped: its whole output is there to read, each chunk within
+        // the answer deadline.
+        let what = format!("reading the output of container {id}");
+        while let Some(chunk) = self.answered(&what, async { logs.next().await.transpose() }).await? {
+            output.push_str(&chunk.to_string());
         }
         Ok((exit.status_code, output))
     }

@@ -86,10 +86,11 @@ impl Engine {
     }
 
     pub async fn start_container(&self, id: &str) -> Result<()> {
-        self.docker
-            .start_container(id, None::<bollard::query_parameters::StartContainerOptions>)
+        let start = self
+            .docker
+            .start_container(id, None::<bollard::query_parameters::StartContainerOptions>);
+        self.answered(&format!("starting container {id}"), start)
             .await
-            .map_err(|e| self.error(format!("starting container {id}: {e}")))
     }
 
     /// The container's output as it comes (stdout and stderr together), from its start.
@@ -191,9 +192,8 @@ impl Engine {
 
     pub async fn remove_volume(&self, name: &str) -> Result<()> {
         let options = RemoveVolumeOptionsBuilder::new().force(true).build();
-        self.docker
-            .remove_volume(name, Some(options))
+        let removal = self.docker.remove_volume(name, Some(options));
+        self.answered(&format!("removing volume {name}"), removal)
             .await
-            .map_err(|e| self.error(format!("removing volume {name}: {e}")))
     }
 }

@@ -133,10 +133,14 @@ impl SshBridge {
     /// cache for 5 idle minutes, so the next hallmark command (distribute after build,
     /// verify, status) finds the connection open instead of paying the handshake again.
     /// BatchMode: never wait for a password or a host-key prompt; an unknown or changed
-    /// host key is an error, not a question. A node that does not answer fails in 30 s, and a
-    /// connection that goes silent (the node gone) in about a minute, instead of never.
+    /// host key is an error, not a question. A node that does not answer, or a link that goes
+    /// silent (the node gone, frozen), fails within the answer deadline
+    /// (`HALLMARK_ANSWER_TIMEOUT`, at most 30 s to connect), instead of never: the master's
+    /// keep-alives are a quarter of it, four missed end the master and every session on it.
     fn ssh(&self) -> tokio::process::Command {
+        let limit = super::answer_timeout().as_secs().max(1);
         let mut ssh = tokio::process::Command::new("ssh");
+        ssh.kill_on_drop(true);
         ssh.args(&self.control).args([
             "-o",
             "ControlMaster=auto",
@@ -148,25 +152,39 @@ impl SshBridge {
             "-o",
             "BatchMode=yes",
             "-o",
-            "ConnectTimeout=30",
+            &format!("ConnectTimeout={}", limit.min(30)),
             "-o",
-            "ServerAliveInterval=15",
+            &format!("ServerAliveInterval={}", (limit / 4).clamp(1, 15)),
             "-o",
             "ServerAliveCountMax=4",
         ]);
         ssh
     }
 
+    /// `command`'s output within the answer deadline; ssh is killed past it (a frozen link
+    /// holds a session open for as long as the master's keep-alives allow).
+    async fn output_within(
+        mut command: tokio::process::Command,
+    ) -> std::result::Result<std::process::Output, String> {
+        let limit = super::answer_timeout();
+        command.kill_on_drop(true);
+        match tokio::time::timeout(limit, command.output()).await {
+            Ok(output) => output.map_err(|e| format!("cannot run ssh: {e}")),
+            Err(_) => Err(format!(
+                "ssh: no answer in {} s: the link or the node is frozen ({} sets how long to wait)",
+                limit.as_secs(),
+                super::transport::ANSWER_TIMEOUT_ENV
+            )),
+        }
+    }
+
     /// Asks the node which socket its engine listens on (this opens the master, checking
     /// the host key). `Err` with ssh's own words if ssh cannot reach the node.
     pub(super) async fn ask_engine_socket(&self) -> std::result::Result<Option<String>, String> {
-        let output = self
-            .ssh()
-            .args(["--", &self.destination, ENGINE_SOCKET_QUESTION])
-            .stdin(std::process::Stdio::null())
-            .output()
-            .await
-            .map_err(|e| format!("cannot run ssh: {e}"))?;
+        let mut ask = self.ssh();
+        ask.args(["--", &self.destination, ENGINE_SOCKET_QUESTION])
+            .stdin(std::process::Stdio::null());
+        let output = Self::output_within(ask).await?;
         match output.status.code() {
             Some(255) | None => Err(format!(
                 "ssh failed: {}",
@@ -208,12 +226,11 @@ impl SshBridge {
 
     /// Runs [`SshBridge::control_command`] with its output discarded: whether it succeeded.
     async fn control_quietly(&self, operation: &str, args: &[String]) -> bool {
-        tokio::process::Command::from(self.control_command(operation, args))
-            .stdout(std::process::Stdio::null())
-            .stderr(std::process::Stdio::null())
-            .status()
+        let mut command = tokio::process::Command::from(self.control_command(operation, args));
+        command.stdout(std::process::Stdio::null());
+        Self::output_within(command)
             .await
-            .is_ok_and(|status| status.success())
+            .is_ok_and(|output| output.status.success())
     }
 
     /// Serves [`SshBridge::socket`] here, each connection carried by `ssh HOST docker system
@@ -275,11 +292,8 @@ impl SshBridge {
     pub(super) async fn forward_loopback(&self, port: u16) -> Result<(), String> {
         let spec = loopback_forward(port);
         let mut command = tokio::process::Command::from(self.control_command("forward", &spec));
-        let output = command
-            .stdout(std::process::Stdio::null())
-            .output()
-            .await
-            .map_err(|e| format!("cannot run ssh: {e}"))?;
+        command.stdout(std::process::Stdio::null());
+        let output = Self::output_within(command).await?;
         if !output.status.success() {
             return Err(format!(
                 "cannot open a tunnel to the registry (ssh -R 127.0.0.1:{port}): {}",

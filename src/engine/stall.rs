@@ -38,6 +38,11 @@ pub struct Moved(Arc<Mutex<State>>);
 struct State {
     at: Instant,
     ours: bool,
+    /// A request body is being sent and has not ended: the engine reads as it goes, so a
+    /// silence then is a frozen engine or link, judged on the answer deadline's scale; only
+    /// after the last byte may the engine work for long without a word (a containerd
+    /// store unpacking a 20 GB load).
+    sending: bool,
     /// Silence the engine is allowed beyond the limit, for work it does before it answers
     /// ([`Moved::allow`]).
     grace: Duration,
@@ -48,6 +53,7 @@ impl Moved {
         Moved(Arc::new(Mutex::new(State {
             at: Instant::now(),
             ours: false,
+            sending: false,
             grace: Duration::ZERO,
         })))
     }
@@ -72,6 +78,15 @@ impl Moved {
         self.state().grace += more;
     }
 
+    /// The deadline that holds now, for a stream whose deadline is `limit`: the answer
+    /// deadline (`HALLMARK_ANSWER_TIMEOUT`) while a body is being sent, if shorter.
+    fn limit(&self, limit: Duration) -> Duration {
+        match self.state().sending {
+            true => limit.min(super::transport::answer_timeout()),
+            false => limit,
+        }
+    }
+
     /// How long since it moved, less the grace; zero while the wait is on hallmark's side.
     fn stalled_for(&self) -> Duration {
         let state = self.state();
@@ -90,6 +105,7 @@ pub fn noting<T: Send + 'static>(
     body: impl Stream<Item = T> + Send + 'static,
     moved: &Moved,
 ) -> impl Stream<Item = T> + Send + 'static {
+    moved.state().sending = true;
     Noting {
         body: Box::pin(body),
         moved: moved.clone(),
@@ -112,6 +128,9 @@ impl<T> Stream for Noting<T> {
         // Asked for a chunk and none ready: hallmark is making it. A chunk (or the end)
         // given: from here the wait is the engine's.
         self.moved.set(polled.is_pending());
+        if let std::task::Poll::Ready(None) = polled {
+            self.moved.state().sending = false;
+        }
         polled
     }
 }
@@ -119,8 +138,9 @@ impl<T> Stream for Noting<T> {
 /// The words of a stall, for the stream's error.
 pub fn stalled_words(limit: Duration) -> String {
     format!(
-        "nothing moved for {} s: the engine, or the link to it, stopped ({STALL_TIMEOUT_ENV} sets how long to wait)",
-        limit.as_secs()
+        "nothing moved for {} s: the engine, or the link to it, stopped ({} while hallmark sends, {STALL_TIMEOUT_ENV} after the last byte, set how long to wait)",
+        limit.as_secs(),
+        super::transport::ANSWER_TIMEOUT_ENV
     )
 }
 
@@ -142,9 +162,10 @@ pub fn watched<'a, T: Send + 'a, E: Send + 'a>(
             // the export also feeds) is not the engine's stall.
             moved.touch();
             loop {
-                let left = limit.saturating_sub(moved.stalled_for());
+                let now = moved.limit(limit);
+                let left = now.saturating_sub(moved.stalled_for());
                 if left.is_zero() {
-                    return Some((Err(stalled(stalled_words(limit))), None));
+                    return Some((Err(stalled(stalled_words(now))), None));
                 }
                 // Re-checked when it fires: the body may have moved meanwhile. `next` may be
                 // given up and asked again: a stream keeps its place.
@@ -238,6 +259,35 @@ mod tests {
         let items: Vec<_> = watched(answer, moved, limit, |w| w).collect().await;
         assert_eq!(items, [Ok(7)]);
         assert_eq!(sent.await.unwrap(), [1]);
+    }
+
+    /// Issue 42: an engine that stops reading the body (frozen mid-load) fails on the answer
+    /// deadline's scale; after the last byte, the long bound holds (a silent unpack).
+    #[tokio::test(start_paused = true)]
+    async fn an_engine_that_stops_reading_fails_at_the_answer_deadline_and_an_unpack_does_not() {
+        let limit = Duration::from_secs(600);
+        let answer = super::super::transport::answer_timeout();
+        assert!(answer < limit);
+        // A body the connection stops taking after its first chunk (never polled again).
+        let moved = Moved::now();
+        let mut body = Box::pin(noting(futures_util::stream::iter([1, 2]), &moved));
+        assert_eq!(body.next().await, Some(1));
+        let started = Instant::now();
+        let never = futures_util::stream::pending::<Result<u8, String>>().boxed();
+        let items: Vec<_> = watched(never, moved, limit, |w| w).collect().await;
+        assert_eq!(started.elapsed(), answer, "{items:?}");
+        assert!(items[0].as_ref().unwrap_err().contains(&format!("nothing moved for {} s", answer.as_secs())));
+        // The whole body taken, then a silent unpack longer than the answer deadline.
+        let moved = Moved::now();
+        let body = noting(futures_util::stream::iter([1, 2]), &moved);
+        assert_eq!(body.collect::<Vec<_>>().await, [1, 2]);
+        let unpacked = futures_util::stream::once(async move {
+            tokio::time::sleep(answer * 3).await;
+            Ok::<_, String>(7)
+        })
+        .boxed();
+        let items: Vec<_> = watched(unpacked, moved, limit, |w| w).collect().await;
+        assert_eq!(items, [Ok(7)]);
     }
 
     #[tokio::test(start_paused = true)]

@@ -759,11 +759,11 @@ fn smoke_runs_the_tagged_image_not_another_with_the_same_label() {
 
 /// `docker build` of an image on `node` tagged `tag` that carries `checksum` as its label,
 /// as anyone can write it: what hallmark must not take for its own build.
-fn forge(testbed: &Testbed, node: &str, tag: &str, checksum: &str) {
+fn forge(testbed: &Testbed, node: &str, from: &str, tag: &str, checksum: &str) {
     let dir = tempfile::tempdir().unwrap();
     std::fs::write(
         dir.path().join("Dockerfile"),
-        format!("FROM hallmark-testbed/busybox:latest\nRUN echo marker > /marker.txt\nLABEL hallmark.checksum={checksum}\n"),
+        format!("FROM {from}\nRUN echo marker > /marker.txt && echo forged > /forged\nLABEL hallmark.checksum={checksum}\n"),
     )
     .unwrap();
     let built = std::process::Command::new("docker")
@@ -786,10 +786,10 @@ fn forge(testbed: &Testbed, node: &str, tag: &str, checksum: &str) {
 fn smoke_refuses_an_image_hallmark_did_not_finish_on_the_builder_and_on_nodes() {
     let testbed = Testbed::get();
     let config = testbed.config();
-    let body = "[[smoke]]\nname = \"marker\"\nrun = [\"grep\", \"-q\", \"marker\", \"/marker.txt\"]\n";
+    let body = "[[file]]\nsrc = \"marker.txt\"\ndest = \"/marker.txt\"\n\n[[smoke]]\nname = \"marker\"\nrun = [\"grep\", \"-q\", \"marker\", \"/marker.txt\"]\n";
     let (project, tag, checksum) = busybox_project("forgery", "", body);
     // Nothing built by hallmark yet: a forged image on the builder passes no smoke.
-    forge(testbed, "builder", &tag, &checksum);
+    forge(testbed, "builder", "hallmark-testbed/busybox:latest", &tag, &checksum);
     let forged = project.with_config(&config).run(&["smoke", "forgery"]);
     assert_eq!(forged.code(), 1, "{}", forged.stderr());
     assert!(
@@ -797,13 +797,18 @@ fn smoke_refuses_an_image_hallmark_did_not_finish_on_the_builder_and_on_nodes() 
         "{}",
         forged.stderr()
     );
-    // A forged image on each node, beside a builder that holds the real one.
+    // The real one, built and shipped; then on each node a forged image under its tag (the
+    // label copied onto another image).
     project
         .with_config(&config)
         .run(&["-q", "build", "forgery", "--force"])
         .success();
+    project
+        .with_config(&config)
+        .run(&["-q", "distribute", "forgery"])
+        .success();
     for node in testbed.nodes() {
-        forge(testbed, &node, &tag, &checksum);
+        forge(testbed, &node, &tag, &tag, &checksum);
         let forged = project
             .with_config(&config)
             .run(&["smoke", "forgery", "--node", &node]);
@@ -814,7 +819,7 @@ fn smoke_refuses_an_image_hallmark_did_not_finish_on_the_builder_and_on_nodes() 
             forged.stderr()
         );
     }
-    // The real image, shipped, passes on every node.
+    // The real image, shipped again, passes on every node.
     project
         .with_config(&config)
         .run(&["-q", "distribute", "forgery"])

@@ -338,19 +338,22 @@ fn freezing_proxy<S: Duplex>(
     dial: impl Fn() -> Option<S> + Send + Sync + 'static,
     after: u64,
 ) {
-    freezing_proxy_either_way(accept, dial, (after, u64::MAX));
+    freezing_proxy_either_way(accept, dial, (after, u64::MAX), None);
 }
 
 /// [`freezing_proxy`], frozen once one connection has carried `after.0` bytes from its
-/// client or `after.1` bytes to it (an export).
+/// client or `after.1` bytes to it (an export), or its client sends a request holding
+/// `request` (which is not passed on).
 fn freezing_proxy_either_way<S: Duplex>(
     mut accept: impl FnMut() -> Option<S> + Send + 'static,
     dial: impl Fn() -> Option<S> + Send + Sync + 'static,
     after: (u64, u64),
-) {
+    request: Option<&'static str>,
+) -> std::sync::Arc<std::sync::atomic::AtomicBool> {
     use std::sync::Arc;
     use std::sync::atomic::{AtomicBool, Ordering};
     let frozen = Arc::new(AtomicBool::new(false));
+    let seen = Arc::clone(&frozen);
     let dial = Arc::new(dial);
     // A frozen side holds its sockets for good: parked, never dropped.
     fn hold<T>(_held: T) -> ! {
@@ -377,7 +380,11 @@ fn freezing_proxy_either_way<S: Duplex>(
                             Ok(n) => n,
                         };
                         passed += n as u64;
-                        if passed >= after {
+                        let asked = upstream
+                            && request.is_some_and(|r| {
+                                String::from_utf8_lossy(&buffer[..n]).contains(r)
+                            });
+                        if passed >= after || asked {
                             frozen.store(true, Ordering::SeqCst);
                             // The side behind sees its connection closed.
                             if upstream {
@@ -402,6 +409,7 @@ fn freezing_proxy_either_way<S: Duplex>(
             });
         }
     });
+    seen
 }
 
 /// A node whose engine freezes during a load (it stops reading the archive and never
@@ -533,6 +541,118 @@ fn a_node_that_freezes_during_a_load_fails_alone_serial_and_parallel() {
     }
 }
 
+/// Issue 42: an engine that freezes while a smoke test runs (it takes the container's wait
+/// and answers nothing more, new connections included): `smoke` on the builder and on every
+/// unix node kind of the testbed ends within the smoke deadline and an answer deadline for
+/// the removal, naming the node; `build`'s own smoke step too, and SIGTERM there ends it as
+/// interrupted (it hung 631 s, SIGTERM did nothing).
+#[test]
+fn an_engine_that_freezes_during_a_smoke_test_fails_it_in_bounded_time() {
+    use std::os::unix::net::{UnixListener, UnixStream};
+    let testbed = Testbed::get();
+    let project = ship_project(1, "frozensmoke");
+    let spec = project.read("images/wrap/image.toml");
+    project.write(
+        "images/wrap/image.toml",
+        &format!("{spec}\n[[smoke]]\nname = \"waits\"\nrun = [\"sleep\", \"1\"]\n"),
+    );
+    project
+        .with_config(testbed.config())
+        .run(&["-q", "build", "wrap"])
+        .success();
+    project
+        .with_config(testbed.config())
+        .run(&["-q", "distribute", "wrap"])
+        .success();
+    let env = [
+        ("HALLMARK_SMOKE_TIMEOUT", "10"),
+        ("HALLMARK_ANSWER_TIMEOUT", "5"),
+    ];
+    let frozen_behind = |node: &str, name: &str| {
+        let target = testbed.endpoint(node);
+        let target = target.strip_prefix("unix://")?.to_string();
+        let socket = project.root().join(format!("{name}.sock"));
+        let listener = UnixListener::bind(&socket).unwrap();
+        let frozen = freezing_proxy_either_way(
+            move || listener.accept().ok().map(|(s, _)| s),
+            move || UnixStream::connect(&target).ok(),
+            (u64::MAX, u64::MAX),
+            Some("/wait"),
+        );
+        Some((format!("unix://{}", socket.display()), frozen))
+    };
+    let builder = testbed.endpoint("builder");
+    let mut frozen = Vec::new();
+    for node in std::iter::once("builder".to_string()).chain(testbed.nodes()) {
+        let name = format!("frozen-{node}");
+        let Some((endpoint, _)) = frozen_behind(&node, &name) else {
+            continue; // the ssh node: its link is another test's
+        };
+        // The frozen node, reached through the proxy; the builder as it is (for the record).
+        let config = project.root().join(format!("{name}.toml"));
+        std::fs::write(&config, format!("[builder]\nname = \"builder\"\nengine = \"{builder}\"\n\n[[node]]\nname = \"{name}\"\nengine = \"{endpoint}\"\n")).unwrap();
+        let started = std::time::Instant::now();
+        let mut child = spawn(&project, &config, &["smoke", "wrap", "--node", &name]);
+        let (code, stderr) = ended_within(&mut child, 120);
+        frozen.push(format!("{node}: {:?}", started.elapsed()));
+        assert_eq!(code, Some(1), "{node}: {stderr}");
+        assert!(stderr.contains(&name), "{node}: {stderr}");
+        assert!(stderr.contains("no answer"), "{node}: {stderr}");
+    }
+    assert!(frozen.len() >= 3, "{frozen:?}");
+    eprintln!("smoke on frozen engines ended after: {frozen:?}");
+
+    // `build`'s smoke step on a builder that freezes there, then SIGTERM: interrupted, 130.
+    for (signal, code) in [(None, Some(1)), (Some("TERM"), Some(130))] {
+        let name = &format!("frozen-build-{}", signal.unwrap_or("none"));
+        let (endpoint, frozen) = frozen_behind("builder", name).unwrap();
+        let config = project.root().join(format!("frozen-build-{code:?}.toml"));
+        std::fs::write(&config, format!("[builder]\nname = \"{name}\"\nengine = \"{endpoint}\"\n")).unwrap();
+        let mut child = support::hallmark_at(&config)
+            .args(["build", "wrap", "--force"])
+            .current_dir(project.root())
+            .env("HALLMARK_CACHE", project.root().join(".test-cache"))
+            .envs(env)
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        if let Some(signal) = signal {
+            wait_for("the engine frozen in the smoke step", || {
+                frozen.load(std::sync::atomic::Ordering::SeqCst)
+                    || child.try_wait().unwrap().is_some()
+            });
+            Command::new("kill")
+                .args([&format!("-{signal}"), &child.id().to_string()])
+                .status()
+                .unwrap();
+        }
+        let (ended, stderr) = ended_within(&mut child, 120);
+        assert_eq!(ended, code, "{signal:?}: {stderr}");
+    }
+}
+
+/// Waits up to `seconds` for `child` to end (killing it past that: the test then fails on
+/// its exit code `None`); its exit code and stderr.
+fn ended_within(child: &mut std::process::Child, seconds: u64) -> (Option<i32>, String) {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(seconds);
+    let status = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break Some(status);
+        }
+        if std::time::Instant::now() > deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            break None;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    };
+    let mut stderr = String::new();
+    use std::io::Read as _;
+    let _ = child.stderr.take().unwrap().read_to_string(&mut stderr);
+    (status.and_then(|s| s.code()), stderr)
+}
+
 /// A builder whose engine freezes during the export of an image the layer store lacks (built
 /// with `normalize = false`, so only the engine holds it): `distribute` fails in bounded time,
 /// naming the builder and the stall, and the node keeps what it had. It waited for good.
@@ -562,6 +682,7 @@ fn a_builder_that_freezes_during_an_export_fails_distribute_in_bounded_time() {
         move || listener.accept().ok().map(|(s, _)| s),
         move || UnixStream::connect(&target).ok(),
         (u64::MAX, 512 * 1024),
+        None,
     );
     let config = project.root().join("frozen-builder.toml");
     std::fs::write(
