@@ -592,7 +592,7 @@ fn an_engine_that_freezes_during_a_smoke_test_fails_it_in_bounded_time() {
         let config = project.root().join(format!("{name}.toml"));
         std::fs::write(&config, format!("[builder]\nname = \"builder\"\nengine = \"{builder}\"\n\n[[node]]\nname = \"{name}\"\nengine = \"{endpoint}\"\n")).unwrap();
         let started = std::time::Instant::now();
-        let mut child = spawn(&project, &config, &["smoke", "wrap", "--node", &name]);
+        let mut child = spawn_with(&project, &config, &["smoke", "wrap", "--node", &name], &env);
         let (code, stderr) = ended_within(&mut child, 120);
         frozen.push(format!("{node}: {:?}", started.elapsed()));
         assert_eq!(code, Some(1), "{node}: {stderr}");
@@ -608,15 +608,7 @@ fn an_engine_that_freezes_during_a_smoke_test_fails_it_in_bounded_time() {
         let (endpoint, frozen) = frozen_behind("builder", name).unwrap();
         let config = project.root().join(format!("frozen-build-{code:?}.toml"));
         std::fs::write(&config, format!("[builder]\nname = \"{name}\"\nengine = \"{endpoint}\"\n")).unwrap();
-        let mut child = support::hallmark_at(&config)
-            .args(["build", "wrap", "--force"])
-            .current_dir(project.root())
-            .env("HALLMARK_CACHE", project.root().join(".test-cache"))
-            .envs(env)
-            .stdout(std::process::Stdio::piped())
-            .stderr(std::process::Stdio::piped())
-            .spawn()
-            .unwrap();
+        let mut child = spawn_with(&project, &config, &["build", "wrap", "--force"], &env);
         if let Some(signal) = signal {
             wait_for("the engine frozen in the smoke step", || {
                 frozen.load(std::sync::atomic::Ordering::SeqCst)
@@ -630,6 +622,24 @@ fn an_engine_that_freezes_during_a_smoke_test_fails_it_in_bounded_time() {
         let (ended, stderr) = ended_within(&mut child, 120);
         assert_eq!(ended, code, "{signal:?}: {stderr}");
     }
+}
+
+/// [`spawn`] with these environment variables set.
+fn spawn_with(
+    project: &TestProject,
+    config: &Path,
+    args: &[&str],
+    env: &[(&str, &str)],
+) -> std::process::Child {
+    support::hallmark_at(config)
+        .args(args)
+        .current_dir(project.root())
+        .env("HALLMARK_CACHE", project.root().join(".test-cache"))
+        .envs(env.iter().copied())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap()
 }
 
 /// Waits up to `seconds` for `child` to end (killing it past that: the test then fails on
