@@ -571,7 +571,9 @@ impl Engine {
     async fn remove_container(&self, id: &str) {
         let remove = RemoveContainerOptionsBuilder::new().force(true).build();
         let removal = self.docker.remove_container(id, Some(remove));
-        let _ = self.answered(&format!("removing container {id}"), removal).await;
+        let _ = self
+            .answered(&format!("removing container {id}"), removal)
+            .await;
         self.live.lock().await.retain(|live| live != id);
     }
 
@@ -587,7 +589,10 @@ impl Engine {
         let remove = RemoveContainerOptionsBuilder::new().force(true).build();
         for id in live.drain(..) {
             let removal = self.docker.remove_container(&id, Some(remove.clone()));
-            if let Err(e) = self.answered(&format!("removing container {id}"), removal).await {
+            if let Err(e) = self
+                .answered(&format!("removing container {id}"), removal)
+                .await
+            {
                 crate::output::stderr_exactly(&format!("warning: {}\n", e.render()));
             }
         }
@@ -640,7 +645,10 @@ impl Engine {
         // The container has stopped: its whole output is there to read, each chunk within
         // the answer deadline.
         let what = format!("reading the output of container {id}");
-        while let Some(chunk) = self.answered(&what, async { logs.next().await.transpose() }).await? {
+        while let Some(chunk) = self
+            .answered(&what, async { logs.next().await.transpose() })
+            .await?
+        {
             output.push_str(&chunk.to_string());
         }
         Ok((exit.status_code, output))

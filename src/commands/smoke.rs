@@ -5,8 +5,8 @@ use super::{connect, runtime, until_interrupted};
 use crate::commands::settings::Settings;
 use crate::engine::Engine;
 use crate::error::{Error, ExitStatus, Result};
-use crate::inputs::values::Name;
 use crate::images::store::LayerStore;
+use crate::inputs::values::Name;
 use crate::make::build;
 use crate::plan::{Plan, PlannedImage};
 use crate::ship;
@@ -89,7 +89,13 @@ async fn trusted_image(
     let reference = planned.loaded.reference();
     let label = &settings.checksum_label;
     let on_builder = builder.unwrap_or(engine);
-    let shipment = ship::shipment(on_builder, store, &reference, label, planned.checksum.as_str());
+    let shipment = ship::shipment(
+        on_builder,
+        store,
+        &reference,
+        label,
+        planned.checksum.as_str(),
+    );
     if builder.is_none() {
         return Ok(shipment.await?.image_id);
     }

@@ -276,7 +276,12 @@ mod tests {
         let never = futures_util::stream::pending::<Result<u8, String>>().boxed();
         let items: Vec<_> = watched(never, moved, limit, |w| w).collect().await;
         assert_eq!(started.elapsed(), answer, "{items:?}");
-        assert!(items[0].as_ref().unwrap_err().contains(&format!("nothing moved for {} s", answer.as_secs())));
+        assert!(
+            items[0]
+                .as_ref()
+                .unwrap_err()
+                .contains(&format!("nothing moved for {} s", answer.as_secs()))
+        );
         // The whole body taken, then a silent unpack longer than the answer deadline.
         let moved = Moved::now();
         let body = noting(futures_util::stream::iter([1, 2]), &moved);

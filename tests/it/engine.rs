@@ -789,7 +789,13 @@ fn smoke_refuses_an_image_hallmark_did_not_finish_on_the_builder_and_on_nodes() 
     let body = "[[file]]\nsrc = \"marker.txt\"\ndest = \"/marker.txt\"\n\n[[smoke]]\nname = \"marker\"\nrun = [\"grep\", \"-q\", \"marker\", \"/marker.txt\"]\n";
     let (project, tag, checksum) = busybox_project("forgery", "", body);
     // Nothing built by hallmark yet: a forged image on the builder passes no smoke.
-    forge(testbed, "builder", "hallmark-testbed/busybox:latest", &tag, &checksum);
+    forge(
+        testbed,
+        "builder",
+        "hallmark-testbed/busybox:latest",
+        &tag,
+        &checksum,
+    );
     let forged = project.with_config(&config).run(&["smoke", "forgery"]);
     assert_eq!(forged.code(), 1, "{}", forged.stderr());
     assert!(

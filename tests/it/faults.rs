@@ -381,9 +381,8 @@ fn freezing_proxy_either_way<S: Duplex>(
                         };
                         passed += n as u64;
                         let asked = upstream
-                            && request.is_some_and(|r| {
-                                String::from_utf8_lossy(&buffer[..n]).contains(r)
-                            });
+                            && request
+                                .is_some_and(|r| String::from_utf8_lossy(&buffer[..n]).contains(r));
                         if passed >= after || asked {
                             frozen.store(true, Ordering::SeqCst);
                             // The side behind sees its connection closed.
@@ -607,7 +606,11 @@ fn an_engine_that_freezes_during_a_smoke_test_fails_it_in_bounded_time() {
         let name = &format!("frozen-build-{}", signal.unwrap_or("none"));
         let (endpoint, frozen) = frozen_behind("builder", name).unwrap();
         let config = project.root().join(format!("frozen-build-{code:?}.toml"));
-        std::fs::write(&config, format!("[builder]\nname = \"{name}\"\nengine = \"{endpoint}\"\n")).unwrap();
+        std::fs::write(
+            &config,
+            format!("[builder]\nname = \"{name}\"\nengine = \"{endpoint}\"\n"),
+        )
+        .unwrap();
         let mut child = spawn_with(&project, &config, &["build", "wrap", "--force"], &env);
         if let Some(signal) = signal {
             wait_for("the engine frozen in the smoke step", || {
