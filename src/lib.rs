@@ -14,6 +14,7 @@ pub mod engine;
 pub mod error;
 pub mod images;
 pub mod inputs;
+pub mod interrupt;
 pub mod make;
 pub mod oci;
 pub mod output;

@@ -44,6 +44,7 @@ pub(super) fn run(settings: &Settings, args: &BumpArgs) -> Result<ExitStatus> {
         is_branch(&pin.git, branch)?;
     }
     let (repo, candidates) = bump::candidates(&settings.cache, &pin.git, &pin.commit, &along)?;
+    crate::interrupt::check("bump, after fetching (no file was written)")?;
     let sets = &planned.patches[index].sets;
     settings.output.note(format!(
         "{name} source `{}`: {} candidate(s) after {}",
@@ -53,6 +54,7 @@ pub(super) fn run(settings: &Settings, args: &BumpArgs) -> Result<ExitStatus> {
     ));
     let mut tried = Vec::new();
     let chosen = bump::newest_holding(candidates.len(), |i| {
+        crate::interrupt::check("bump, while trying candidates (no file was written)")?;
         let rows = report::examine(
             &Target {
                 image: name.as_str(),
@@ -411,12 +413,12 @@ impl Bumping<'_> {
     fn write(&self, candidate: &Candidate) -> Result<()> {
         // SIGINT and SIGTERM wait while files are half written: then the files are put back
         // and bump ends as interrupted (a Ctrl-C there left patch files deleted but listed).
-        let held = Signals::hold();
+        let writing = crate::interrupt::writing();
         let written = self
             .original
             .put_back()
             .and_then(|()| self.write_unguarded(candidate));
-        let written = match (written, held.arrived()) {
+        let written = match (written, crate::interrupt::requested()) {
             (Ok(()), false) => Ok(()),
             (result, arrived) => {
                 let put_back = self.original.put_back();
@@ -429,7 +431,7 @@ impl Bumping<'_> {
                 }
             }
         };
-        drop(held);
+        drop(writing);
         written
     }
 
@@ -613,57 +615,6 @@ fn sync(from: &Path, to: &Path) -> Result<()> {
         }
     }
     Ok(())
-}
-
-/// SIGINT and SIGTERM held back (blocked) while bump writes, and whether one arrived
-/// meanwhile (taken, so that it ends bump through its own error, exit 130). Written with libc
-/// because the signals must wait, not be handled: tokio's handler is installed only for
-/// engine work, and signal-hook would add a crate for two calls.
-struct Signals {
-    previous: libc::sigset_t,
-}
-
-impl Signals {
-    fn set() -> libc::sigset_t {
-        // SAFETY: sigemptyset and sigaddset write into a set owned here.
-        unsafe {
-            let mut set: libc::sigset_t = std::mem::zeroed();
-            libc::sigemptyset(&mut set);
-            libc::sigaddset(&mut set, libc::SIGINT);
-            libc::sigaddset(&mut set, libc::SIGTERM);
-            set
-        }
-    }
-
-    fn hold() -> Signals {
-        let set = Signals::set();
-        // SAFETY: pthread_sigmask on this thread with sets owned here.
-        unsafe {
-            let mut previous: libc::sigset_t = std::mem::zeroed();
-            libc::pthread_sigmask(libc::SIG_BLOCK, &set, &mut previous);
-            Signals { previous }
-        }
-    }
-
-    /// Whether SIGINT or SIGTERM is waiting; it is taken.
-    fn arrived(&self) -> bool {
-        let set = Signals::set();
-        let zero = libc::timespec {
-            tv_sec: 0,
-            tv_nsec: 0,
-        };
-        // SAFETY: sigtimedwait with a zero timeout on blocked signals: returns at once.
-        unsafe { libc::sigtimedwait(&set, std::ptr::null_mut(), &zero) > 0 }
-    }
-}
-
-impl Drop for Signals {
-    fn drop(&mut self) {
-        // SAFETY: restores this thread's mask as it was before `hold`.
-        unsafe {
-            libc::pthread_sigmask(libc::SIG_SETMASK, &self.previous, std::ptr::null_mut());
-        }
-    }
 }
 
 fn copy(from: &Path, to: &Path) -> Result<()> {

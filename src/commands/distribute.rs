@@ -43,96 +43,116 @@ pub(super) fn run(
         progress: settings.output.progress(),
     };
     let store = Arc::new(LayerStore::open(&settings.cache));
+    let reference = |name: &crate::inputs::values::Name| match unplanned.contains_key(name) {
+        true => String::new(),
+        false => plan.get(name).loaded.reference(),
+    };
     let shipped = runtime()?.block_on(async {
-        // Two distributes to one node take turns (both sent everything, the second's loads
-        // wasted): each node's turn, held for the run, taken in one order so that no two runs
-        // wait on each other; the second then finds what the first sent.
-        let mut endpoints: Vec<String> = nodes.iter().map(|n| n.engine.to_string()).collect();
-        endpoints.sort();
-        endpoints.dedup();
-        let mut turns = Vec::new();
-        for endpoint in &endpoints {
-            let turn =
-                crate::images::turn::Turn::take(&settings.cache, "distribute", endpoint, |path| {
-                    settings.output.note(format!(
-                        "waiting for another hallmark distributing to {endpoint} (lock {})",
-                        path.display()
-                    ));
-                });
-            turns.push(turn.await?);
-        }
-        let builder = connect(settings, &settings.config.builder).await?;
-        let targets = Targets::connect(settings, &nodes).await;
-        let found = futures_util::stream::iter(names.iter().map(|name| {
-            let (builder, store, plan) = (&builder, &store, &plan);
-            let why = unplanned.get(name).cloned();
-            async move {
-                match why {
-                    Some(why) => Err(Error::Usage {
-                        message: why,
-                        hint: None,
-                    }),
-                    None => {
-                        let image = plan.get(name);
-                        ship::planned_shipment(
-                            builder,
-                            store,
-                            plan,
-                            image,
-                            &settings.checksum_label,
-                        )
-                        .await
+        let work = async {
+            // Two distributes to one node take turns (both sent everything, the second's loads
+            // wasted): each node's turn, held for the run, taken in one order so that no two runs
+            // wait on each other; the second then finds what the first sent.
+            let mut endpoints: Vec<String> = nodes.iter().map(|n| n.engine.to_string()).collect();
+            endpoints.sort();
+            endpoints.dedup();
+            let mut turns = Vec::new();
+            for endpoint in &endpoints {
+                let turn = crate::images::turn::Turn::take(
+                    &settings.cache,
+                    "distribute",
+                    endpoint,
+                    |path| {
+                        settings.output.note(format!(
+                            "waiting for another hallmark distributing to {endpoint} (lock {})",
+                            path.display()
+                        ));
+                    },
+                );
+                turns.push(turn.await?);
+            }
+            let builder = connect(settings, &settings.config.builder).await?;
+            let targets = Targets::connect(settings, &nodes).await;
+            let found = futures_util::stream::iter(names.iter().map(|name| {
+                let (builder, store, plan) = (&builder, &store, &plan);
+                let why = unplanned.get(name).cloned();
+                async move {
+                    match why {
+                        Some(why) => Err(Error::Usage {
+                            message: why,
+                            hint: None,
+                        }),
+                        None => {
+                            let image = plan.get(name);
+                            ship::planned_shipment(
+                                builder,
+                                store,
+                                plan,
+                                image,
+                                &settings.checksum_label,
+                            )
+                            .await
+                        }
                     }
                 }
-            }
-        }))
-        .buffered(8)
-        .collect::<Vec<_>>()
-        .await;
-        // An image the builder cannot give (not built, another checksum, changed by hand)
-        // fails on every node, with why; the others are shipped.
-        let mut shipments = Vec::new();
-        let found: Vec<std::result::Result<String, String>> = found
-            .into_iter()
-            .map(|found| {
-                let shipment = found.map_err(|e| e.to_string())?;
-                let reference = shipment.reference.clone();
-                shipments.push(shipment);
-                Ok(reference)
-            })
-            .collect();
-        let references: Vec<&str> = shipments.iter().map(|s| s.reference.as_str()).collect();
-        // What each node may call an image this run ships.
-        let shipping = shipments
-            .iter()
-            .flat_map(|s| s.wanted(&store).ids)
-            .collect();
-        let before = targets.named_ids(settings, &references, &shipping).await;
-        let outcomes = targets
-            .ship(settings, &builder, &store, &shipments, &ship_settings)
-            .await?;
-        targets
-            .remove_superseded(settings, &references, before, &outcomes)
+            }))
+            .buffered(8)
+            .collect::<Vec<_>>()
             .await;
-        let mut outcomes = outcomes.into_iter();
-        let rows = names.iter().zip(found).map(|(name, found)| match found {
-            Ok(reference) => Shipped {
-                image: name.to_string(),
-                nodes: outcomes.next().expect("an outcome per image shipped"),
-                reference,
-            },
-            Err(error) => Shipped {
+            // An image the builder cannot give (not built, another checksum, changed by hand)
+            // fails on every node, with why; the others are shipped.
+            let mut shipments = Vec::new();
+            let found: Vec<std::result::Result<String, String>> = found
+                .into_iter()
+                .map(|found| {
+                    let shipment = found.map_err(|e| e.to_string())?;
+                    let reference = shipment.reference.clone();
+                    shipments.push(shipment);
+                    Ok(reference)
+                })
+                .collect();
+            let references: Vec<&str> = shipments.iter().map(|s| s.reference.as_str()).collect();
+            // What each node may call an image this run ships.
+            let shipping = shipments
+                .iter()
+                .flat_map(|s| s.wanted(&store).ids)
+                .collect();
+            let before = targets.named_ids(settings, &references, &shipping).await;
+            let outcomes = targets
+                .ship(settings, &builder, &store, &shipments, &ship_settings)
+                .await?;
+            targets
+                .remove_superseded(settings, &references, before, &outcomes)
+                .await;
+            let mut outcomes = outcomes.into_iter();
+            let rows = names.iter().zip(found).map(|(name, found)| match found {
+                Ok(reference) => Shipped {
+                    image: name.to_string(),
+                    nodes: outcomes.next().expect("an outcome per image shipped"),
+                    reference,
+                },
+                Err(error) => Shipped {
+                    image: name.to_string(),
+                    nodes: (nodes.iter())
+                        .map(|node| NodeOutcome::failed(node.name.as_str(), error.clone()))
+                        .collect(),
+                    reference: reference(name),
+                },
+            });
+            Ok::<_, Error>(rows.collect::<Vec<_>>())
+        };
+        // Ctrl-C or SIGTERM drops the transfers (an engine ends a load whose stream closed,
+        // tagging nothing) and removes nothing superseded: every row says `interrupted`.
+        tokio::select! {
+            biased;
+            shipped = work => shipped,
+            () = super::interrupted() => Ok(names.iter().map(|name| Shipped {
                 image: name.to_string(),
                 nodes: (nodes.iter())
-                    .map(|node| NodeOutcome::failed(node.name.as_str(), error.clone()))
+                    .map(|node| NodeOutcome::new(node.name.as_str(), ship::Action::Interrupted))
                     .collect(),
-                reference: match unplanned.contains_key(name) {
-                    true => String::new(),
-                    false => plan.get(name).loaded.reference(),
-                },
-            },
-        });
-        Ok::<_, Error>(rows.collect::<Vec<_>>())
+                reference: reference(name),
+            }).collect()),
+        }
     })?;
     // The table says what was done; with `-q` the exit code alone says whether it worked.
     if settings.output.json || !settings.output.quiet {

@@ -35,11 +35,46 @@ pub fn run(cli: Cli) -> Result<ExitStatus> {
         Command::Man => return help::man(),
         _ => {}
     }
+    // Ctrl-C and SIGTERM alike for every verb, from here on (interrupt.rs). The verb's name
+    // is its variant's, as clap derives it.
+    let verb = format!("{:?}", cli.command).to_lowercase();
+    let verb = verb
+        .split(|c: char| !c.is_alphanumeric())
+        .next()
+        .unwrap_or("hallmark");
+    crate::interrupt::watch(&format!("hallmark {verb}"));
     let settings = Settings::resolve(&cli)?;
     // Records this process writes to the shared layer store belong to this project.
     crate::images::store::set_project(&settings.project.root);
     let settings = &settings;
-    match cli.command {
+    // These end their own way on a signal (the rows they have, the rest `interrupted`,
+    // their containers removed, bump's files put back); for the others the signal thread
+    // ends the process once no file is half written.
+    let _listening = matches!(
+        cli.command,
+        Command::Build { .. }
+            | Command::Smoke { .. }
+            | Command::Distribute { .. }
+            | Command::Verify { .. }
+            | Command::Status
+            | Command::Bump(_)
+    )
+    .then(crate::interrupt::listening);
+    let ran = run_verb(settings, cli.command);
+    // Whatever the verb made of it, a signal ends it as interrupted (130): an engine's
+    // connection closed under it is not the work's failure.
+    match ran {
+        _ if !crate::interrupt::requested() => ran,
+        Ok(_) => Ok(ExitStatus::Interrupted),
+        Err(error @ Error::Interrupted { .. }) => Err(error),
+        Err(error) => Err(Error::Interrupted {
+            what: error.to_string(),
+        }),
+    }
+}
+
+fn run_verb(settings: &Settings, command: Command) -> Result<ExitStatus> {
+    match command {
         Command::Checksum { selection, explain } => checksum::run(settings, &selection, explain),
         Command::Render { image, out } => render::run(settings, &image, out.as_deref()),
         Command::Sbom { image, format, out } => sbom::run(settings, &image, format, out.as_deref()),
@@ -188,16 +223,5 @@ where
 
 /// Ends on Ctrl-C (SIGINT) or SIGTERM: both ask hallmark to stop and clean up.
 async fn interrupted() {
-    use tokio::signal::unix::{SignalKind, signal};
-    match signal(SignalKind::terminate()) {
-        Ok(mut term) => {
-            tokio::select! {
-                _ = tokio::signal::ctrl_c() => {}
-                _ = term.recv() => {}
-            }
-        }
-        Err(_) => {
-            let _ = tokio::signal::ctrl_c().await;
-        }
-    }
+    crate::interrupt::arrived().await
 }

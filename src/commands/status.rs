@@ -22,7 +22,7 @@ pub(super) fn run(settings: &Settings) -> Result<ExitStatus> {
         .collect();
     let nodes = settings.config.nodes.clone();
     let label = &settings.checksum_label;
-    let rows = runtime()?.block_on(async {
+    let rows = runtime()?.block_on(super::verify::rows_until_interrupted(&names, &nodes, async {
         let connected = connect_all(settings, &nodes).await;
         let builder = match connect(settings, &settings.config.builder).await {
             Ok(builder) => Some(builder),
@@ -58,7 +58,7 @@ pub(super) fn run(settings: &Settings) -> Result<ExitStatus> {
         let mut columns = holdings_of_nodes(settings, &nodes, &connected, &wanted).await;
         unverified_without_reference(&mut columns, &unchecked);
         Ok::<_, Error>(image_rows(&names, columns))
-    })?;
+    }))?;
     let rows = super::verify::with_unplanned(&all, rows, &unplanned, &nodes);
     settings.output.table("holdings", &rows);
     Ok(ExitStatus::Success)

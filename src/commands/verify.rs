@@ -34,7 +34,7 @@ pub(super) fn run(
         .cloned()
         .collect();
     let nodes = settings.selected_nodes(nodes)?;
-    let rows = runtime()?.block_on(async {
+    let rows = runtime()?.block_on(rows_until_interrupted(&names, &nodes, async {
         let builder = connect(settings, &settings.config.builder).await?;
         let connected = connect_all(settings, &nodes).await;
         let store = crate::images::store::LayerStore::open(&settings.cache);
@@ -80,7 +80,7 @@ pub(super) fn run(
             judge_provenance(&mut columns, &verdicts);
         }
         Ok::<_, Error>(image_rows(&names, columns))
-    })?;
+    }))?;
     let rows = with_unplanned(&asked, rows, &unplanned, &nodes);
     settings.output.table("holdings", &rows);
     let planned_current = rows
@@ -290,11 +290,15 @@ pub(super) async fn holdings_of_nodes(
             .zip(connected)
             .map(|(node, engine)| async move {
                 match engine {
-                    Ok(engine) => verify::holdings(engine, label, wanted)
-                        .await
-                        .into_iter()
-                        .map(|h| h.unwrap_or_else(|e| unreachable_holding(node, e)))
-                        .collect(),
+                    // A node that answered before a signal keeps its rows.
+                    Ok(engine) => tokio::select! {
+                        biased;
+                        holdings = verify::holdings(engine, label, wanted) => holdings
+                            .into_iter()
+                            .map(|h| h.unwrap_or_else(|e| unreachable_holding(node, e)))
+                            .collect(),
+                        () = super::interrupted() => interrupted_column(node, wanted.len()),
+                    },
                     Err(e) => wanted
                         .iter()
                         .map(|_| unreachable_holding(node, e.to_string()))
@@ -358,6 +362,38 @@ pub(super) fn image_rows(names: &[Name], columns: Vec<Vec<NodeHolding>>) -> Vec<
         }
     }
     rows
+}
+
+/// `rows` rows of `node` that say `interrupted`.
+pub(super) fn interrupted_column(node: &NodeConfig, rows: usize) -> Vec<NodeHolding> {
+    let holding = NodeHolding {
+        node: node.name.to_string(),
+        state: Holding::Interrupted,
+        checksum: None,
+        fingerprint: None,
+        detail: None,
+        image_id: None,
+    };
+    vec![holding; rows]
+}
+
+/// The rows of `run`, or on SIGINT or SIGTERM before it ended, every row `interrupted`
+/// (the nodes' own rows keep what they answered: [`holdings_of_nodes`]).
+pub(super) async fn rows_until_interrupted(
+    names: &[Name],
+    nodes: &[NodeConfig],
+    run: impl std::future::Future<Output = Result<Vec<HoldingRow>>>,
+) -> Result<Vec<HoldingRow>> {
+    tokio::select! {
+        biased;
+        rows = run => rows,
+        () = super::interrupted() => Ok(image_rows(
+            names,
+            (nodes.iter())
+                .map(|node| interrupted_column(node, names.len()))
+                .collect(),
+        )),
+    }
 }
 
 fn unreachable_holding(node: &NodeConfig, error: impl ToString) -> NodeHolding {

@@ -8,14 +8,21 @@ use std::process::{Command, Stdio};
 /// Runs a command to completion; its stderr goes into the error.
 pub(crate) fn run(command: &mut Command, context: impl Fn() -> String) -> Result<String> {
     let printable = format!("{command:?}").replace('"', "");
-    let output = command
+    let failed = |e: std::io::Error| Error::Command {
+        command: printable.clone(),
+        context: Some(context()),
+        stderr: e.to_string(),
+    };
+    let child = command
         .stdin(Stdio::null())
-        .output()
-        .map_err(|e| Error::Command {
-            command: printable.clone(),
-            context: Some(context()),
-            stderr: e.to_string(),
-        })?;
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .map_err(failed)?;
+    // A fetch from a remote that does not answer ends on Ctrl-C or SIGTERM, with hallmark.
+    let stoppable = crate::interrupt::stoppable(child.id());
+    let output = child.wait_with_output().map_err(failed)?;
+    drop(stoppable);
     if output.status.success() {
         Ok(String::from_utf8_lossy(&output.stdout).into_owned())
     } else {

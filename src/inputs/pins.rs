@@ -314,6 +314,8 @@ pub fn write(root: &Path, image: &Name, pins: &Pins) -> Result<()> {
     if let Some(dir) = path.parent() {
         fs_err::create_dir_all(dir).map_err(|e| Error::io(dir, e))?;
     }
+    // A signal ends hallmark after the write, never in its middle.
+    let _writing = crate::interrupt::writing();
     fs_err::write(&path, text).map_err(|e| Error::io(&path, e))
 }
 

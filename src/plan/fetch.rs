@@ -226,7 +226,14 @@ pub fn download_wheel(
         .arg(scratch.path())
         .arg(format!("{name}=={version}"))
         .stdin(Stdio::null())
-        .output()
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .and_then(|pip| {
+            // An index that does not answer does not outlive Ctrl-C or SIGTERM.
+            let _stoppable = crate::interrupt::stoppable(pip.id());
+            pip.wait_with_output()
+        })
         .map_err(|e| fail(format!("cannot run pip: {e}"), None))?;
     if !output.status.success() {
         return Err(fail(

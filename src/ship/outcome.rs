@@ -31,6 +31,9 @@ pub enum Action {
     Pulled(Transfer),
     /// It does not hold the image; `transfer` is what was sent before that was found.
     Failed { error: String, transfer: Transfer },
+    /// SIGINT or SIGTERM arrived before the node's shipment ended: what it holds is not
+    /// known (`hallmark verify` says), and nothing it held was removed.
+    Interrupted,
 }
 
 impl Action {
@@ -42,13 +45,14 @@ impl Action {
             Action::Full(_) => "full",
             Action::Pulled(_) => "pulled",
             Action::Failed { .. } => "failed",
+            Action::Interrupted => "interrupted",
         }
     }
 
     /// What crossed the wire (nothing for a skipped node).
     pub fn transfer(&self) -> Transfer {
         match self {
-            Action::Skipped => Transfer::default(),
+            Action::Skipped | Action::Interrupted => Transfer::default(),
             Action::Thin(t) | Action::Full(t) | Action::Pulled(t) => *t,
             Action::Failed { transfer, .. } => *transfer,
         }
@@ -84,7 +88,7 @@ impl NodeOutcome {
 
     /// Whether the node now holds the image (checked by label and content fingerprint).
     pub fn verified(&self) -> bool {
-        !matches!(self.action, Action::Failed { .. })
+        !matches!(self.action, Action::Failed { .. } | Action::Interrupted)
     }
 
     pub fn error(&self) -> Option<&str> {
@@ -103,7 +107,7 @@ impl NodeOutcome {
 #[derive(Serialize)]
 struct Row<'a> {
     node: &'a str,
-    /// `skipped`, `thin`, `full`, `pulled` (from a registry) or `failed`.
+    /// `skipped`, `thin`, `full`, `pulled` (from a registry), `failed` or `interrupted`.
     action: &'static str,
     layer_bytes: u64,
     archive_bytes: u64,

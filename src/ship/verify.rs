@@ -32,6 +32,8 @@ pub enum Holding {
     /// The image's spec cannot be planned (it does not load, its pins are not locked, or it
     /// stands on such a spec): what it should be is not known. `detail` says why.
     Unplanned,
+    /// SIGINT or SIGTERM arrived before the node answered: what it holds is not known.
+    Interrupted,
 }
 
 #[derive(Debug, Clone, Serialize)]

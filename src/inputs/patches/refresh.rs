@@ -75,6 +75,8 @@ pub fn refresh(rows: &[PatchStatus], force: bool, accept_fuzz: bool) -> Result<R
         outcome.refused = true;
         return Ok(outcome);
     }
+    // Patches and series are rewritten together: a signal ends hallmark after, not between.
+    let _writing = crate::interrupt::writing();
     // Per set folder: the series lines to drop, and the ones whose strip level is now 1.
     let mut series: BTreeMap<PathBuf, (BTreeSet<String>, BTreeSet<String>)> = BTreeMap::new();
     for row in rows {

@@ -1,0 +1,197 @@
+//! Ctrl-C (SIGINT) and SIGTERM (a CI cancel, `timeout`, a systemd stop) mean the same to
+//! every verb: stop, clean up, say what was done, exit 130.
+//!
+//! One thread waits for both from the start of a verb ([`watch`]). Code that can end its own
+//! way listens ([`listening`], then [`requested`] or [`check`]): the engine verbs print the
+//! rows they have, the rest `interrupted`, and remove the containers they started. While
+//! nothing listens, the thread ends the process itself, once no file is half written
+//! ([`writing`]), after stopping the programs hallmark started (git, pip), so that none runs
+//! on after it. A second signal ends the process at once (writes still finish).
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Condvar, Mutex, OnceLock};
+
+/// Whether a stop was asked for, for async code to wait on ([`requested`]).
+fn asked() -> &'static tokio::sync::watch::Sender<bool> {
+    static ASKED: OnceLock<tokio::sync::watch::Sender<bool>> = OnceLock::new();
+    ASKED.get_or_init(|| tokio::sync::watch::Sender::new(false))
+}
+
+/// How many pieces of code listen now; while one does, the first signal is theirs.
+static LISTENING: AtomicUsize = AtomicUsize::new(0);
+
+/// How many writes are under way, and whether the process is ending (no new write starts).
+static WRITES: Mutex<(usize, bool)> = Mutex::new((0, false));
+static WRITES_DONE: Condvar = Condvar::new();
+
+/// Starts the thread that waits for SIGINT and SIGTERM, once a process; `verb` names what
+/// is stopped in the line said when the thread ends the process.
+pub fn watch(verb: &str) {
+    static STARTED: OnceLock<()> = OnceLock::new();
+    let verb = verb.to_string();
+    STARTED.get_or_init(|| {
+        use signal_hook::consts::{SIGINT, SIGTERM};
+        // Without the thread the signals keep their default (the process ends, 143 or 130).
+        let Ok(mut signals) = signal_hook::iterator::Signals::new([SIGINT, SIGTERM]) else {
+            return;
+        };
+        let spawned = std::thread::Builder::new()
+            .name("signals".into())
+            .spawn(move || {
+                for (n, signal) in signals.forever().enumerate() {
+                    asked().send_replace(true);
+                    stop_stoppable();
+                    let name = if signal == SIGINT { "SIGINT" } else { "SIGTERM" };
+                    tracing::debug!("{name} arrived");
+                    if n == 0 && LISTENING.load(Ordering::SeqCst) > 0 {
+                        continue;
+                    }
+                    let said = match n {
+                        0 => format!("{verb} stopped"),
+                        _ => format!("a second {name}: {verb} stopped at once; containers it started may remain (`docker ps -a`)"),
+                    };
+                    end_process(&format!("interrupted ({name}): {said}; no file is left half written"));
+                }
+            });
+        if spawned.is_err() {
+            tracing::warn!("no thread to wait for SIGINT and SIGTERM");
+        }
+        tracing::debug!("watching SIGINT and SIGTERM");
+    });
+}
+
+/// Waits for the writes under way (no new one starts), stops the children, says `line` and
+/// ends the process with 130.
+fn end_process(line: &str) -> ! {
+    let mut writes = WRITES.lock().unwrap_or_else(|e| e.into_inner());
+    writes.1 = true;
+    while writes.0 > 0 {
+        writes = WRITES_DONE.wait(writes).unwrap_or_else(|e| e.into_inner());
+    }
+    stop_children();
+    crate::output::stderr_exactly(&format!("{line}\n"));
+    std::process::exit(130)
+}
+
+/// Sends SIGTERM to every process whose parent is this one: a `git fetch` or `pip download`
+/// must not run on into a cache after hallmark ended. Read from /proc: the children are
+/// started in many places (std and tokio commands), and a registry of them would be one more
+/// thing each must remember.
+fn stop_children() {
+    let me = std::process::id().to_string();
+    let Ok(entries) = fs_err::read_dir("/proc") else {
+        return;
+    };
+    for entry in entries.flatten() {
+        let name = entry.file_name();
+        let Some(pid) = name.to_str().and_then(|n| n.parse::<i32>().ok()) else {
+            continue;
+        };
+        let Ok(stat) = fs_err::read_to_string(entry.path().join("stat")) else {
+            continue;
+        };
+        // `pid (comm) state ppid ...`; comm may hold spaces and parentheses.
+        let parent = stat
+            .rsplit_once(')')
+            .and_then(|(_, rest)| rest.split_whitespace().nth(1));
+        if parent == Some(me.as_str()) {
+            // SAFETY: kill with a pid read from /proc and a constant signal.
+            unsafe { libc::kill(pid, libc::SIGTERM) };
+        }
+    }
+}
+
+/// Children that end on the first signal even while their parent's code listens: a `git
+/// fetch` from a remote that does not answer must not hold a listening `bump` for good.
+static STOPPABLE: Mutex<Vec<u32>> = Mutex::new(Vec::new());
+
+/// While held, the child `pid` is sent SIGTERM when a signal arrives (its caller then sees
+/// it fail, and hallmark ends as interrupted). Dropped right after the child is reaped.
+pub struct Stoppable(u32);
+
+pub fn stoppable(pid: u32) -> Stoppable {
+    let mut pids = STOPPABLE.lock().unwrap_or_else(|e| e.into_inner());
+    pids.push(pid);
+    if requested() {
+        // SAFETY: kill with the pid of a child not reaped yet.
+        unsafe { libc::kill(pid as i32, libc::SIGTERM) };
+    }
+    Stoppable(pid)
+}
+
+impl Drop for Stoppable {
+    fn drop(&mut self) {
+        let mut pids = STOPPABLE.lock().unwrap_or_else(|e| e.into_inner());
+        pids.retain(|p| *p != self.0);
+    }
+}
+
+fn stop_stoppable() {
+    let pids = STOPPABLE.lock().unwrap_or_else(|e| e.into_inner());
+    for pid in pids.iter() {
+        // SAFETY: kill with the pid of a child its holder has not dropped (reaped) yet. The
+        // window between its reaping and the drop is the holder's next statement.
+        unsafe { libc::kill(*pid as i32, libc::SIGTERM) };
+    }
+}
+
+/// Whether SIGINT or SIGTERM arrived.
+pub fn requested() -> bool {
+    *asked().borrow()
+}
+
+/// Ends when SIGINT or SIGTERM arrived (at once if one did already).
+pub async fn arrived() {
+    let mut asked = asked().subscribe();
+    let _ = asked.wait_for(|asked| *asked).await;
+}
+
+/// `Err(Interrupted)` naming `what` once a signal arrived: for loops of listening code.
+pub fn check(what: &str) -> crate::error::Result<()> {
+    match requested() {
+        true => Err(crate::error::Error::Interrupted {
+            what: what.to_string(),
+        }),
+        false => Ok(()),
+    }
+}
+
+/// While held, a signal is for the holder: it ends its work itself, as interrupted.
+pub struct Listening(());
+
+pub fn listening() -> Listening {
+    LISTENING.fetch_add(1, Ordering::SeqCst);
+    Listening(())
+}
+
+impl Drop for Listening {
+    fn drop(&mut self) {
+        LISTENING.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+/// While held, files that belong together are being written: a signal ends the process
+/// after, never between them.
+pub struct Writing(());
+
+pub fn writing() -> Writing {
+    let mut writes = WRITES.lock().unwrap_or_else(|e| e.into_inner());
+    if writes.1 && writes.0 == 0 {
+        // The process is ending: this write would be cut short. Wait for the end (one
+        // started inside another write finishes with it).
+        drop(writes);
+        loop {
+            std::thread::park();
+        }
+    }
+    writes.0 += 1;
+    Writing(())
+}
+
+impl Drop for Writing {
+    fn drop(&mut self) {
+        let mut writes = WRITES.lock().unwrap_or_else(|e| e.into_inner());
+        writes.0 -= 1;
+        WRITES_DONE.notify_all();
+    }
+}
