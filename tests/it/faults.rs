@@ -305,7 +305,7 @@ fn a_distribute_stopped_after_a_nodes_load_removes_its_old_image_on_the_re_run()
 }
 
 /// A stream both ways, unix or TCP, for [`freezing_proxy`].
-trait Duplex: std::io::Read + std::io::Write + Send + 'static {
+pub(crate) trait Duplex: std::io::Read + std::io::Write + Send + 'static {
     fn dup(&self) -> Self;
     fn close(&self);
 }
@@ -344,7 +344,7 @@ fn freezing_proxy<S: Duplex>(
 /// [`freezing_proxy`], frozen once one connection has carried `after.0` bytes from its
 /// client or `after.1` bytes to it (an export), or its client sends a request holding
 /// `request` (which is not passed on).
-fn freezing_proxy_either_way<S: Duplex>(
+pub(crate) fn freezing_proxy_either_way<S: Duplex>(
     mut accept: impl FnMut() -> Option<S> + Send + 'static,
     dial: impl Fn() -> Option<S> + Send + Sync + 'static,
     after: (u64, u64),

@@ -16,5 +16,6 @@ mod registry;
 mod sbom;
 mod secrets;
 mod ship;
+mod signals;
 mod ssh;
 mod support;
