@@ -353,7 +353,8 @@ impl Engine {
 
     /// `reference` as this engine must be asked for it. Podman resolves a short name
     /// against its own `localhost/` names first (`hello:latest` answered with
-    /// `localhost/hello:latest`, another image), so it is asked by the full name; Docker
+    /// `localhost/hello:latest`, another image), so it is asked by the full name, what
+    /// hallmark loaded and tagged ([`Engine::run_as_typed`] asks what its users run); Docker
     /// reads short names as Docker Hub's, as written. Ids and digests are left as they are.
     fn spelt(&self, reference: &str) -> String {
         let is_id =
@@ -374,6 +375,19 @@ impl Engine {
             .get(&format!("/images/{}/json", escape(&spelt, "/:@")))
             .await
             .map_err(|e| self.error(format!("inspecting {reference}: {e}")))
+    }
+
+    /// [`ImageView::run_as_typed`]: on Podman, a short `reference` asked as written (as a
+    /// client's `run` asks it, through either API: both resolve it alike).
+    pub async fn run_as_typed(&self, reference: &str) -> Result<Option<ImageAnswer>> {
+        let short = crate::oci::Reference::parse(reference).is_ok_and(|r| r.is_short());
+        if self.product() == Product::Docker || !short {
+            return Ok(None);
+        }
+        self.transport
+            .get(&format!("/images/{}/json", escape(reference, "/:@")))
+            .await
+            .map_err(|e| self.error(format!("inspecting {reference} as a client names it: {e}")))
     }
 
     /// The steps that made the image, newest first; `Ok(None)` when the engine does not hold

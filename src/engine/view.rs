@@ -15,6 +15,16 @@ pub trait ImageView: Sync {
     fn store(&self) -> impl Future<Output = Result<ImageStore>> + Send;
     /// `Ok(None)` when the engine does not hold the image.
     fn inspect(&self, reference: &str) -> impl Future<Output = Result<Option<ImageAnswer>>> + Send;
+    /// What a client's `run REFERENCE` runs here, asked as a client asks, where that may be
+    /// another image than the full name's: Podman resolves a short name its own way
+    /// (`localhost/` names first, then any local name ending so). `Ok(None)` where the
+    /// engine reads names one way (Docker: a short name is Docker Hub's) or nothing answers.
+    fn run_as_typed(
+        &self,
+        _reference: &str,
+    ) -> impl Future<Output = Result<Option<ImageAnswer>>> + Send {
+        async { Ok(None) }
+    }
     /// The ids of the images the engine lists under `reference`.
     fn ids_named(&self, reference: &str) -> impl Future<Output = Result<Vec<String>>> + Send;
     /// The images the engine lists under any of `references`.
@@ -39,6 +49,13 @@ impl ImageView for Engine {
 
     fn inspect(&self, reference: &str) -> impl Future<Output = Result<Option<ImageAnswer>>> + Send {
         Engine::inspect(self, reference)
+    }
+
+    fn run_as_typed(
+        &self,
+        reference: &str,
+    ) -> impl Future<Output = Result<Option<ImageAnswer>>> + Send {
+        Engine::run_as_typed(self, reference)
     }
 
     fn ids_named(&self, reference: &str) -> impl Future<Output = Result<Vec<String>>> + Send {

@@ -175,6 +175,18 @@ impl Reference {
         }
     }
 
+    /// Whether the name as written has no registry (`hello`, `vllm/vllm-openai`): Docker
+    /// reads it as Docker Hub's, Podman looks for it among its own names first.
+    pub fn is_short(&self) -> bool {
+        let first = self.name.split('/').next().unwrap_or_default();
+        !(self.name.contains('/') && (first.contains(['.', ':']) || first == "localhost"))
+    }
+
+    /// `localhost/hello:latest` for `hello`: the name Podman tries first for a short one.
+    pub fn on_localhost(&self) -> Result<Reference, String> {
+        Reference::tagged(&format!("localhost/{}", self.name), self.tag_or_latest())
+    }
+
     /// `docker.io/library/hello:latest` for `hello`: how the containerd image store names
     /// an image.
     pub fn qualified(&self) -> String {

@@ -124,7 +124,7 @@ async fn plan(
     full: bool,
 ) -> NodePlan {
     let wanted: Vec<verify::Wanted> = shipments.iter().map(|s| s.wanted(store)).collect();
-    let holdings = verify::holdings(node, settings.checksum_label, &wanted).await;
+    let holdings = node::holdings(node, settings.checksum_label, &wanted).await;
     // Tags the node was just seen not to hold: no layer to build on under them.
     let absent: HashSet<&str> = shipments
         .iter()
@@ -351,7 +351,7 @@ async fn send_together(
         .iter()
         .map(|(i, _, _)| shipments[*i].wanted(store))
         .collect();
-    let holdings = verify::holdings(node, settings.checksum_label, &wanted).await;
+    let holdings = node::holdings(node, settings.checksum_label, &wanted).await;
     let (mut judged, mut loaded_images) = (Vec::new(), Vec::new());
     for (((i, image, first), holding), sent) in together.iter().zip(holdings).zip(carried) {
         let shipment = &shipments[*i];

@@ -153,7 +153,74 @@ pub async fn holding(
     // The ids engines give the builder's image, from the layer store as it is now (after
     // the export, it knows the image's config and manifest digests).
     let wanted = shipment.wanted(&LayerStore::open(settings.cache));
+    claim_short_name(node, &wanted).await?;
     verify::holding(node, settings.checksum_label, &wanted).await
+}
+
+/// [`verify::holdings`] of `wanted` on `node`, each short name claimed first
+/// ([`claim_short_name`]): distribute's view of several images at once.
+pub async fn holdings(
+    node: &Engine,
+    label_key: &str,
+    wanted: &[verify::Wanted],
+) -> Vec<Result<verify::NodeHolding>> {
+    for want in wanted {
+        // A claim that fails leaves the name as it was: the judgement then says `mismatch`,
+        // with what the name runs.
+        if let Err(e) = claim_short_name(node, want).await {
+            tracing::warn!("{e}");
+        }
+    }
+    verify::holdings(node, label_key, wanted).await
+}
+
+/// On Podman, which resolves a short name its own way (`localhost/NAME:TAG` first, then any
+/// local name ending so), the shipped image is also named `localhost/NAME:TAG` once the full
+/// name holds it, so that a client's `run NAME:TAG` runs it. What that name named before
+/// stays on the node (untagged, if it had no other name), and is said.
+async fn claim_short_name(node: &Engine, wanted: &verify::Wanted) -> Result<()> {
+    let reference = wanted.reference.as_str();
+    let short = crate::oci::Reference::parse(reference)
+        .ok()
+        .filter(|r| r.is_short());
+    let (Some(short), crate::engine::Product::Podman) = (short, node.product()) else {
+        return Ok(());
+    };
+    let Some(full) = node.inspect(reference).await? else {
+        return Ok(());
+    };
+    let full_id = full.id().unwrap_or_default();
+    if !wanted.holds_id(full_id) {
+        return Ok(()); // not the shipped image (yet): a transfer comes first
+    }
+    let run = node.run_as_typed(reference).await?;
+    let hex = |id: &str| id.trim_start_matches("sha256:").to_string();
+    if run
+        .as_ref()
+        .is_some_and(|run| hex(run.id().unwrap_or_default()) == hex(full_id))
+    {
+        return Ok(());
+    }
+    let local = short
+        .on_localhost()
+        .map_err(|e| node.error(format!("naming {reference} for clients: {e}")))?;
+    node.tag(full_id, &local).await?;
+    let before = match &run {
+        Some(run) => {
+            let id = hex(run.id().unwrap_or_default());
+            format!(
+                "it ran image {} ({}), which stays",
+                &id[..id.len().min(12)],
+                run.repo_tags.join(", ")
+            )
+        }
+        None => "it ran nothing".to_string(),
+    };
+    crate::output::stderr_exactly(&format!(
+        "{}: `run {reference}` now runs the shipped image, named {local} ({before})\n",
+        node.node
+    ));
+    Ok(())
 }
 
 /// The outcome of a load, from what the node then holds: `action` if it holds the image,

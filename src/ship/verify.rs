@@ -55,7 +55,42 @@ pub async fn holding(
     label_key: &str,
     wanted: &Wanted,
 ) -> Result<NodeHolding> {
-    holding_of(engine, label_key, wanted, false).await
+    let holding = holding_of(engine, label_key, wanted, false).await?;
+    as_run(engine, wanted, holding).await
+}
+
+/// `holding`, unless a client's `run` of the reference runs another image there (Podman: a
+/// `localhost/` name, or another local name ending so, before the full name): then the node
+/// does not hold what its users run, `mismatch`, saying which image they get.
+async fn as_run(
+    engine: &impl ImageView,
+    wanted: &Wanted,
+    mut holding: NodeHolding,
+) -> Result<NodeHolding> {
+    if holding.state != Holding::Current {
+        return Ok(holding);
+    }
+    let reference = wanted.reference.as_str();
+    let run = engine.run_as_typed(reference).await?;
+    let held = holding.image_id.as_deref().unwrap_or_default();
+    let hex = |id: &str| id.trim_start_matches("sha256:").to_string();
+    let runs = match &run {
+        None => return Ok(holding),
+        Some(run) if hex(run.id().unwrap_or_default()) == hex(held) => return Ok(holding),
+        Some(run) => run,
+    };
+    let id = hex(runs.id().unwrap_or_default());
+    holding.state = Holding::Mismatch;
+    holding.detail = Some(format!(
+        "`run {reference}` here runs image {} ({}), not the one hallmark shipped as {}: the engine resolves the short name to another name first; `hallmark distribute` names the shipped image so",
+        &id[..12.min(id.len())],
+        match runs.repo_tags.is_empty() {
+            true => "untagged".to_string(),
+            false => runs.repo_tags.join(", "),
+        },
+        Reference::parse(reference).map_or_else(|_| reference.to_string(), |r| r.qualified()),
+    ));
+    Ok(holding)
 }
 
 /// [`holding`], told whether the engine's image list names the reference already.
@@ -200,11 +235,17 @@ pub async fn holdings(
                         && !want.fingerprint.is_empty()
                         && want.holds_id(&seen.id) =>
                 {
-                    return Ok(held(Holding::Current, Some(&want.fingerprint)));
+                    return as_run(
+                        engine,
+                        want,
+                        held(Holding::Current, Some(&want.fingerprint)),
+                    )
+                    .await;
                 }
                 _ => {}
             }
-            holding_of(engine, label_key, want, seen.is_some()).await
+            let holding = holding_of(engine, label_key, want, seen.is_some()).await?;
+            as_run(engine, want, holding).await
         }
     }))
     .buffered(INSPECTS_AT_ONCE)

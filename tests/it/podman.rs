@@ -7,8 +7,9 @@ use crate::support::{self, OwnTestbed, hallmark_json, nodes_of, reference, ship_
 
 /// Images whose config carries fields Podman's inspect leaves out (`HEALTHCHECK`, `SHELL`,
 /// `ONBUILD`), several at once (Podman ANDs the names of one listing), and a `localhost/`
-/// name that shadows the short one: every image is shipped once, verified, listed `current`
-/// by status, skipped the second time, its signed provenance verified there
+/// name that shadows the short one (`mismatch` until distribute names the shipped image
+/// so): every image is shipped once, verified, listed `current` by status, skipped the
+/// second time, its signed provenance verified there
 /// (`verify --provenance`), and smoke-tested on the node.
 #[test]
 fn a_podman_node_is_shipped_to_verified_listed_and_smoke_tested() {
@@ -80,8 +81,9 @@ fn a_podman_node_is_shipped_to_verified_listed_and_smoke_tested() {
     }
 
     // A `localhost/` name on the node for the wrapper's short name, naming another image
-    // (what `podman load` of a Docker 20.10 archive or `podman tag` leaves): the node is
-    // asked by the full name and still holds the wrapper.
+    // (what `podman load` of a Docker 20.10 archive or `podman tag` leaves): a client's
+    // `run` of the short name gets that image, so verify and status say `mismatch`, naming
+    // it, and smoke refuses (issue 42: they said `current`).
     let wrap = reference(&project, "wrap");
     let base_id = testbed.docker_ok(
         "node1",
@@ -94,12 +96,34 @@ fn a_podman_node_is_shipped_to_verified_listed_and_smoke_tested() {
         ],
     );
     testbed.docker_ok("node1", &["tag", &base_id, &format!("localhost/{wrap}")]);
+    let shadowed = |report: &serde_json::Value| {
+        let rows = report.as_array().unwrap();
+        let row = rows
+            .iter()
+            .find(|r| r["image"] == "wrap" && r["node"] == "node1")
+            .unwrap_or_else(|| panic!("no row of wrap on node1: {report}"));
+        assert_eq!(row["state"], "mismatch", "{row}");
+        let detail = row["detail"].as_str().unwrap_or_default();
+        assert!(detail.contains(&format!("localhost/{wrap}")), "{row}");
+    };
+    let (code, report) = hallmark_json(&project, &config, &["verify", "wrap", "--nodes", "node1"]);
+    assert_eq!(code, 1, "{report}");
+    shadowed(&report);
+    let (_, report) = hallmark_json(&project, &config, &["status"]);
+    shadowed(&report);
+    let smoke = project
+        .with_config(&config)
+        .run(&["smoke", "wrap", "--node", "node1"]);
+    assert_eq!(smoke.code(), 1, "{}", smoke.stderr());
 
+    // distribute names the shipped image so that the short name runs it (nothing to send:
+    // skipped), and the image the name ran stays on the node.
     let (code, report) = hallmark_json(&project, &config, &args);
     assert_eq!(code, 0, "{report}");
     for row in nodes_of(&report) {
         assert_eq!(row["action"], "skipped", "the second distribute: {row}");
     }
+    testbed.docker_ok("node1", &["image", "inspect", &base_id]);
     let mut verify = vec!["verify", "--provenance"];
     verify.extend(images);
     verify.extend(["--nodes", "node1"]);
