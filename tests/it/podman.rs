@@ -151,4 +151,55 @@ fn a_podman_node_is_shipped_to_verified_listed_and_smoke_tested() {
         .run(&["-q", "smoke", "wrap", "--node", "node1"])
         .success();
     testbed.run_container("node1", &wrap, &["test", "-s", "/wrap.bin"]);
+
+    // A Podman engine that freezes during a smoke test (on the container's wait, behind a
+    // socket that stops answering): smoke ends within the deadlines, naming the node (issue
+    // 42: no wait without a deadline, on every engine kind).
+    use std::os::unix::net::{UnixListener, UnixStream};
+    let spec = project.read("images/wrap/image.toml");
+    project.write(
+        "images/wrap/image.toml",
+        &format!("{spec}\n[[smoke]]\nname = \"waits\"\nrun = [\"sleep\", \"1\"]\n"),
+    );
+    for verb in [
+        &["-q", "build", "wrap"][..],
+        &["-q", "distribute", "wrap", "--to", "node1"],
+    ] {
+        project.with_config(&config).run(verb).success();
+    }
+    let socket = project.root().join("frozen-podman.sock");
+    let listener = UnixListener::bind(&socket).unwrap();
+    let target = testbed.endpoint("node1");
+    let target = target.strip_prefix("unix://").unwrap().to_string();
+    crate::faults::freezing_proxy_either_way(
+        move || listener.accept().ok().map(|(s, _)| s),
+        move || UnixStream::connect(&target).ok(),
+        (u64::MAX, u64::MAX),
+        Some("/wait"),
+    );
+    let frozen = project.root().join("frozen-podman.toml");
+    std::fs::write(
+        &frozen,
+        cluster.replace(
+            &testbed.endpoint("node1"),
+            &format!("unix://{}", socket.display()),
+        ),
+    )
+    .unwrap();
+    let started = std::time::Instant::now();
+    let smoke = project.with_config(&frozen).run_with(
+        &["smoke", "wrap", "--node", "node1"],
+        &[
+            ("HALLMARK_SMOKE_TIMEOUT", "10"),
+            ("HALLMARK_ANSWER_TIMEOUT", "5"),
+        ],
+    );
+    let took = started.elapsed();
+    assert_eq!(smoke.code(), 1, "{}", smoke.stderr());
+    assert!(smoke.stderr().contains("node1"), "{}", smoke.stderr());
+    assert!(
+        took < std::time::Duration::from_secs(120),
+        "{took:?}: {}",
+        smoke.stderr()
+    );
 }
