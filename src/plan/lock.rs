@@ -2,6 +2,7 @@
 //! still match the spec are kept unless `--update`; nothing else changes in the file.
 
 use crate::error::{Error, Invalid, Result};
+use crate::images::store::{LayerStore, finished};
 use crate::inputs::apt::Requested;
 use crate::inputs::pins::{self, AptPin, BasePin, Pins, SourcePin, WheelPin, wheel_stem};
 use crate::inputs::project::Project;
@@ -74,14 +75,22 @@ pub fn lock(
     for source in &loaded.spec.sources {
         new.sources.push(locking.source(source)?);
     }
+    let store = LayerStore::open(cache);
     if !loaded.spec.wheels.is_empty() {
-        new.python = interpreter(project, &loaded, &old, update, bases, &mut locking.changes)?;
+        new.python = interpreter(
+            project,
+            &loaded,
+            &old,
+            update,
+            (bases, &store),
+            &mut locking.changes,
+        )?;
     }
     for wheel in &loaded.spec.wheels {
         let pin = locking.wheel(wheel, new.python.as_ref(), cache)?;
         new.wheels.push(pin);
     }
-    let (chain, platform) = parent_chain(project, &loaded)?;
+    let (chain, platform) = parent_chain(project, &loaded, &store, &mut locking.changes)?;
     let needs_lines =
         !loaded.spec.build.apt.is_empty() || loaded.spec.compiles.iter().any(|s| !s.apt.is_empty());
     let parent_line = match (needs_lines, loaded.spec.parent()) {
@@ -112,15 +121,15 @@ pub fn lock(
                     .find(|t| t.reference == reference.get_ref().as_str())
                     .expect("pinned above");
                 let line = format!("toolchain {} {}", pin.reference, pin.digest);
-                (vec![reference.get_ref().to_string()], line)
+                (vec![Link::external(reference.get_ref().as_str())], line)
             }
             (None, Some(name)) => {
                 let name = name.get_ref();
                 let toolchain = project.load_spec(name)?;
                 let planned = crate::plan::Plan::new(project, std::slice::from_ref(name))?;
                 let line = format!("toolchain image {name} {}", planned.get(name).checksum);
-                let mut into = vec![toolchain.reference()];
-                into.extend(parent_chain(project, &toolchain)?.0);
+                let mut into = built(project, &toolchain, &store, &mut locking.changes);
+                into.extend(parent_chain(project, &toolchain, &store, &mut locking.changes)?.0);
                 (into, line)
             }
             (None, None) => (chain.clone(), format!("toolchain {parent_line}")),
@@ -312,7 +321,7 @@ impl Locking<'_> {
     fn apt(
         &mut self,
         (stage, line): (Option<&Name>, &str),
-        chain: &[String],
+        chain: &[Link],
         requested: &[String],
         platform: Option<&str>,
         cache: &std::path::Path,
@@ -365,19 +374,19 @@ impl Locking<'_> {
             hint: None,
         };
         let mut found = None;
-        for reference in chain {
+        for link in chain {
             if let Some(image) = self
                 .bases
-                .files(reference, crate::plan::apt::SYSTEM_PATHS)?
+                .files(&link.asked, crate::plan::apt::SYSTEM_PATHS)?
             {
-                found = Some((reference.as_str(), image));
+                found = Some((link.shown.as_str(), image));
                 break;
             }
         }
         let Some((into, image)) = found else {
             return Err(self.unpinnable(format!(
                 "cannot pin the apt packages of {target}: no reachable engine holds `{}`, which they go into, or an image below it; build or load it on the builder",
-                chain.first().map_or("", String::as_str)
+                chain.first().map_or("", |l| l.shown.as_str())
             )));
         };
         let read = crate::inputs::apt::debian_architecture(&image.platform);
@@ -423,9 +432,43 @@ impl Locking<'_> {
     }
 }
 
-/// The references of an image's parents, nearest first (specs' images, then the external
-/// base), and the platform the image is for (its own or the nearest parent's).
-fn parent_chain(project: &Project, loaded: &LoadedSpec) -> Result<(Vec<String>, Option<String>)> {
+/// An image up a spec's parent chain, as `lock` reads it: how it is named to a person, and
+/// how the builder is asked for it.
+#[derive(Clone)]
+struct Link {
+    shown: String,
+    asked: String,
+}
+
+impl Link {
+    fn external(reference: &str) -> Link {
+        Link {
+            shown: reference.to_string(),
+            asked: reference.to_string(),
+        }
+    }
+
+    fn names(chain: &[Link]) -> String {
+        chain
+            .iter()
+            .map(|l| l.shown.as_str())
+            .collect::<Vec<_>>()
+            .join(", ")
+    }
+}
+
+/// The images an image goes on, nearest first (specs' images, then the external base), and
+/// the platform it is for (its own or the nearest parent's). A spec's image is read as the
+/// image hallmark finished at its current checksum (by id), never by its tag, which may name
+/// an older build (`lock kid` read `par:latest` from before `par` changed, and the build
+/// failed later); one not built at its current spec is left out, its parent read instead
+/// (which lacks no more than it), and `notes` says so.
+fn parent_chain(
+    project: &Project,
+    loaded: &LoadedSpec,
+    store: &LayerStore,
+    notes: &mut Vec<String>,
+) -> Result<(Vec<Link>, Option<String>)> {
     let mut platform = loaded.spec.image.platform.clone();
     let mut chain = Vec::new();
     let mut seen = vec![loaded.name.clone()];
@@ -434,22 +477,61 @@ fn parent_chain(project: &Project, loaded: &LoadedSpec) -> Result<(Vec<String>, 
     loop {
         match current {
             Parent::External(reference) => {
-                chain.push(reference.to_string());
+                chain.push(Link::external(reference));
                 break;
             }
             Parent::Image(parent) if !seen.contains(parent) => {
                 seen.push(parent.clone());
                 parents.push(project.load_spec(parent)?);
-                let parent = parents.last().expect("pushed");
-                chain.push(parent.reference());
-                platform = platform.or_else(|| parent.spec.image.platform.clone());
-                current = parent.spec.parent();
+                let spec = parents.last().expect("pushed");
+                chain.extend(built(project, spec, store, notes));
+                platform = platform.or_else(|| spec.spec.image.platform.clone());
+                current = spec.spec.parent();
             }
             // A cycle: `check` names it; the images seen so far are enough here.
             Parent::Image(_) => break,
         }
     }
     Ok((chain, platform))
+}
+
+/// The images hallmark finished for `spec` at its current checksum, by id (none, with a
+/// note, when it is not built so or cannot be planned).
+fn built(
+    project: &Project,
+    spec: &LoadedSpec,
+    store: &LayerStore,
+    notes: &mut Vec<String>,
+) -> Vec<Link> {
+    let name = &spec.name;
+    let checksum = crate::plan::Plan::new(project, std::slice::from_ref(name))
+        .map(|plan| plan.get(name).checksum.to_string());
+    let ids = match &checksum {
+        Ok(checksum) => finished::image_ids(store, checksum),
+        Err(_) => Vec::new(),
+    };
+    if ids.is_empty() {
+        let note = format!(
+            "`{name}` is not built at its current spec ({}): its tag {} is not read (it may name an older build); the image below it is read instead; build `{name}` and lock again to resolve against it",
+            match &checksum {
+                Ok(checksum) => format!("checksum {}", &checksum[..12.min(checksum.len())]),
+                Err(e) => format!("it cannot be planned: {e}"),
+            },
+            spec.reference()
+        );
+        if !notes.contains(&note) {
+            notes.push(note);
+        }
+    }
+    ids.into_iter()
+        .map(|id| Link {
+            shown: format!(
+                "{} (`{name}` as built at its current spec)",
+                spec.reference()
+            ),
+            asked: id,
+        })
+        .collect()
 }
 
 /// The Python an image's wheels are chosen for: the one pinned (unless `--update`, or it is
@@ -463,35 +545,39 @@ fn interpreter(
     loaded: &LoadedSpec,
     old: &Pins,
     update: bool,
-    bases: &dyn BaseResolver,
+    (bases, store): (&dyn BaseResolver, &LayerStore),
     changes: &mut Vec<String>,
 ) -> Result<Option<Interpreter>> {
-    let (chain, platform) = parent_chain(project, loaded)?;
+    let (chain, platform) = parent_chain(project, loaded, store, changes)?;
     let machine = platform.as_deref().and_then(python::machine_of_platform);
     let for_machine = |python: &Interpreter| machine.is_none_or(|m| python.machine == m);
     if let Some(pinned) = old.python.as_ref().filter(|p| !update && for_machine(p)) {
         return Ok(Some(pinned.clone()));
     }
-    for reference in &chain {
-        if let Some(mut python) = bases.interpreter(reference)? {
+    for link in &chain {
+        if let Some(mut python) = bases.interpreter(&link.asked)? {
             if let Some(machine) = machine {
                 python.machine = machine.to_string();
             }
-            changes.push(format!("python: {} (asked {reference})", python.describe()));
+            changes.push(format!(
+                "python: {} (asked {})",
+                python.describe(),
+                link.shown
+            ));
             return Ok(Some(python));
         }
     }
     if let Some(pinned) = old.python.as_ref().filter(|p| for_machine(p)) {
         changes.push(format!(
             "python: no engine could run {}; kept the one written in pins/ ({})",
-            chain.join(", "),
+            Link::names(&chain),
             pinned.describe()
         ));
         return Ok(Some(pinned.clone()));
     }
     changes.push(format!(
         "python: no engine could run python3 in {}; wheels chosen by the host's pip must be pure Python",
-        chain.join(", ")
+        Link::names(&chain)
     ));
     Ok(None)
 }

@@ -275,3 +275,54 @@ fn apt_pins_go_stale_with_their_parent_and_lock_resolves_them_again() {
     assert!(relocked.contains("resolved again"), "{relocked}");
     on_builder.run(&["check", "kid"]).success();
 }
+
+/// Issue 42: `lock kid` after its parent `par` changed but was not built again never reads
+/// `par`'s tag (an older build that had `jq`'s libraries): it reads the image below, says so,
+/// and pins what `kid` needs; the build of both then works. The tag was read, the libraries
+/// were left out, and `kid`'s build failed later.
+#[test]
+fn lock_of_a_child_never_reads_a_parents_tag_from_an_older_build() {
+    let testbed = Testbed::get();
+    let project = TestProject::new();
+    let run = unique();
+    let par = |apt: &str| {
+        format!(
+            "[image]\nname = \"hm-apt-oldpar-{run}\"\n\n[from]\nref = \"hallmark-testbed/python:bookworm\"\n\n[build]\napt = [{apt}]\n\n[labels]\n\"test.run\" = \"{run}\"\n"
+        )
+    };
+    project
+        .write("images/par/image.toml", &par("\"jq\""))
+        .write(
+            "images/kid/image.toml",
+            &format!("[image]\nname = \"hm-apt-oldkid-{run}\"\n\n[from]\nimage = \"par\"\n\n[build]\napt = [\"jq\"]\nrun = [\"jq --version\"]\n"),
+        );
+    let on_builder = project.with_config(testbed.config());
+    on_builder.run(&["-q", "lock", "par"]).success();
+    on_builder.run(&["-q", "build", "par"]).success();
+
+    // `par` no longer installs jq; its tag still names the build that did.
+    project.write("images/par/image.toml", &par(""));
+    on_builder.run(&["-q", "lock", "par"]).success();
+    let locked = on_builder.run(&["lock", "kid"]).success().stderr();
+    assert!(
+        locked.contains("`par` is not built at its current spec"),
+        "{locked}"
+    );
+    let pins = project.read("pins/kid.toml");
+    for library in ["libjq1", "libonig5"] {
+        assert!(
+            pins.contains(&format!("name = \"{library}\"")),
+            "{library}: {pins}"
+        );
+    }
+    on_builder.run(&["-q", "build", "kid"]).success();
+    // Once `par` is built at its spec, `lock kid --update` reads it as built.
+    let relocked = on_builder
+        .run(&["lock", "kid", "--update"])
+        .success()
+        .stderr();
+    assert!(
+        relocked.contains("`par` as built at its current spec"),
+        "{relocked}"
+    );
+}

@@ -86,6 +86,36 @@ pub fn is_finished(store: &LayerStore, checksum: &str, image_id: &str) -> bool {
     path(store, checksum, image_id).is_some_and(|path| path.is_file())
 }
 
+/// The builder's ids of the images hallmark finished for `checksum` (a record written under
+/// the config digest too names the same image): newest record first.
+pub fn image_ids(store: &LayerStore, checksum: &str) -> Vec<String> {
+    let hex = hex_of(checksum);
+    if hex.is_empty() || !hex.bytes().all(|b| b.is_ascii_hexdigit()) {
+        return Vec::new();
+    }
+    let dir = store.root.join("finished").join(hex);
+    let Ok(entries) = fs_err::read_dir(&dir) else {
+        return Vec::new();
+    };
+    let mut found: Vec<(std::time::SystemTime, String)> = entries
+        .flatten()
+        .filter_map(|entry| {
+            let text = fs_err::read(entry.path()).ok()?;
+            let record: Finished = serde_json::from_slice(&text).ok()?;
+            let written = entry.metadata().and_then(|m| m.modified()).ok()?;
+            Some((written, record.image_id))
+        })
+        .collect();
+    found.sort_by_key(|f| std::cmp::Reverse(f.0));
+    let mut ids: Vec<String> = Vec::new();
+    for (_, id) in found {
+        if !ids.contains(&id) {
+            ids.push(id);
+        }
+    }
+    ids
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
