@@ -446,7 +446,7 @@ fn a_node_that_freezes_during_a_load_fails_alone_serial_and_parallel() {
         let mut frozen = Vec::new();
         for node in testbed.nodes() {
             let name = format!("frozen{run}-{node}");
-            let endpoint = testbed.endpoint(&node);
+            let endpoint = as_configured(testbed, &node);
             if let Some(target) = endpoint.strip_prefix("unix://") {
                 let socket = project.root().join(format!("{name}.sock"));
                 let listener = UnixListener::bind(&socket).unwrap();
@@ -463,30 +463,18 @@ fn a_node_that_freezes_during_a_load_fails_alone_serial_and_parallel() {
             } else {
                 // The ssh node: its alias's block, reached through the proxy under the same
                 // host key.
-                let alias = endpoint.strip_prefix("ssh://").unwrap();
-                let block = ssh_config
-                    .split("Host ")
-                    .find(|b| b.starts_with(alias))
-                    .unwrap();
-                let address = block
-                    .lines()
-                    .find_map(|l| l.trim().strip_prefix("HostName "))
-                    .unwrap();
-                let listener = std::net::TcpListener::bind(("127.0.0.1", 0)).unwrap();
-                let port = listener.local_addr().unwrap().port();
-                let sshd = format!("{address}:22");
-                freezing_proxy(
-                    move || listener.accept().ok().map(|(s, _)| s),
-                    move || std::net::TcpStream::connect(&sshd).ok(),
-                    256 * 1024,
-                );
-                let options: String = block
-                    .lines()
-                    .skip(1)
-                    .filter(|l| !l.trim().starts_with("HostName"))
-                    .map(|l| format!("{l}\n"))
-                    .collect();
-                ssh.push_str(&format!("\nHost {name}\n  HostName 127.0.0.1\n  Port {port}\n  HostKeyAlias {alias}\n{options}"));
+                ssh.push_str(&ssh_behind_proxy(
+                    &ssh_config,
+                    &endpoint,
+                    &name,
+                    |listener, sshd| {
+                        freezing_proxy(
+                            move || listener.accept().ok().map(|(s, _)| s),
+                            move || std::net::TcpStream::connect(&sshd).ok(),
+                            256 * 1024,
+                        );
+                    },
+                ));
                 nodes.push_str(&format!(
                     "\n[[node]]\nname = \"{name}\"\nengine = \"ssh://{name}\"\n"
                 ));
@@ -538,6 +526,42 @@ fn a_node_that_freezes_during_a_load_fails_alone_serial_and_parallel() {
             frozen.len()
         );
     }
+}
+
+/// A node's engine as the testbed's cluster file names it (`ssh://ALIAS` for the ssh node,
+/// which `Testbed::endpoint` gives by its local socket).
+fn as_configured(testbed: &Testbed, node: &str) -> String {
+    testbed.env[&format!("HMTB_{}", node.to_uppercase())].clone()
+}
+
+/// The ssh config block of a host `name` that reaches the ssh node `endpoint`
+/// (`ssh://ALIAS`) through a TCP proxy on 127.0.0.1, under the same host key: `proxy` is
+/// given the listener and the sshd's address (`HOST:22`) to serve it.
+fn ssh_behind_proxy(
+    ssh_config: &str,
+    endpoint: &str,
+    name: &str,
+    proxy: impl FnOnce(std::net::TcpListener, String),
+) -> String {
+    let alias = endpoint.strip_prefix("ssh://").unwrap();
+    let block = ssh_config
+        .split("Host ")
+        .find(|b| b.starts_with(alias))
+        .unwrap();
+    let address = block
+        .lines()
+        .find_map(|l| l.trim().strip_prefix("HostName "))
+        .unwrap();
+    let listener = std::net::TcpListener::bind(("127.0.0.1", 0)).unwrap();
+    let port = listener.local_addr().unwrap().port();
+    proxy(listener, format!("{address}:22"));
+    let options: String = block
+        .lines()
+        .skip(1)
+        .filter(|l| !l.trim().starts_with("HostName"))
+        .map(|l| format!("{l}\n"))
+        .collect();
+    format!("\nHost {name}\n  HostName 127.0.0.1\n  Port {port}\n  HostKeyAlias {alias}\n{options}")
 }
 
 /// Issue 42: an engine that freezes while a smoke test runs (it takes the container's wait
@@ -730,4 +754,97 @@ fn a_builder_that_freezes_during_an_export_fails_distribute_in_bounded_time() {
     let reference = reference(&project, "base");
     let held = testbed.docker("node1", &["image", "inspect", &reference]);
     assert!(!held.status.success(), "node1 holds a cut image");
+}
+
+/// Issue 42: a frozen ssh link honours the answer deadline. The ssh node's link freezes (its
+/// proxy passes nothing more either way and closes nothing) while a smoke test's container
+/// runs there: `smoke` ends within the smoke deadline and the answer deadline's bounds (the
+/// master's keep-alives scaled to it, each session bounded), naming the node. A frozen link
+/// took 104 s with a 5 s deadline.
+#[test]
+fn a_frozen_ssh_link_during_a_smoke_test_ends_within_the_deadlines() {
+    let testbed = Testbed::get();
+    let node = (testbed.nodes().into_iter())
+        .find(|n| as_configured(testbed, n).starts_with("ssh://"))
+        .expect("the testbed has an ssh node");
+    let project = ship_project(1, "frozenlink");
+    // A smoke test that holds until the test lets it go (its `sleep` killed: it then passes).
+    let token = format!("held-{}", support::unique());
+    let spec = project.read("images/wrap/image.toml");
+    project.write(
+        "images/wrap/image.toml",
+        &format!(
+            "{spec}\n[[smoke]]\nname = \"holds\"\nrun = [\"sh\", \"-c\", \"sleep 600 & echo $! > /tmp/held; wait; true # {token}\"]\n"
+        ),
+    );
+    // The id of the container running that smoke test on `node`, if one is.
+    let holding = |node: &str| -> Option<String> {
+        let format = ["ps", "--no-trunc", "--format", "{{.ID}} {{.Command}}"];
+        let listed = testbed.docker(node, &format);
+        let listed = String::from_utf8_lossy(&listed.stdout).to_string();
+        let line = listed.lines().find(|l| l.contains(&token))?;
+        Some(line.split_whitespace().next()?.to_string())
+    };
+    let shared = testbed.config();
+    // The build's own smoke test on the builder, let go once it holds.
+    let mut build = spawn_with(&project, &shared, &["-q", "build", "wrap"], &[]);
+    wait_for("the build's smoke test held, then let go", || {
+        let released = holding("builder").is_some_and(|id| {
+            let kill = ["exec", &id, "sh", "-c", "kill $(cat /tmp/held)"];
+            testbed.docker("builder", &kill).status.success()
+        });
+        released || build.try_wait().unwrap().is_some()
+    });
+    let (code, stderr) = ended_within(&mut build, 300);
+    assert_eq!(code, Some(0), "{stderr}");
+    project
+        .with_config(&shared)
+        .run(&["-q", "distribute", "wrap", "--to", &node])
+        .success();
+
+    let ssh_config = std::fs::read_to_string(testbed.dir.join("ssh_config")).unwrap();
+    let mut frozen = None;
+    let alias = as_configured(testbed, &node);
+    let block = ssh_behind_proxy(&ssh_config, &alias, "frozenlink", |listener, sshd| {
+        frozen = Some(freezing_proxy_either_way(
+            move || listener.accept().ok().map(|(s, _)| s),
+            move || std::net::TcpStream::connect(&sshd).ok(),
+            (u64::MAX, u64::MAX),
+            None,
+        ));
+    });
+    let frozen = frozen.unwrap();
+    let ssh_path = project.root().join("ssh_config-frozenlink");
+    std::fs::write(&ssh_path, format!("{ssh_config}{block}")).unwrap();
+    let config = project.root().join("frozenlink.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "ssh-config = \"{}\"\n\n[builder]\nname = \"builder\"\nengine = \"{}\"\n\n[[node]]\nname = \"frozenlink\"\nengine = \"ssh://frozenlink\"\n",
+            ssh_path.display(),
+            testbed.endpoint("builder")
+        ),
+    )
+    .unwrap();
+    let env = [
+        ("HALLMARK_SMOKE_TIMEOUT", "60"),
+        ("HALLMARK_ANSWER_TIMEOUT", "5"),
+    ];
+    let args = ["smoke", "wrap", "--node", "frozenlink"];
+    let mut child = spawn_with(&project, &config, &args, &env);
+    wait_for("the smoke container running on the ssh node", || {
+        holding(&node).is_some() || child.try_wait().unwrap().is_some()
+    });
+    frozen.store(true, std::sync::atomic::Ordering::SeqCst);
+    let started = std::time::Instant::now();
+    // The smoke deadline (60 s) and an answer's (5 s) at most, and ssh's own slack.
+    let (code, stderr) = ended_within(&mut child, 90);
+    let took = started.elapsed();
+    // The container the frozen link could not remove, removed here.
+    if let Some(id) = holding(&node) {
+        testbed.docker(&node, &["rm", "-f", &id]);
+    }
+    assert_eq!(code, Some(1), "{took:?}: {stderr}");
+    assert!(stderr.contains("frozenlink"), "{stderr}");
+    eprintln!("smoke over a frozen ssh link ended {took:?} after the freeze: {stderr}");
 }
