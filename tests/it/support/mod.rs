@@ -922,3 +922,26 @@ pub fn ed25519_key(path: &Path) {
         .unwrap();
     assert!(made.success(), "ssh-keygen {}", path.display());
 }
+
+/// Writes `text` to `path`, mode 0755, in a child process (`sh -c 'cat > FILE'`), so that it
+/// can be run at once: a file this process opened for writing may be held open by a fork
+/// another test thread makes meanwhile (until that child execs), and running the file then
+/// fails with `Text file busy` (ETXTBSY; a CI run saw it). No descriptor of this process
+/// ever points at the file.
+pub fn write_executable(path: &Path, text: &str) {
+    use std::io::Write;
+    let mut writer = Command::new("sh")
+        .args(["-c", "cat > \"$1\" && chmod 755 \"$1\"", "sh"])
+        .arg(path)
+        .stdin(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    writer
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(text.as_bytes())
+        .unwrap();
+    let status = writer.wait().unwrap();
+    assert!(status.success(), "writing {}: {status}", path.display());
+}
