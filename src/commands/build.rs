@@ -42,6 +42,7 @@ pub(super) fn run(
         .filter(|n| !unplanned.contains_key(n))
         .collect();
     refuse_lint_problems(&plan)?;
+    refuse_unusable_key(settings)?;
     let build_settings = BuildSettings {
         checksum_label: &settings.checksum_label,
         cache: &settings.cache,
@@ -179,6 +180,32 @@ async fn sign_provenance(
         ));
     }
     Ok(())
+}
+
+/// `[provenance] key` that cannot sign (missing, a passphrase, not ed25519) is refused before
+/// anything is built: the build would otherwise run for hours and fail at its signature.
+fn refuse_unusable_key(settings: &Settings) -> Result<()> {
+    let Some(key) = settings
+        .config
+        .provenance
+        .as_ref()
+        .and_then(|p| p.key.as_ref())
+    else {
+        return Ok(());
+    };
+    let path = settings.project.root.join(key);
+    crate::images::attest::usable(&path).map_err(|why| Error::Usage {
+        message: format!(
+            "{}: `[provenance] key`: cannot sign provenance: {why}",
+            settings
+                .config
+                .path
+                .as_deref()
+                .unwrap_or(std::path::Path::new("hallmark.toml"))
+                .display()
+        ),
+        hint: Some("nothing was built; fix the key or remove `key` from `[provenance]`".into()),
+    })
 }
 
 /// The lints cost nothing and a wrong ENTRYPOINT costs a deployment: refused before building.
