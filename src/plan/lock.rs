@@ -23,6 +23,11 @@ pub trait BaseResolver {
     /// what is under them), by path; `Ok(None)` when no engine holds it. Read from a container
     /// that is created, never started: an image for another machine is read as well.
     fn files(&self, reference: &str, paths: &[&str]) -> Result<Option<ImageFiles>>;
+    /// `Ok` if the engine asked can be reached, else the engine's error: said instead of "no
+    /// engine holds it" when nothing was found because nothing could be asked.
+    fn reached(&self) -> Result<()> {
+        Ok(())
+    }
 }
 
 /// Regular files of an image, by their absolute path, and its platform.
@@ -181,6 +186,7 @@ impl Locking<'_> {
                     hand.clone()
                 }
                 (None, None) => {
+                    self.bases.reached()?;
                     return Err(self.unpinnable(format!(
                         "cannot pin the base `{reference}`: no reachable engine holds it; load it on the builder, or write `[base]` with `ref` and `digest` in this file by hand"
                     )));
@@ -206,6 +212,7 @@ impl Locking<'_> {
                 }
                 (None, Some(hand)) => hand.clone(),
                 (None, None) => {
+                    self.bases.reached()?;
                     return Err(self.unpinnable(format!(
                         "cannot pin the toolchain `{reference}` of compile stage `{stage}`: no reachable engine holds it; load it on the builder, or write `[[toolchain]]` with `ref` and `digest` in this file by hand"
                     )));
@@ -375,6 +382,7 @@ impl Locking<'_> {
             }
         }
         let Some((into, image)) = found else {
+            self.bases.reached()?;
             return Err(self.unpinnable(format!(
                 "cannot pin the apt packages of {target}: no reachable engine holds `{}`, which they go into, or an image below it; build or load it on the builder",
                 chain.first().map_or("", String::as_str)

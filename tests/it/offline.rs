@@ -1035,3 +1035,34 @@ fn completions_and_the_man_page_are_written_outside_a_project() {
         2
     );
 }
+
+/// Issue 42: `lock` against a builder it cannot reach says so (exit 1, the engine's words),
+/// for a base to pin and for apt packages: not "no reachable engine holds it ... load it" or
+/// "build or load it on the builder", which sent the operator to load images on a builder
+/// that was down.
+#[test]
+fn lock_against_an_unreachable_builder_says_unreachable() {
+    let project = TestProject::new();
+    project
+        .write(
+            "hallmark.toml",
+            "[builder]\nname = \"builder\"\nengine = \"unix:///nonexistent/hm-lock.sock\"\n",
+        )
+        .write(
+            "images/base/image.toml",
+            "[from]\nref = \"hallmark-testbed/busybox:latest\"\n",
+        )
+        .write(
+            "images/apt/image.toml",
+            "[from]\nref = \"hallmark-testbed/busybox:latest\"\n\n[build]\napt = [\"jq\"]\n",
+        )
+        .write("pins/apt.toml", include_str!("../../pins/hello.toml"));
+    for image in ["base", "apt"] {
+        let run = project.run(&["lock", image]);
+        let stderr = run.stderr();
+        assert_eq!(run.code(), 1, "{image}: {stderr}");
+        assert!(stderr.contains("unreachable"), "{image}: {stderr}");
+        assert!(stderr.contains("hm-lock.sock"), "{image}: {stderr}");
+        assert!(!stderr.contains("load it"), "{image}: {stderr}");
+    }
+}
