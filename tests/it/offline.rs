@@ -1066,3 +1066,51 @@ fn lock_against_an_unreachable_builder_says_unreachable() {
         assert!(!stderr.contains("load it"), "{image}: {stderr}");
     }
 }
+
+/// The files under `dir`, relative, sorted.
+fn files_under(dir: &std::path::Path) -> Vec<String> {
+    let mut found = Vec::new();
+    let mut folders = vec![dir.to_path_buf()];
+    while let Some(folder) = folders.pop() {
+        for entry in std::fs::read_dir(&folder).unwrap() {
+            let path = entry.unwrap().path();
+            if path.is_dir() {
+                folders.push(path);
+            } else {
+                let relative = path.strip_prefix(dir).unwrap();
+                found.push(relative.to_string_lossy().into_owned());
+            }
+        }
+    }
+    found.sort();
+    found
+}
+
+/// Issue 42: `render --out DIR` into a folder an earlier render wrote removes what that
+/// render wrote first (a stale file went into a plain `docker build DIR`), and only that: a
+/// file of the user's in DIR stays.
+#[test]
+fn render_out_removes_what_it_wrote_before_and_nothing_else() {
+    let (project, _, _) = fixture();
+    let out = project.root().join("ctx");
+    let fresh = project.root().join("fresh");
+    let render = |image: &str, dir: &std::path::Path| {
+        project
+            .run(&["render", image, "--out", dir.to_str().unwrap()])
+            .success();
+    };
+    render("app", &out);
+    let first = files_under(&out);
+    std::fs::write(out.join("mine.txt"), "the user's\n").unwrap();
+    render("addon", &out);
+    render("addon", &fresh);
+    let mut expected = files_under(&fresh);
+    expected.push("mine.txt".into());
+    expected.sort();
+    assert_eq!(files_under(&out), expected, "app's context was {first:?}");
+    assert!(first.len() > expected.len() - 1, "{first:?}");
+    assert_eq!(
+        std::fs::read_to_string(out.join("mine.txt")).unwrap(),
+        "the user's\n"
+    );
+}
