@@ -885,20 +885,47 @@ pub fn ensure_debs<'a>(
     Ok(files)
 }
 
+/// Why packages could not be pinned: the one package of those asked for that fails on its
+/// own (`None`: the indexes could not be read, or the packages fail only together), and why.
+pub type Unpinned = (Option<String>, String);
+
 /// The packages `requested` need in `system`, pinned for `stage` (`None`: `[build]`).
 pub fn lock_packages(
     system: &System,
     requested: &[String],
     stage: Option<&crate::inputs::values::Name>,
     cache: &Path,
-) -> std::result::Result<Vec<AptPin>, String> {
-    let index = Index::load(system, cache)?;
-    let requested: Vec<Requested> = requested.iter().map(|r| Requested::parse(r)).collect();
-    let mut pins = resolve(system, &index, &requested)?;
+) -> std::result::Result<Vec<AptPin>, Unpinned> {
+    let index = Index::load(system, cache).map_err(|e| (None, e))?;
+    let mut pins = resolve_naming(system, &index, requested)?;
     for pin in &mut pins {
         pin.stage = stage.cloned();
     }
     Ok(pins)
+}
+
+/// [`resolve`] of `requested` as the spec writes them; when they cannot be resolved, each is
+/// resolved alone to name the first that fails by itself (an error about `jq nosuch` named
+/// both).
+pub fn resolve_naming(
+    system: &System,
+    index: &Index,
+    requested: &[String],
+) -> std::result::Result<Vec<AptPin>, Unpinned> {
+    let parsed: Vec<Requested> = requested.iter().map(|r| Requested::parse(r)).collect();
+    let together = match resolve(system, index, &parsed) {
+        Ok(pins) => return Ok(pins),
+        Err(message) => message,
+    };
+    if let [one] = requested {
+        return Err((Some(one.clone()), together));
+    }
+    let alone = parsed.iter().zip(requested).find_map(|(wanted, raw)| {
+        resolve(system, index, std::slice::from_ref(wanted))
+            .err()
+            .map(|message| (Some(raw.clone()), message))
+    });
+    Err(alone.unwrap_or((None, format!("together: {together}"))))
 }
 
 #[cfg(test)]
@@ -985,6 +1012,21 @@ Filename: pool/main/o/other/other_1_arm64.deb
 Size: 1
 SHA256: 6666666666666666666666666666666666666666666666666666666666666666
 ";
+
+    /// Issue 42: an error about several packages names the one that failed: `jq nosuch`
+    /// was said as "apt package `jq nosuch`: no package `nosuch`".
+    #[test]
+    fn of_several_packages_the_one_that_fails_is_named() {
+        let installed = system(&[("libc6", "2.36-9")]);
+        let asked = ["jq".to_string(), "nosuch=1".to_string()];
+        let (package, message) = resolve_naming(&installed, &index(PACKAGES), &asked).unwrap_err();
+        assert_eq!(package.as_deref(), Some("nosuch=1"), "{message}");
+        assert!(message.contains("no package `nosuch`"), "{message}");
+        let (package, message) =
+            resolve_naming(&system(&[]), &index(PACKAGES), &asked[..1]).unwrap_err();
+        assert_eq!(package.as_deref(), Some("jq"), "{message}");
+        assert!(resolve_naming(&installed, &index(PACKAGES), &asked[..1]).is_ok());
+    }
 
     #[test]
     fn the_closure_leaves_out_what_the_image_has() {

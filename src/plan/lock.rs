@@ -405,8 +405,14 @@ impl Locking<'_> {
         })?;
         let system = crate::plan::apt::System::from_files(architecture, image.files)
             .map_err(|e| fail(format!("reading `{into}`: {e}")))?;
-        let pins =
-            crate::plan::apt::lock_packages(&system, requested, stage, cache).map_err(fail)?;
+        let pins = crate::plan::apt::lock_packages(&system, requested, stage, cache).map_err(
+            |(package, message)| Error::Apt {
+                image: self.image.to_string(),
+                package: package.unwrap_or_else(|| requested.join(" ")),
+                message,
+                hint: None,
+            },
+        )?;
         let needed = pins.iter().filter(|p| !p.wanted).count();
         self.changes.push(format!(
             "apt {target}: {} for {architecture} from {}, and {needed} more {} that `{into}` lacks",
