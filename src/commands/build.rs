@@ -164,8 +164,11 @@ async fn sign_provenance(
             node: &engine.node,
             engine_version: &engine.version.version,
         };
+        // The versions the package files say, not the pins' (the build fetched the files).
+        let mut image = image.clone();
+        crate::plan::apt::from_files(&settings.cache, &mut image.pins.apt);
         let statement =
-            provenance::statement(plan, image, &subject, &builder, &settings.checksum_label);
+            provenance::statement(plan, &image, &subject, &builder, &settings.checksum_label);
         let envelope = provenance::sign_and_keep(
             &statement,
             &key,

@@ -166,6 +166,25 @@ impl Locking<'_> {
         }
     }
 
+    /// `Ok` if the builder could be reached; else its error, saying first what could not be
+    /// pinned for it (`what`).
+    fn reached(&self, what: String) -> Result<()> {
+        self.bases.reached().map_err(|e| match e {
+            Error::Engine {
+                node,
+                endpoint,
+                message,
+                hint,
+            } => Error::Engine {
+                node,
+                endpoint,
+                message: format!("{what}: {message}"),
+                hint,
+            },
+            other => other,
+        })
+    }
+
     /// The external base: the digest pinned (unless `--update`), else the engine's, else
     /// the one written by hand.
     fn base(&mut self, reference: &str) -> Result<BasePin> {
@@ -186,7 +205,7 @@ impl Locking<'_> {
                     hand.clone()
                 }
                 (None, None) => {
-                    self.bases.reached()?;
+                    self.reached(format!("cannot pin the base `{reference}`"))?;
                     return Err(self.unpinnable(format!(
                         "cannot pin the base `{reference}`: no reachable engine holds it; load it on the builder, or write `[base]` with `ref` and `digest` in this file by hand"
                     )));
@@ -212,7 +231,7 @@ impl Locking<'_> {
                 }
                 (None, Some(hand)) => hand.clone(),
                 (None, None) => {
-                    self.bases.reached()?;
+                    self.reached(format!("cannot pin the toolchain `{reference}`"))?;
                     return Err(self.unpinnable(format!(
                         "cannot pin the toolchain `{reference}` of compile stage `{stage}`: no reachable engine holds it; load it on the builder, or write `[[toolchain]]` with `ref` and `digest` in this file by hand"
                     )));
@@ -382,7 +401,7 @@ impl Locking<'_> {
             }
         }
         let Some((into, image)) = found else {
-            self.bases.reached()?;
+            self.reached(format!("cannot pin the apt packages of {target}"))?;
             return Err(self.unpinnable(format!(
                 "cannot pin the apt packages of {target}: no reachable engine holds `{}`, which they go into, or an image below it; build or load it on the builder",
                 chain.first().map_or("", String::as_str)

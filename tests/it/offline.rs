@@ -563,7 +563,9 @@ fn lock_without_an_engine_or_a_hand_written_digest_says_what_to_do() {
     let (project, _, _) = fixture();
     std::fs::remove_file(project.root().join("pins/app.toml")).unwrap();
     let run = project.run(&["lock", "app"]);
-    assert_eq!(run.code(), 2, "{}", run.stderr());
+    // The engine cannot be reached: said as such, exit 1 (issue 42), naming what it was for.
+    assert_eq!(run.code(), 1, "{}", run.stderr());
+    assert!(run.stderr().contains("unreachable"), "{}", run.stderr());
     assert!(
         run.stderr()
             .contains("cannot pin the base `example/base:1`"),
@@ -1112,5 +1114,81 @@ fn render_out_removes_what_it_wrote_before_and_nothing_else() {
     assert_eq!(
         std::fs::read_to_string(out.join("mine.txt")).unwrap(),
         "the user's\n"
+    );
+}
+
+/// A package made by `dpkg-deb` (xz, as Debian's), its bytes.
+fn made_deb(dir: &std::path::Path, name: &str, version: &str) -> Vec<u8> {
+    let root = dir.join(format!("{name}-root"));
+    std::fs::create_dir_all(root.join("DEBIAN")).unwrap();
+    std::fs::write(
+        root.join("DEBIAN/control"),
+        format!("Package: {name}\nVersion: {version}\nArchitecture: amd64\nMaintainer: t <t@t>\nDescription: a test\n"),
+    )
+    .unwrap();
+    let deb = dir.join(format!("{name}.deb"));
+    let made = std::process::Command::new("dpkg-deb")
+        .args(["--root-owner-group", "-Zxz", "--build"])
+        .arg(&root)
+        .arg(&deb)
+        .output()
+        .unwrap();
+    assert!(made.status.success(), "{made:?}");
+    std::fs::read(deb).unwrap()
+}
+
+/// Issue 42: an apt pin is what its package file says. A hand-edited `version` that the
+/// file's own control data does not say is refused by `check` at its key; the SBOM names the
+/// version the file holds; a pin whose file is not in the layer store yet is a warning.
+#[test]
+fn an_apt_pin_whose_version_its_file_does_not_say_is_refused() {
+    use sha2::Digest as _;
+    let project = TestProject::new();
+    let deb = made_deb(project.root(), "hm-tool", "1.4-2");
+    let sha = hex::encode(sha2::Sha256::digest(&deb));
+    let store = project.root().join(".test-cache/store/debs");
+    std::fs::create_dir_all(&store).unwrap();
+    std::fs::write(store.join(&sha), &deb).unwrap();
+    project.write(
+        "images/app/image.toml",
+        "[from]\nref = \"hallmark-testbed/busybox:latest\"\n\n[build]\napt = [\"hm-tool\"]\n",
+    );
+    let pins = |version: &str| {
+        format!(
+            "{}\n[apt-against]\nbuild = \"base hallmark-testbed/busybox:latest sha256:1e096cc00b119129bf663698e45a6656bf7762975e4526e12809cca0e658eb2c\"\n\n[[apt]]\nname = \"hm-tool\"\nversion = \"{version}\"\narchitecture = \"amd64\"\nwanted = true\narchive = \"http://deb.debian.org/debian\"\npath = \"pool/main/h/hm-tool/hm-tool_1.4-2_amd64.deb\"\nsize = {}\nsha256 = \"{sha}\"\n",
+            include_str!("../../pins/hello.toml"),
+            deb.len()
+        )
+    };
+    project.write("pins/app.toml", &pins("1.4-2"));
+    let checked = project.run(&["check", "app"]);
+    assert_eq!(checked.code(), 0, "{}", checked.stderr());
+    let sbom = |project: &TestProject| project.run(&["sbom", "app"]).success().stdout();
+    assert!(sbom(&project).contains("1.4-2"));
+
+    project.write("pins/app.toml", &pins("9.9-1"));
+    let edited = project.run(&["check", "app"]);
+    let stderr = edited.stderr();
+    assert_eq!(edited.code(), 2, "{stderr}");
+    assert!(stderr.contains("pins/app.toml:"), "{stderr}");
+    assert!(stderr.contains("`apt.version`"), "{stderr}");
+    assert!(stderr.contains("9.9-1"), "{stderr}");
+    assert!(stderr.contains("says 1.4-2"), "{stderr}");
+    // The SBOM names what the file holds, not the edit.
+    let document = sbom(&project);
+    assert!(document.contains("1.4-2"), "{document}");
+    assert!(!document.contains("9.9-1"), "{document}");
+
+    // Not in the layer store: not checked, and the JSON document says so in `warnings`.
+    std::fs::remove_file(store.join(&sha)).unwrap();
+    let unread = project.run(&["--json", "check", "app"]);
+    assert_eq!(unread.code(), 0, "{}", unread.stderr());
+    let document: serde_json::Value = serde_json::from_str(&unread.stdout()).unwrap();
+    let warnings = document["warnings"].as_array().unwrap();
+    assert!(
+        warnings
+            .iter()
+            .any(|w| w.as_str().unwrap().contains("apt `hm-tool=9.9-1`")),
+        "{document}"
     );
 }
