@@ -33,6 +33,9 @@ pub(super) fn run(
     force: bool,
     check_repro: bool,
 ) -> Result<ExitStatus> {
+    // A line every few seconds where stderr is no terminal (CI logs, ssh): a silent step
+    // (a compile, a long load) showed nothing there for many minutes.
+    let _heartbeat = settings.output.heartbeat("build");
     let names = settings.names(images)?;
     // An image that cannot be planned is said on stderr and not built; the others are
     // (`build A B C` with a bad B built nothing), and the exit says the input was bad.

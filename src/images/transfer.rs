@@ -400,6 +400,7 @@ async fn load_into(
     bar.set_position(0);
     bar.set_style(progress::transfer_style());
     bar.set_prefix(node.node.clone());
+    progress::track(bar);
     let ticker = {
         let (bar, sent) = (bar.clone(), Arc::clone(sent));
         tokio::spawn(async move {

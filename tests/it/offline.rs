@@ -1192,3 +1192,47 @@ fn an_apt_pin_whose_version_its_file_does_not_say_is_refused() {
         "{document}"
     );
 }
+
+/// Issue 42: where stderr is no terminal (a pipe: CI logs, ssh), a long `lock`, `build` and
+/// `distribute` say they are at work every interval (10 s; 0.3 s here), as the bars do on a
+/// terminal; nothing with `-q`. The builder here accepts connections and never answers, so
+/// each command works until the answer deadline (3 s).
+#[test]
+fn long_commands_say_they_are_at_work_on_a_stderr_that_is_a_pipe() {
+    let project = TestProject::new();
+    let socket = project.root().join("silent.sock");
+    let _silent = std::os::unix::net::UnixListener::bind(&socket).unwrap();
+    project
+        .write(
+            "hallmark.toml",
+            &format!(
+                "[builder]\nname = \"builder\"\nengine = \"unix://{}\"\n\n[[node]]\nname = \"node1\"\nengine = \"unix://{}\"\n",
+                socket.display(),
+                socket.display()
+            ),
+        )
+        .write(
+            "images/app/image.toml",
+            "[from]\nref = \"hallmark-testbed/busybox:latest\"\n",
+        );
+    let env = [
+        ("HALLMARK_ANSWER_TIMEOUT", "3"),
+        ("HALLMARK_PROGRESS_INTERVAL", "0.3"),
+    ];
+    for verb in ["lock", "build", "distribute"] {
+        let run = support::run_in_with(project.root(), &[verb, "app"], &env);
+        let stderr = run.stderr();
+        assert_ne!(run.code(), 0, "{verb}: {stderr}");
+        let lines = stderr
+            .lines()
+            .filter(|l| l.starts_with(&format!("hallmark {verb}: still at work, ")))
+            .count();
+        assert!(lines >= 3, "{verb}: {lines} lines: {stderr}");
+        let quiet = support::run_in_with(project.root(), &["-q", verb, "app"], &env);
+        assert!(
+            !quiet.stderr().contains("still at work"),
+            "{}",
+            quiet.stderr()
+        );
+    }
+}
