@@ -159,6 +159,13 @@ impl Output {
         self.echo() && self.terminal
     }
 
+    /// Where stderr is no terminal, and output is not quiet nor `--json`: a line every few
+    /// seconds while `verb` works ([`progress::Heartbeat`]); `None` elsewhere (a terminal
+    /// has the bars and the streamed log).
+    pub fn heartbeat(&self, verb: &str) -> Option<progress::Heartbeat> {
+        (self.echo() && !self.terminal).then(|| progress::Heartbeat::start(verb))
+    }
+
     /// Prints `{"version": 1, "<key>": value}` on stdout, `value`'s keys in its own order.
     pub fn json<T: Serialize + ?Sized>(&self, key: &str, value: &T) {
         let document = Rows { key, rows: value };

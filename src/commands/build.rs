@@ -33,6 +33,9 @@ pub(super) fn run(
     force: bool,
     check_repro: bool,
 ) -> Result<ExitStatus> {
+    // A line every few seconds where stderr is no terminal (CI logs, ssh): a silent step
+    // (a compile, a long load) showed nothing there for many minutes.
+    let _heartbeat = settings.output.heartbeat("build");
     let names = settings.names(images)?;
     // An image that cannot be planned is said on stderr and not built; the others are
     // (`build A B C` with a bad B built nothing), and the exit says the input was bad.
@@ -42,6 +45,7 @@ pub(super) fn run(
         .filter(|n| !unplanned.contains_key(n))
         .collect();
     refuse_lint_problems(&plan)?;
+    refuse_unusable_key(settings)?;
     let build_settings = BuildSettings {
         checksum_label: &settings.checksum_label,
         cache: &settings.cache,
@@ -163,8 +167,11 @@ async fn sign_provenance(
             node: &engine.node,
             engine_version: &engine.version.version,
         };
+        // The versions the package files say, not the pins' (the build fetched the files).
+        let mut image = image.clone();
+        crate::plan::apt::from_files(&settings.cache, &mut image.pins.apt);
         let statement =
-            provenance::statement(plan, image, &subject, &builder, &settings.checksum_label);
+            provenance::statement(plan, &image, &subject, &builder, &settings.checksum_label);
         let envelope = provenance::sign_and_keep(
             &statement,
             &key,
@@ -179,6 +186,32 @@ async fn sign_provenance(
         ));
     }
     Ok(())
+}
+
+/// `[provenance] key` that cannot sign (missing, a passphrase, not ed25519) is refused before
+/// anything is built: the build would otherwise run for hours and fail at its signature.
+fn refuse_unusable_key(settings: &Settings) -> Result<()> {
+    let Some(key) = settings
+        .config
+        .provenance
+        .as_ref()
+        .and_then(|p| p.key.as_ref())
+    else {
+        return Ok(());
+    };
+    let path = settings.project.root.join(key);
+    crate::images::attest::usable(&path).map_err(|why| Error::Usage {
+        message: format!(
+            "{}: `[provenance] key`: cannot sign provenance: {why}",
+            settings
+                .config
+                .path
+                .as_deref()
+                .unwrap_or(std::path::Path::new("hallmark.toml"))
+                .display()
+        ),
+        hint: Some("nothing was built; fix the key or remove `key` from `[provenance]`".into()),
+    })
 }
 
 /// The lints cost nothing and a wrong ENTRYPOINT costs a deployment: refused before building.

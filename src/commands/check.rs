@@ -20,7 +20,7 @@ pub(super) fn run(settings: &Settings, selection: &Selection) -> Result<ExitStat
         crate::plan::check::check(&settings.project, &names, &settings.cache);
     hashing_note(settings, hashing);
     let unreviewed = crate::plan::check::unreviewed(&settings.project, &names);
-    let warnings: Vec<String> = unreviewed
+    let mut warnings: Vec<String> = unreviewed
         .iter()
         .map(|(path, mark)| {
             format!(
@@ -32,6 +32,11 @@ pub(super) fn run(settings: &Settings, selection: &Selection) -> Result<ExitStat
             )
         })
         .collect();
+    warnings.extend(crate::plan::check::apt_unread(
+        &settings.project,
+        &names,
+        &settings.cache,
+    ));
     if settings.output.json {
         let passed: Vec<_> = passed
             .iter()

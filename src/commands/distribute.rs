@@ -25,6 +25,8 @@ pub(super) fn run(
     parallel: bool,
     full: bool,
 ) -> Result<ExitStatus> {
+    // A line every few seconds where stderr is no terminal (CI logs, ssh): the bars are not drawn there.
+    let _heartbeat = settings.output.heartbeat("distribute");
     let names = match images {
         [] => settings.project.image_names()?,
         named => settings.names(named)?,

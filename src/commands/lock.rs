@@ -7,6 +7,8 @@ use crate::error::{ExitStatus, Result};
 use crate::make::base::BuilderResolver;
 
 pub(super) fn run(settings: &Settings, images: &[String], update: bool) -> Result<ExitStatus> {
+    // A line every few seconds where stderr is no terminal (CI logs, ssh).
+    let _heartbeat = settings.output.heartbeat("lock");
     let mut names = if images.is_empty() {
         settings.project.all_images()?
     } else {

@@ -13,7 +13,11 @@ pub(super) fn run(
     out: Option<&Path>,
 ) -> Result<ExitStatus> {
     let name = settings.project.image_name(image)?;
-    let plan = Plan::new(&settings.project, std::slice::from_ref(&name))?;
+    let mut plan = Plan::new(&settings.project, std::slice::from_ref(&name))?;
+    // The versions the package files say (where the layer store holds them), not the pins'.
+    for image in plan.images.values_mut() {
+        crate::plan::apt::from_files(&settings.cache, &mut image.pins.apt);
+    }
     let text = sbom::write(&plan, plan.get(&name), format);
     match out {
         None => crate::output::stdout_exactly(&text),

@@ -56,7 +56,20 @@ pub(super) fn run(settings: &Settings) -> Result<ExitStatus> {
             .map(|(name, found)| wanted_or_why(plan.get(name), store, found))
             .unzip();
         let mut columns = holdings_of_nodes(settings, &nodes, &connected, &wanted).await;
-        unverified_without_reference(&mut columns, &unchecked);
+        // Said once per image, not on each of its nodes' rows.
+        // Said even with `-q`: the rows refer to it.
+        for (i, (name, why)) in names.iter().zip(&unchecked).enumerate() {
+            let matched = |c: &Vec<crate::ship::verify::NodeHolding>| {
+                c[i].state == crate::ship::verify::Holding::Mismatch
+            };
+            if let Some(why) = why
+                && !settings.output.json
+                && columns.iter().any(matched)
+            {
+                crate::output::stderr(&format!("{name}: {why}"));
+            }
+        }
+        unverified_without_reference(&mut columns, &unchecked, !settings.output.json);
         Ok::<_, Error>(image_rows(&names, columns))
     }))?;
     let rows = super::verify::with_unplanned(&all, rows, &unplanned, &nodes);

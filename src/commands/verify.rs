@@ -68,7 +68,7 @@ pub(super) fn run(
             .collect();
         let (wanted, unchecked): (Vec<_>, Vec<_>) = judged.into_iter().unzip();
         let mut columns = holdings_of_nodes(settings, &nodes, &connected, &wanted).await;
-        unverified_without_reference(&mut columns, &unchecked);
+        unverified_without_reference(&mut columns, &unchecked, !settings.output.json);
         if let Some(trusted) = &trusted {
             let verdicts: Vec<std::result::Result<String, String>> = names
                 .iter()
@@ -331,10 +331,13 @@ pub(super) fn wanted_or_why(
 }
 
 /// Without the builder's image to compare with (`unchecked[i]` says why), a node whose label
-/// matches is `unverified`, not `current` or `mismatch`: the content is not checked.
+/// matches is `unverified`, not `current` or `mismatch`: the content is not checked. In a
+/// table (`brief`) the why is said once, above it, by the caller, and each row refers to it
+/// (a paragraph on every node's row buried the table); a JSON row carries it whole.
 pub(super) fn unverified_without_reference(
     columns: &mut [Vec<NodeHolding>],
     unchecked: &[Option<String>],
+    brief: bool,
 ) {
     for column in columns {
         for (holding, why) in column.iter_mut().zip(unchecked) {
@@ -342,9 +345,11 @@ pub(super) fn unverified_without_reference(
                 && holding.state == Holding::Mismatch
             {
                 holding.state = Holding::Unverified;
-                holding.detail = Some(format!(
-                    "the label matches; the content is not checked: {why}"
-                ));
+                holding.detail = Some(match brief {
+                    true => "the label matches; the content is not checked (why: above the table)"
+                        .to_string(),
+                    false => format!("the label matches; the content is not checked: {why}"),
+                });
             }
         }
     }

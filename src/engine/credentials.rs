@@ -202,15 +202,60 @@ fn ask_helper(
 mod tests {
     use super::ask_helper;
 
-    /// A helper script in a folder of its own.
+    /// A helper script in a folder of its own, written by a child process (`sh -c 'cat >
+    /// FILE'`): a file this process opened for writing could be held open by a fork another
+    /// test thread makes meanwhile, and running it would then fail with ETXTBSY.
     fn helper(script: &str) -> (tempfile::TempDir, String) {
-        use std::os::unix::fs::PermissionsExt;
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("docker-credential-test");
-        std::fs::write(&path, format!("#!/bin/sh\n{script}\n")).unwrap();
-        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).unwrap();
         let program = path.to_str().unwrap().to_string();
+        let mut writer = std::process::Command::new("sh")
+            .args(["-c", "cat > \"$1\" && chmod 755 \"$1\"", "sh", &program])
+            .stdin(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        std::io::Write::write_all(
+            &mut writer.stdin.take().unwrap(),
+            format!("#!/bin/sh\n{script}\n").as_bytes(),
+        )
+        .unwrap();
+        assert!(writer.wait().unwrap().success());
         (dir, program)
+    }
+
+    /// CI saw `Text file busy (os error 26)` running a helper just written: a fork made by
+    /// another test thread while the file was open for writing held the write descriptor.
+    /// Helpers written while other threads fork all the time run, every one.
+    #[test]
+    fn a_helper_written_while_other_threads_fork_runs() {
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let forkers: Vec<_> = (0..3)
+            .map(|_| {
+                let stop = std::sync::Arc::clone(&stop);
+                std::thread::spawn(move || {
+                    while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                        let _ = std::process::Command::new("true").status();
+                    }
+                })
+            })
+            .collect();
+        let mut failures = Vec::new();
+        for _ in 0..200 {
+            let (_dir, program) = helper("exit 0");
+            if let Err(e) = std::process::Command::new(&program).status() {
+                failures.push(e.to_string());
+            }
+        }
+        stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        for forker in forkers {
+            forker.join().unwrap();
+        }
+        assert!(
+            failures.is_empty(),
+            "{} of 200: {:?}",
+            failures.len(),
+            failures.first()
+        );
     }
 
     #[test]

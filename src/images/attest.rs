@@ -51,6 +51,31 @@ fn base64() -> base64::engine::GeneralPurpose {
 /// Signs `statement` with the OpenSSH ed25519 private key at `key` (unencrypted: hallmark
 /// runs unattended).
 pub fn sign(statement: &serde_json::Value, key: &Path) -> Result<Envelope, String> {
+    let (private, signing) = signing_key(key)?;
+    let payload = serde_json::to_vec(statement).expect("JSON values serialize");
+    let signature = signing.sign(&pae(PAYLOAD_TYPE, &payload));
+    Ok(Envelope {
+        payload: base64().encode(&payload),
+        payload_type: PAYLOAD_TYPE.to_string(),
+        signatures: vec![Signature {
+            keyid: private
+                .public_key()
+                .fingerprint(ssh_key::HashAlg::Sha256)
+                .to_string(),
+            sig: base64().encode(signature.to_bytes()),
+        }],
+    })
+}
+
+/// `Ok` if the private key at `key` can sign provenance (it exists, is an OpenSSH ed25519
+/// key, has no passphrase), else why not: asked before a build starts, so that a build of
+/// hours does not end in a signature that cannot be made.
+pub fn usable(key: &Path) -> Result<(), String> {
+    signing_key(key).map(drop)
+}
+
+/// The private key at `key` and its ed25519 signing half.
+fn signing_key(key: &Path) -> Result<(ssh_key::PrivateKey, ed25519_dalek::SigningKey), String> {
     let text = fs_err::read_to_string(key).map_err(|e| e.to_string())?;
     let private = ssh_key::PrivateKey::from_openssh(&text)
         .map_err(|e| format!("{}: not an OpenSSH private key: {e}", key.display()))?;
@@ -68,19 +93,7 @@ pub fn sign(statement: &serde_json::Value, key: &Path) -> Result<Envelope, Strin
         ));
     };
     let signing = ed25519_dalek::SigningKey::from_bytes(&pair.private.to_bytes());
-    let payload = serde_json::to_vec(statement).expect("JSON values serialize");
-    let signature = signing.sign(&pae(PAYLOAD_TYPE, &payload));
-    Ok(Envelope {
-        payload: base64().encode(&payload),
-        payload_type: PAYLOAD_TYPE.to_string(),
-        signatures: vec![Signature {
-            keyid: private
-                .public_key()
-                .fingerprint(ssh_key::HashAlg::Sha256)
-                .to_string(),
-            sig: base64().encode(signature.to_bytes()),
-        }],
-    })
+    Ok((private, signing))
 }
 
 /// A public key hallmark.toml trusts, read.

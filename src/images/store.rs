@@ -859,11 +859,21 @@ mod tests {
     }
 
     fn prune(cache: &Path, project: &Path, keep: &[String]) {
-        LayerStore::for_prune(cache, project, false)
-            .unwrap()
-            .expect("no other store open")
-            .prune(keep, &[], &[])
-            .unwrap();
+        for_prune(cache, project).prune(keep, &[], &[]).unwrap();
+    }
+
+    /// The store for prune, once no other holds it. A fork another test thread makes while
+    /// this test's store was open holds a copy of its lock's descriptor until that child
+    /// execs (the same race as a script busy for writing, ETXTBSY): the lock is tried again
+    /// for up to a second, a millisecond apart, before the test fails.
+    fn for_prune(cache: &Path, project: &Path) -> LayerStore {
+        for _ in 0..1000 {
+            if let Some(store) = LayerStore::for_prune(cache, project, false).unwrap() {
+                return store;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(1));
+        }
+        panic!("another store stayed open for a second");
     }
 
     #[test]
@@ -878,11 +888,7 @@ mod tests {
         }
         LayerStore::open_for(&cache, Some(&a)).mark_compiled("used-by-a");
         let prune_in = |project: &Path, keep: &[String]| {
-            LayerStore::for_prune(&cache, project, false)
-                .unwrap()
-                .expect("no other store open")
-                .prune(&[], keep, &[])
-                .unwrap()
+            for_prune(&cache, project).prune(&[], keep, &[]).unwrap()
         };
         let pruned = prune_in(&b, &["used-by-b".to_string()]);
         assert_eq!((pruned.compiled, pruned.compiled_bytes), (1, 12));

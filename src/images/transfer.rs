@@ -314,6 +314,31 @@ pub async fn send(
     first: usize,
     bar: &indicatif::ProgressBar,
 ) -> (Result<()>, Sent) {
+    send_as(node, store, image, reference, first, bar, reference).await
+}
+
+/// [`send`] of an image loaded untagged; a failed load names it as `what`.
+async fn send_untagged(
+    node: &Engine,
+    store: &Arc<LayerStore>,
+    image: &StoredImage,
+    first: usize,
+    bar: &indicatif::ProgressBar,
+    what: &str,
+) -> (Result<()>, Sent) {
+    send_as(node, store, image, "", first, bar, what).await
+}
+
+/// [`send`], a failed load naming the image as `what`.
+async fn send_as(
+    node: &Engine,
+    store: &Arc<LayerStore>,
+    image: &StoredImage,
+    reference: &str,
+    first: usize,
+    bar: &indicatif::ProgressBar,
+    what: &str,
+) -> (Result<()>, Sent) {
     let layer_bytes: u64 = image.layers[first..].iter().map(|l| l.blob.size).sum();
     bar.set_length(layer_bytes);
     let written = Arc::new(AtomicU64::new(0));
@@ -330,7 +355,7 @@ pub async fn send(
         oci::archive::write(&*store, &image_owned, tagged.as_ref(), first, writer)
             .map_err(|e| Error::io(store.root.clone(), e))
     });
-    let loaded = load_into(node, reference, body, &written, bar).await;
+    let loaded = load_into(node, what, body, &written, bar).await;
     let archive_bytes = written.load(Ordering::Relaxed);
     let sent = Sent {
         layer_bytes: layer_bytes.min(archive_bytes),
@@ -350,7 +375,11 @@ pub async fn send_many(
 ) -> (Result<()>, u64) {
     let written = Arc::new(AtomicU64::new(0));
     let store = Arc::clone(store);
-    let what = format!("{} images", images.len());
+    let what = images
+        .iter()
+        .map(|(_, reference, _)| reference.to_string())
+        .collect::<Vec<_>>()
+        .join(", ");
     let body = engine::body_from_writer(Some(Arc::clone(&written)), move |writer| {
         let entries: Vec<_> = images.iter().map(|(i, r, f)| (i, Some(r), *f)).collect();
         oci::archive::write_many(&*store, &entries, writer)
@@ -371,6 +400,7 @@ async fn load_into(
     bar.set_position(0);
     bar.set_style(progress::transfer_style());
     bar.set_prefix(node.node.clone());
+    progress::track(bar);
     let ticker = {
         let (bar, sent) = (bar.clone(), Arc::clone(sent));
         tokio::spawn(async move {
@@ -399,6 +429,7 @@ pub async fn load_made(
     config: &serde_json::Value,
     layers: Vec<crate::images::store::StoredLayer>,
     first: usize,
+    what: &str,
 ) -> Result<String> {
     let bytes = serde_json::to_vec(config).expect("config serializes");
     let (digest, size) = store.add_blob(|out| out.write_all(&bytes))?;
@@ -411,7 +442,9 @@ pub async fn load_made(
         layers,
     };
     let hidden = indicatif::ProgressBar::hidden();
-    send(builder, store, &image, "", first, &hidden).await.0?;
+    send_untagged(builder, store, &image, first, &hidden, what)
+        .await
+        .0?;
     settle(builder, store, image, first).await
 }
 
@@ -444,6 +477,7 @@ pub async fn load_streamed(
     store: &Arc<LayerStore>,
     made: std::sync::mpsc::Receiver<Made>,
     first: usize,
+    what: &str,
 ) -> Result<String> {
     let made = Arc::new(std::sync::Mutex::new(made));
     let taken = Arc::new(std::sync::Mutex::new(Vec::new()));
@@ -468,14 +502,7 @@ pub async fn load_streamed(
             })
         };
         let hidden = indicatif::ProgressBar::hidden();
-        let loaded = load_into(
-            builder,
-            "the normalised image",
-            body,
-            &Arc::new(AtomicU64::new(0)),
-            &hidden,
-        )
-        .await;
+        let loaded = load_into(builder, what, body, &Arc::new(AtomicU64::new(0)), &hidden).await;
         if !abandoned.load(Ordering::Relaxed) {
             loaded?;
             break;

@@ -121,7 +121,8 @@ pub async fn assemble(
     );
     apply(&mut config, spec, &labels, &created, &layers, history);
     let parent_layers = parent_image.layers.len();
-    transfer::load_made(builder, store, &config, layers, parent_layers).await
+    let what = format!("the assembled image of `{}`", image.name());
+    transfer::load_made(builder, store, &config, layers, parent_layers, &what).await
 }
 
 /// The layer of the spec's files, each placed in the parent's tree as the engine's ADD would

@@ -149,6 +149,19 @@ impl BuilderResolver<'_> {
 }
 
 impl crate::plan::lock::BaseResolver for BuilderResolver<'_> {
+    fn reached(&self) -> Result<()> {
+        self.runtime.block_on(async {
+            Engine::connect(
+                self.builder.name.as_str(),
+                &self.builder.engine,
+                self.ssh_config,
+                self.cache,
+            )
+            .await
+            .map(drop)
+        })
+    }
+
     fn resolve(&self, reference: &str) -> Result<Option<BasePin>> {
         self.runtime.block_on(async {
             let Some(engine) = self.engine().await else {

@@ -401,6 +401,7 @@ impl Job<'_> {
         let normalised = normalize::normalize(
             self.engine,
             &self.store,
+            &format!("`{}`", self.image.name()),
             &raw,
             normalize::Parent {
                 name: &parent,
@@ -465,7 +466,10 @@ impl Job<'_> {
         smoke(engine, image, &made.id, &mut record.smoke).await?;
         let id = match (self.smoked, made.by_hallmark) {
             (false, _) => made.id.clone(),
-            (true, true) => stamp_made(engine, &self.store, &made.id, label, checksum).await?,
+            (true, true) => {
+                let what = format!("the stamped image of `{}`", image.name());
+                stamp_made(engine, &self.store, &made.id, (label, checksum), &what).await?
+            }
             (true, false) => stamp_by_build(engine, &made.id, label, checksum).await?,
         };
         // The label the engine holds must be the one we computed: the image says what it is.
@@ -530,8 +534,8 @@ async fn stamp_made(
     engine: &Engine,
     store: &std::sync::Arc<LayerStore>,
     made: &str,
-    key: &str,
-    checksum: &str,
+    (key, checksum): (&str, &str),
+    what: &str,
 ) -> Result<String> {
     let stored = store
         .record(made)
@@ -539,7 +543,7 @@ async fn stamp_made(
     let mut config = store.read_config(&stored)?;
     normalize::finish_config(&mut config, key, checksum);
     let held = stored.layers.len();
-    crate::images::transfer::load_made(engine, store, &config, stored.layers, held).await
+    crate::images::transfer::load_made(engine, store, &config, stored.layers, held, what).await
 }
 
 /// Stamps an engine-built image hallmark does not rewrite (`normalize = false`): a build of

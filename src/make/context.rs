@@ -364,7 +364,14 @@ pub fn write_sources<W: Write>(
         .map_err(|e| Error::io("the sources' tar", e))
 }
 
-/// Writes the context into a folder (for `render --out`), streaming through a pipe.
+/// The file in a `render --out` folder that lists what the render wrote there, one path a
+/// line (folders end in `/`): the next render removes those first, and nothing else.
+pub const RENDERED_LIST: &str = ".hallmark-rendered";
+
+/// Writes the context into a folder (for `render --out`), streaming through a pipe. What an
+/// earlier render wrote there (its [`RENDERED_LIST`]) is removed first, so a file the
+/// context no longer has does not go into a plain `docker build` of the folder; files the
+/// list does not name (the user's) are left alone.
 pub fn unpack_into(
     image: &PlannedImage,
     dockerfile: &str,
@@ -372,16 +379,86 @@ pub fn unpack_into(
     dir: &Path,
 ) -> Result<()> {
     fs_err::create_dir_all(dir).map_err(|e| Error::io(dir, e))?;
+    remove_rendered(dir)?;
     let (reader, writer) = std::io::pipe().map_err(|e| Error::io(dir, e))?;
+    let mut written = Vec::new();
     std::thread::scope(|scope| {
         let producer = scope.spawn(move || write(image, dockerfile, fetched, writer).map(drop));
         let mut archive = tar::Archive::new(reader);
         archive.set_preserve_mtime(true);
-        let unpacked = archive.unpack(dir).map_err(|e| Error::io(dir, e));
+        let unpacked = unpack_listed(&mut archive, dir, &mut written);
         drop(archive);
         producer.join().expect("context writer does not panic")?;
         unpacked
-    })
+    })?;
+    let list = dir.join(RENDERED_LIST);
+    let mut text = written.join("\n");
+    text.push('\n');
+    fs_err::write(&list, text).map_err(|e| Error::io(&list, e))
+}
+
+/// Unpacks `archive` into `dir` entry by entry (each kept inside `dir`, as `unpack` does),
+/// noting each path written.
+fn unpack_listed(
+    archive: &mut tar::Archive<impl std::io::Read>,
+    dir: &Path,
+    written: &mut Vec<String>,
+) -> Result<()> {
+    for entry in archive.entries().map_err(|e| Error::io(dir, e))? {
+        let mut entry = entry.map_err(|e| Error::io(dir, e))?;
+        let path = entry.path().map_err(|e| Error::io(dir, e))?.into_owned();
+        let mut name = path
+            .components()
+            .filter(|c| matches!(c, std::path::Component::Normal(_)))
+            .map(|c| c.as_os_str().to_string_lossy().into_owned())
+            .collect::<Vec<_>>()
+            .join("/");
+        if entry.header().entry_type().is_dir() {
+            name.push('/');
+        }
+        if entry.unpack_in(dir).map_err(|e| Error::io(dir, e))? && name != "/" {
+            written.push(name);
+        }
+    }
+    Ok(())
+}
+
+/// Removes what the [`RENDERED_LIST`] in `dir` names: its files, then its folders that are
+/// left empty (deepest first). A path that would leave `dir` is ignored.
+fn remove_rendered(dir: &Path) -> Result<()> {
+    let list = dir.join(RENDERED_LIST);
+    let text = match fs_err::read_to_string(&list) {
+        Ok(text) => text,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+        Err(e) => return Err(Error::io(&list, e)),
+    };
+    let inside = |line: &str| {
+        let path = Path::new(line.trim_end_matches('/'));
+        !line.is_empty()
+            && path
+                .components()
+                .all(|c| matches!(c, std::path::Component::Normal(_)))
+    };
+    let mut folders = Vec::new();
+    for line in text.lines().filter(|l| inside(l)) {
+        let path = dir.join(line.trim_end_matches('/'));
+        if line.ends_with('/') {
+            folders.push(path);
+            continue;
+        }
+        match fs_err::symlink_metadata(&path) {
+            Ok(meta) if !meta.is_dir() => {
+                fs_err::remove_file(&path).map_err(|e| Error::io(&path, e))?;
+            }
+            _ => {}
+        }
+    }
+    folders.sort_by_key(|f| std::cmp::Reverse(f.components().count()));
+    for folder in folders {
+        // Not empty: it holds what the user put there.
+        let _ = fs_err::remove_dir(&folder);
+    }
+    fs_err::remove_file(&list).map_err(|e| Error::io(&list, e))
 }
 
 #[cfg(test)]

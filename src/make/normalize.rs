@@ -100,6 +100,7 @@ impl ReadFrom {
 pub async fn normalize(
     builder: &Engine,
     store: &Arc<LayerStore>,
+    image: &str,
     raw_id: &str,
     parent: Parent<'_>,
     source_date: u64,
@@ -141,7 +142,8 @@ pub async fn normalize(
         Ok(found) => {
             let finish = finish.map(|(k, c)| (k.to_string(), c.to_string()));
             let layers = plan.parent_layers;
-            return normalize_from_dirs(builder, store, found, layers, source_date, finish).await;
+            let from = (image, found);
+            return normalize_from_dirs(builder, store, from, layers, source_date, finish).await;
         }
         Err(why) => why,
     };
@@ -158,6 +160,7 @@ pub async fn normalize(
     };
     loop {
         let from = Source {
+            image,
             raw_id,
             blobs: blobs.as_ref(),
         };
@@ -190,6 +193,8 @@ pub async fn normalize(
 /// content store's blobs.
 #[derive(Clone, Copy)]
 struct Source<'a> {
+    /// What the image is, for errors (`the normalised image of \`app\``).
+    image: &'a str,
     raw_id: &'a str,
     blobs: Option<&'a content::Blobs>,
 }
@@ -264,7 +269,8 @@ async fn normalize_once(
         let _ = made_sender.send(transfer::Made::Image(image));
         Ok::<_, export::Failure>(counts)
     };
-    let load = transfer::load_streamed(builder, store, made, plan.parent_layers);
+    let what = format!("the normalised image of {}", from.image);
+    let load = transfer::load_streamed(builder, store, made, plan.parent_layers, &what);
     let ((), made_image, loaded) = tokio::join!(forward, made_image, load);
     // The normalisation's own failure says more than the load it cut short.
     let (layers, streamed) = made_image?;
@@ -309,7 +315,7 @@ fn image_of(
 async fn normalize_from_dirs(
     builder: &Engine,
     store: &Arc<LayerStore>,
-    found: overlay::Found,
+    (image, found): (&str, overlay::Found),
     parent_layers: usize,
     source_date: u64,
     finish: Option<(String, String)>,
@@ -359,7 +365,8 @@ async fn normalize_from_dirs(
             Ok::<_, Error>(count)
         })
     };
-    let load = transfer::load_streamed(builder, store, made, parent_layers);
+    let what = format!("the normalised image of {image}");
+    let load = transfer::load_streamed(builder, store, made, parent_layers, &what);
     let (made_image, loaded) = tokio::join!(made_image, load);
     // The normalisation's own failure says more than the load it cut short.
     let layers = made_image.expect("the rewrite does not panic")?;

@@ -113,6 +113,37 @@ pub fn manifest(image: &StoredImage) -> (Digest, String) {
     (Digest::of(&text), text)
 }
 
+/// The media type of a DSSE envelope as a layer (signed provenance beside an image).
+pub const DSSE_ENVELOPE: &str = "application/vnd.dsse.envelope.v1+json";
+
+/// The manifest that keeps a signed provenance beside an image in a registry, as cosign
+/// keeps attestations where there is no referrers API: `config` (an empty JSON object) and
+/// one layer, the DSSE `envelope`; the image it is about named by its manifest digest and
+/// size in annotations (no OCI `subject`: distribution 2.8 has no referrers API). Returns its
+/// JSON, keys sorted.
+pub fn attestation_manifest(config: &Blob, envelope: &Blob, subject: (&str, usize)) -> String {
+    let mut layer = descriptor(envelope);
+    layer.set_annotations(Some(HashMap::from([(
+        "predicateType".to_string(),
+        "https://slsa.dev/provenance/v1".to_string(),
+    )])));
+    let manifest = ImageManifestBuilder::default()
+        .schema_version(2u32)
+        .media_type(MediaType::ImageManifest)
+        .config(descriptor(config))
+        .layers(vec![layer])
+        .annotations(HashMap::from([
+            (
+                "org.opencontainers.image.ref.name".to_string(),
+                subject.0.to_string(),
+            ),
+            ("hallmark.subject.size".to_string(), subject.1.to_string()),
+        ]))
+        .build()
+        .expect("every field of the manifest is set");
+    sorted_json(&manifest)
+}
+
 /// `index.json`: the manifests (digest, size), each named by its reference (none: the image
 /// loads untagged).
 fn index(manifests: &[(Digest, u64, Option<&Reference>)]) -> String {
@@ -298,6 +329,50 @@ fn docker_manifest(
 mod tests {
     use super::*;
     use crate::images::store::LayerStore;
+
+    /// The attestation's manifest was a `json!` literal; built by oci-spec, it reads back as
+    /// an OCI image manifest and keeps the bytes registries already hold for it.
+    #[test]
+    fn the_attestation_manifest_is_built_by_oci_spec_with_the_same_bytes() {
+        let blob = |bytes: &[u8], media_type: &str| Blob {
+            digest: Digest::of(bytes),
+            size: bytes.len() as u64,
+            media_type: media_type.into(),
+        };
+        let config = blob(b"{}", CONFIG);
+        let envelope = blob(br#"{"payload":"e30="}"#, DSSE_ENVELOPE);
+        let subject = format!("sha256:{}", "ab".repeat(32));
+        let text = attestation_manifest(&config, &envelope, (&subject, 1234));
+        let manifest = oci_spec::image::ImageManifest::from_reader(text.as_bytes()).unwrap();
+        assert_eq!(
+            manifest.config().digest().to_string(),
+            config.digest.as_str()
+        );
+        assert_eq!(manifest.config().media_type(), &MediaType::ImageConfig);
+        let layer = &manifest.layers()[0];
+        assert_eq!(layer.media_type().to_string(), DSSE_ENVELOPE);
+        assert_eq!(layer.size(), envelope.size);
+        let annotations = manifest.annotations().as_ref().unwrap();
+        assert_eq!(annotations["hallmark.subject.size"], "1234");
+        // What the literal wrote (serde_json sorted its keys), byte for byte.
+        let literal = serde_json::json!({
+            "schemaVersion": 2,
+            "mediaType": "application/vnd.oci.image.manifest.v1+json",
+            "config": {
+                "mediaType": "application/vnd.oci.image.config.v1+json",
+                "digest": config.digest.as_str(),
+                "size": config.size,
+            },
+            "layers": [{
+                "mediaType": "application/vnd.dsse.envelope.v1+json",
+                "digest": envelope.digest.as_str(),
+                "size": envelope.size,
+                "annotations": {"predicateType": "https://slsa.dev/provenance/v1"},
+            }],
+            "annotations": {"org.opencontainers.image.ref.name": subject, "hallmark.subject.size": "1234"},
+        });
+        assert_eq!(text, sorted_json(&literal));
+    }
 
     /// An image of two layers (one uncompressed, one gzip) in a fresh store.
     fn known_image(store: &LayerStore) -> StoredImage {

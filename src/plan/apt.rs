@@ -800,6 +800,120 @@ pub fn deb_path(store: &LayerStore, sha256: &Sha256Hex) -> PathBuf {
     store.root.join("debs").join(sha256.as_str())
 }
 
+/// What a package file's own control data says it is (`Package`, `Version`, `Architecture`
+/// of `control.tar.*` in the `.deb`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Control {
+    pub package: String,
+    pub version: String,
+    pub architecture: String,
+}
+
+/// Reads the control data of the `.deb` at `path`: an `ar` archive whose `control.tar` is
+/// plain, gzip or xz (what Debian writes; zstd, which Ubuntu writes, is not read here).
+pub fn control_of(path: &Path) -> std::result::Result<Control, String> {
+    let bytes = fs_err::read(path).map_err(|e| e.to_string())?;
+    control_of_bytes(&bytes)
+}
+
+fn control_of_bytes(bytes: &[u8]) -> std::result::Result<Control, String> {
+    let mut rest = bytes
+        .strip_prefix(b"!<arch>\n")
+        .ok_or("not a Debian package (no ar archive)")?;
+    while rest.len() >= 60 {
+        let (header, body) = rest.split_at(60);
+        let name = String::from_utf8_lossy(&header[..16]);
+        let name = name.trim_end().trim_end_matches('/');
+        let size: usize = String::from_utf8_lossy(&header[48..58])
+            .trim()
+            .parse()
+            .map_err(|_| "a damaged ar header")?;
+        let member = body.get(..size).ok_or("a truncated ar member")?;
+        if let Some(compression) = name.strip_prefix("control.tar") {
+            let mut tar = Vec::new();
+            match compression {
+                "" => tar.extend_from_slice(member),
+                ".gz" => {
+                    std::io::Read::read_to_end(&mut flate2::read::GzDecoder::new(member), &mut tar)
+                        .map_err(|e| format!("{name}: {e}"))?;
+                }
+                ".xz" => lzma_rs::xz_decompress(&mut &member[..], &mut tar)
+                    .map_err(|e| format!("{name}: {e}"))?,
+                other => {
+                    return Err(format!(
+                        "its control data is compressed as `{other}`, which hallmark does not read"
+                    ));
+                }
+            }
+            return control_in_tar(&tar);
+        }
+        rest = &body[(size + size % 2).min(body.len())..];
+    }
+    Err("no control.tar in the package".into())
+}
+
+fn control_in_tar(tar: &[u8]) -> std::result::Result<Control, String> {
+    let mut archive = tar::Archive::new(tar);
+    for entry in archive.entries().map_err(|e| e.to_string())? {
+        let mut entry = entry.map_err(|e| e.to_string())?;
+        let path = entry.path().map_err(|e| e.to_string())?.into_owned();
+        if path
+            .components()
+            .filter(|c| !matches!(c, std::path::Component::CurDir))
+            .eq([std::path::Component::Normal("control".as_ref())])
+        {
+            let mut text = String::new();
+            entry.read_to_string(&mut text).map_err(|e| e.to_string())?;
+            let fields = paragraphs(&text).next().ok_or("an empty control file")?;
+            let field = |name: &str| {
+                fields
+                    .get(name)
+                    .cloned()
+                    .ok_or_else(|| format!("its control file has no `{name}`"))
+            };
+            return Ok(Control {
+                package: field("Package")?,
+                version: field("Version")?,
+                architecture: field("Architecture")?,
+            });
+        }
+    }
+    Err("no control file in control.tar".into())
+}
+
+/// What `pin` says and its file's control data says differently: each as `(field, pinned,
+/// in the file)`.
+pub fn differences(pin: &AptPin, control: &Control) -> Vec<(&'static str, String, String)> {
+    [
+        ("name", &pin.name, &control.package),
+        ("version", &pin.version, &control.version),
+        ("architecture", &pin.architecture, &control.architecture),
+    ]
+    .into_iter()
+    .filter(|(_, pinned, file)| pinned != file)
+    .map(|(field, pinned, file)| (field, pinned.clone(), file.clone()))
+    .collect()
+}
+
+/// `pins` with the name, version and architecture their files in the layer store say, where
+/// the store holds a file and it can be read (the SBOM and the provenance record what was
+/// installed, not what a hand edit wrote); the others as pinned (`check` warns of them).
+pub fn from_files(cache: &Path, pins: &mut [AptPin]) {
+    for pin in pins {
+        if let Ok(control) = control_of(&deb_in_cache(cache, &pin.sha256)) {
+            pin.name = control.package;
+            pin.version = control.version;
+            pin.architecture = control.architecture;
+        }
+    }
+}
+
+/// [`deb_path`] for the layer store of the cache `cache`, without opening the store (its
+/// lock, its marks): for reading alone (`check`, `sbom`).
+pub fn deb_in_cache(cache: &Path, sha256: &Sha256Hex) -> PathBuf {
+    cache.join("store").join("debs").join(sha256.as_str())
+}
+
 /// Makes sure the store holds every pinned file with the pinned size and sha256, fetching
 /// the missing ones from their archive; returns each pin with its file. A file in the store
 /// with other bytes is an error naming the package (it is not fetched again: something
@@ -838,6 +952,7 @@ pub fn ensure_debs<'a>(
                 ));
             }
             store.mark_debs(pin.sha256.as_str());
+            same_as_control(pin, &path).map_err(|m| fail(m, None))?;
             files.push((*pin, path));
             continue;
         }
@@ -880,10 +995,36 @@ pub fn ensure_debs<'a>(
         crate::images::store::mark_cache(&store.root);
         file.persist(&path).map_err(|e| Error::io(&path, e.error))?;
         store.mark_debs(pin.sha256.as_str());
+        same_as_control(pin, &path).map_err(|m| fail(m, None))?;
         files.push((*pin, path));
     }
     Ok(files)
 }
+
+/// `Err` naming what differs when the package file at `path` says another name, version or
+/// architecture than `pin` (a hand edit of the pins file); a file whose control data cannot
+/// be read is taken as pinned (its sha256 is the pinned one).
+fn same_as_control(pin: &AptPin, path: &Path) -> std::result::Result<(), String> {
+    let Ok(control) = control_of(path) else {
+        return Ok(());
+    };
+    match differences(pin, &control).as_slice() {
+        [] => Ok(()),
+        found => Err(found
+            .iter()
+            .map(|(field, pinned, file)| {
+                format!(
+                    "`{field}` is pinned as {pinned}, the package file's control data says {file}"
+                )
+            })
+            .collect::<Vec<_>>()
+            .join("; ")),
+    }
+}
+
+/// Why packages could not be pinned: the one package of those asked for that fails on its
+/// own (`None`: the indexes could not be read, or the packages fail only together), and why.
+pub type Unpinned = (Option<String>, String);
 
 /// The packages `requested` need in `system`, pinned for `stage` (`None`: `[build]`).
 pub fn lock_packages(
@@ -891,14 +1032,37 @@ pub fn lock_packages(
     requested: &[String],
     stage: Option<&crate::inputs::values::Name>,
     cache: &Path,
-) -> std::result::Result<Vec<AptPin>, String> {
-    let index = Index::load(system, cache)?;
-    let requested: Vec<Requested> = requested.iter().map(|r| Requested::parse(r)).collect();
-    let mut pins = resolve(system, &index, &requested)?;
+) -> std::result::Result<Vec<AptPin>, Unpinned> {
+    let index = Index::load(system, cache).map_err(|e| (None, e))?;
+    let mut pins = resolve_naming(system, &index, requested)?;
     for pin in &mut pins {
         pin.stage = stage.cloned();
     }
     Ok(pins)
+}
+
+/// [`resolve`] of `requested` as the spec writes them; when they cannot be resolved, each is
+/// resolved alone to name the first that fails by itself (an error about `jq nosuch` named
+/// both).
+pub fn resolve_naming(
+    system: &System,
+    index: &Index,
+    requested: &[String],
+) -> std::result::Result<Vec<AptPin>, Unpinned> {
+    let parsed: Vec<Requested> = requested.iter().map(|r| Requested::parse(r)).collect();
+    let together = match resolve(system, index, &parsed) {
+        Ok(pins) => return Ok(pins),
+        Err(message) => message,
+    };
+    if let [one] = requested {
+        return Err((Some(one.clone()), together));
+    }
+    let alone = parsed.iter().zip(requested).find_map(|(wanted, raw)| {
+        resolve(system, index, std::slice::from_ref(wanted))
+            .err()
+            .map(|message| (Some(raw.clone()), message))
+    });
+    Err(alone.unwrap_or((None, format!("together: {together}"))))
 }
 
 #[cfg(test)]
@@ -985,6 +1149,65 @@ Filename: pool/main/o/other/other_1_arm64.deb
 Size: 1
 SHA256: 6666666666666666666666666666666666666666666666666666666666666666
 ";
+
+    /// A package made by `dpkg-deb` with `compression` (its control.tar's too), in `dir`.
+    fn made_deb(dir: &Path, version: &str, compression: &str) -> PathBuf {
+        let root = dir.join(format!("pkg-{compression}"));
+        std::fs::create_dir_all(root.join("DEBIAN")).unwrap();
+        std::fs::create_dir_all(root.join("usr/share/hm")).unwrap();
+        std::fs::write(root.join("usr/share/hm/note"), "x\n").unwrap();
+        std::fs::write(
+            root.join("DEBIAN/control"),
+            format!("Package: hm-test\nVersion: {version}\nArchitecture: amd64\nMaintainer: t <t@t>\nDescription: a test\n"),
+        )
+        .unwrap();
+        let deb = dir.join(format!("hm-test-{compression}.deb"));
+        let made = std::process::Command::new("dpkg-deb")
+            .args(["--root-owner-group", &format!("-Z{compression}"), "--build"])
+            .arg(&root)
+            .arg(&deb)
+            .output()
+            .unwrap();
+        assert!(made.status.success(), "{made:?}");
+        deb
+    }
+
+    /// Issue 42: the version is read from the package file itself, whatever dpkg-deb
+    /// compressed its control data with (Debian's xz, gzip, none).
+    #[test]
+    fn a_package_file_s_control_data_is_read() {
+        let dir = tempfile::tempdir().unwrap();
+        for compression in ["xz", "gzip", "none"] {
+            let deb = made_deb(dir.path(), "1.2-3+deb12u1", compression);
+            let control = control_of(&deb).unwrap();
+            assert_eq!(
+                control,
+                Control {
+                    package: "hm-test".into(),
+                    version: "1.2-3+deb12u1".into(),
+                    architecture: "amd64".into(),
+                },
+                "{compression}"
+            );
+        }
+        assert!(control_of_bytes(b"!<arch>\n").is_err());
+        assert!(control_of_bytes(b"not a package").is_err());
+    }
+
+    /// Issue 42: an error about several packages names the one that failed: `jq nosuch`
+    /// was said as "apt package `jq nosuch`: no package `nosuch`".
+    #[test]
+    fn of_several_packages_the_one_that_fails_is_named() {
+        let installed = system(&[("libc6", "2.36-9")]);
+        let asked = ["jq".to_string(), "nosuch=1".to_string()];
+        let (package, message) = resolve_naming(&installed, &index(PACKAGES), &asked).unwrap_err();
+        assert_eq!(package.as_deref(), Some("nosuch=1"), "{message}");
+        assert!(message.contains("no package `nosuch`"), "{message}");
+        let (package, message) =
+            resolve_naming(&system(&[]), &index(PACKAGES), &asked[..1]).unwrap_err();
+        assert_eq!(package.as_deref(), Some("jq"), "{message}");
+        assert!(resolve_naming(&installed, &index(PACKAGES), &asked[..1]).is_ok());
+    }
 
     #[test]
     fn the_closure_leaves_out_what_the_image_has() {

@@ -139,6 +139,7 @@ fn check_planned(
     let image = plan.get(name);
     let mut problems = lints_under(image, inherited);
     problems.extend(wheels_fit(project, image));
+    problems.extend(apt_files_agree(project, image, cache).0);
     for (pin, patches) in image.pins.sources.iter().zip(&image.patches) {
         if patches.sets.is_empty() {
             continue;
@@ -152,6 +153,73 @@ fn check_planned(
         1 => Err(problems.remove(0)),
         _ => Err(Error::Many(problems)),
     }
+}
+
+/// apt pins whose package file (in the layer store, where `lock` or a build put it) says
+/// another name, version or architecture than the pin (a hand edit: the SBOM and the
+/// provenance said one version and the image held another), each an error at its key in the
+/// pins file; and, as warnings, the pins whose file could not be read, so not checked.
+fn apt_files_agree(
+    project: &Project,
+    image: &PlannedImage,
+    cache: &Path,
+) -> (Vec<Error>, Vec<String>) {
+    let (mut problems, mut unread) = (Vec::new(), Vec::new());
+    if image.pins.apt.is_empty() {
+        return (problems, unread);
+    }
+    let path = pins::path_for(&project.root, image.name());
+    let text = fs_err::read_to_string(&path).unwrap_or_default();
+    let shown = path.strip_prefix(&project.root).unwrap_or(&path).display();
+    for pin in &image.pins.apt {
+        let file = crate::plan::apt::deb_in_cache(cache, &pin.sha256);
+        if !file.exists() {
+            unread.push(format!(
+                "{shown}: apt `{}`: its package file is not in the layer store yet, so its version is not checked against the file (`hallmark build {}` fetches it)",
+                pin.describe(),
+                image.name()
+            ));
+            continue;
+        }
+        let control = match crate::plan::apt::control_of(&file) {
+            Ok(control) => control,
+            Err(why) => {
+                unread.push(format!(
+                    "{shown}: apt `{}`: its package file {} cannot be read ({why}), so its version is not checked against the file",
+                    pin.describe(),
+                    file.display()
+                ));
+                continue;
+            }
+        };
+        for (field, pinned, said) in crate::plan::apt::differences(pin, &control) {
+            problems.push(Error::from(crate::error::Invalid {
+                location: crate::inputs::spec::locate(&text, &["apt", pin.sha256.as_str(), field]),
+                path: path.clone(),
+                key: Some(format!("apt.{field}")),
+                message: format!(
+                    "apt package `{}`: `{field}` is {pinned}, and its package file ({}) says {said}",
+                    pin.name, pin.path
+                ),
+                hint: Some(format!(
+                    "the pins are what the archive's index and the file say: undo the edit, or run `hallmark lock --update {}`",
+                    image.name()
+                )),
+            }));
+        }
+    }
+    (problems, unread)
+}
+
+/// What `check` could not check of the apt pins of `names`: those whose package file is not
+/// in the layer store yet, or cannot be read (warnings, not problems).
+pub fn apt_unread(project: &Project, names: &[Name], cache: &Path) -> Vec<String> {
+    let (plan, _) = Plan::each(project, names);
+    names
+        .iter()
+        .filter_map(|n| plan.images.get(n))
+        .flat_map(|image| apt_files_agree(project, image, cache).1)
+        .collect()
 }
 
 /// Wheel pins that pip would not install on the Python pinned for them (a hand edit, or a

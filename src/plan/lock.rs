@@ -24,6 +24,11 @@ pub trait BaseResolver {
     /// what is under them), by path; `Ok(None)` when no engine holds it. Read from a container
     /// that is created, never started: an image for another machine is read as well.
     fn files(&self, reference: &str, paths: &[&str]) -> Result<Option<ImageFiles>>;
+    /// `Ok` if the engine asked can be reached, else the engine's error: said instead of "no
+    /// engine holds it" when nothing was found because nothing could be asked.
+    fn reached(&self) -> Result<()> {
+        Ok(())
+    }
 }
 
 /// Regular files of an image, by their absolute path, and its platform.
@@ -170,6 +175,25 @@ impl Locking<'_> {
         }
     }
 
+    /// `Ok` if the builder could be reached; else its error, saying first what could not be
+    /// pinned for it (`what`).
+    fn reached(&self, what: String) -> Result<()> {
+        self.bases.reached().map_err(|e| match e {
+            Error::Engine {
+                node,
+                endpoint,
+                message,
+                hint,
+            } => Error::Engine {
+                node,
+                endpoint,
+                message: format!("{what}: {message}"),
+                hint,
+            },
+            other => other,
+        })
+    }
+
     /// The external base: the digest pinned (unless `--update`), else the engine's, else
     /// the one written by hand.
     fn base(&mut self, reference: &str) -> Result<BasePin> {
@@ -190,6 +214,7 @@ impl Locking<'_> {
                     hand.clone()
                 }
                 (None, None) => {
+                    self.reached(format!("cannot pin the base `{reference}`"))?;
                     return Err(self.unpinnable(format!(
                         "cannot pin the base `{reference}`: no reachable engine holds it; load it on the builder, or write `[base]` with `ref` and `digest` in this file by hand"
                     )));
@@ -215,6 +240,7 @@ impl Locking<'_> {
                 }
                 (None, Some(hand)) => hand.clone(),
                 (None, None) => {
+                    self.reached(format!("cannot pin the toolchain `{reference}`"))?;
                     return Err(self.unpinnable(format!(
                         "cannot pin the toolchain `{reference}` of compile stage `{stage}`: no reachable engine holds it; load it on the builder, or write `[[toolchain]]` with `ref` and `digest` in this file by hand"
                     )));
@@ -384,6 +410,7 @@ impl Locking<'_> {
             }
         }
         let Some((into, image)) = found else {
+            self.reached(format!("cannot pin the apt packages of {target}"))?;
             return Err(self.unpinnable(format!(
                 "cannot pin the apt packages of {target}: no reachable engine holds `{}`, which they go into, or an image below it; build or load it on the builder",
                 chain.first().map_or("", |l| l.shown.as_str())
@@ -406,8 +433,14 @@ impl Locking<'_> {
         })?;
         let system = crate::plan::apt::System::from_files(architecture, image.files)
             .map_err(|e| fail(format!("reading `{into}`: {e}")))?;
-        let pins =
-            crate::plan::apt::lock_packages(&system, requested, stage, cache).map_err(fail)?;
+        let pins = crate::plan::apt::lock_packages(&system, requested, stage, cache).map_err(
+            |(package, message)| Error::Apt {
+                image: self.image.to_string(),
+                package: package.unwrap_or_else(|| requested.join(" ")),
+                message,
+                hint: None,
+            },
+        )?;
         let needed = pins.iter().filter(|p| !p.wanted).count();
         self.changes.push(format!(
             "apt {target}: {} for {architecture} from {}, and {needed} more {} that `{into}` lacks",

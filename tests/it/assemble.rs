@@ -888,3 +888,80 @@ cmd = ["x\ny", "$HOME"]
     assert_eq!(a["WorkingDir"], "/opt/w$x");
     assert_eq!(a["Cmd"], serde_json::json!(["x\ny", "$HOME"]));
 }
+
+/// A unix socket at `socket` in front of the engine at `endpoint` that passes every request
+/// on, except an image load: that is answered `500` with `message` and the connection closed.
+fn refusing_loads(socket: &std::path::Path, endpoint: &str, message: &'static str) {
+    use std::io::{Read, Write};
+    use std::os::unix::net::{UnixListener, UnixStream};
+    let target = endpoint
+        .strip_prefix("unix://")
+        .unwrap_or_else(|| panic!("a local socket: {endpoint}"))
+        .to_string();
+    let listener = UnixListener::bind(socket).unwrap();
+    std::thread::spawn(move || {
+        for client in listener.incoming().flatten() {
+            let target = target.clone();
+            std::thread::spawn(move || {
+                let Ok(engine) = UnixStream::connect(&target) else {
+                    return;
+                };
+                let (mut from_engine, mut to_client) =
+                    (engine.try_clone().unwrap(), client.try_clone().unwrap());
+                std::thread::spawn(move || {
+                    let _ = std::io::copy(&mut from_engine, &mut to_client);
+                    let _ = to_client.shutdown(std::net::Shutdown::Write);
+                });
+                let (mut from_client, mut to_engine) = (client, engine);
+                let mut buffer = vec![0u8; 1 << 16];
+                while let Ok(n @ 1..) = from_client.read(&mut buffer) {
+                    let chunk = &buffer[..n];
+                    let load = chunk.starts_with(b"POST ")
+                        && chunk.windows(12).take(200).any(|w| w == b"/images/load");
+                    if load {
+                        let body = format!("{{\"message\":\"{message}\"}}");
+                        let answer = format!(
+                            "HTTP/1.1 500 Internal Server Error\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+                            body.len()
+                        );
+                        let _ = to_engine.shutdown(std::net::Shutdown::Both);
+                        let _ = from_client.write_all(answer.as_bytes());
+                        let _ = from_client.shutdown(std::net::Shutdown::Both);
+                        return;
+                    }
+                    if to_engine.write_all(chunk).is_err() {
+                        return;
+                    }
+                }
+                let _ = to_engine.shutdown(std::net::Shutdown::Write);
+            });
+        }
+    });
+}
+
+/// Issue 42: a load that fails names the image it was loading. Assembly loads its image
+/// untagged into the builder, and the error said "load of  failed" with no name at all.
+#[test]
+fn a_failed_load_names_the_image() {
+    let testbed = Testbed::get();
+    let (project, _) = assembled_project();
+    let socket = project.root().join("refusing.sock");
+    refusing_loads(&socket, &testbed.endpoint("builder"), "the disk is full");
+    let config = project.root().join("refusing.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "[builder]\nname = \"builder\"\nengine = \"unix://{}\"\n",
+            socket.display()
+        ),
+    )
+    .unwrap();
+    let run = project.with_config(&config).run(&["build", "tool"]);
+    let stderr = run.stderr();
+    assert_eq!(run.code(), 1, "{stderr}");
+    assert!(stderr.contains("the disk is full"), "{stderr}");
+    assert!(
+        stderr.contains("load of the assembled image of `tool` failed"),
+        "{stderr}"
+    );
+}

@@ -563,7 +563,9 @@ fn lock_without_an_engine_or_a_hand_written_digest_says_what_to_do() {
     let (project, _, _) = fixture();
     std::fs::remove_file(project.root().join("pins/app.toml")).unwrap();
     let run = project.run(&["lock", "app"]);
-    assert_eq!(run.code(), 2, "{}", run.stderr());
+    // The engine cannot be reached: said as such, exit 1 (issue 42), naming what it was for.
+    assert_eq!(run.code(), 1, "{}", run.stderr());
+    assert!(run.stderr().contains("unreachable"), "{}", run.stderr());
     assert!(
         run.stderr()
             .contains("cannot pin the base `example/base:1`"),
@@ -1034,4 +1036,203 @@ fn completions_and_the_man_page_are_written_outside_a_project() {
         support::run_in(dir.path(), &["completions", "cmd"]).code(),
         2
     );
+}
+
+/// Issue 42: `lock` against a builder it cannot reach says so (exit 1, the engine's words),
+/// for a base to pin and for apt packages: not "no reachable engine holds it ... load it" or
+/// "build or load it on the builder", which sent the operator to load images on a builder
+/// that was down.
+#[test]
+fn lock_against_an_unreachable_builder_says_unreachable() {
+    let project = TestProject::new();
+    project
+        .write(
+            "hallmark.toml",
+            "[builder]\nname = \"builder\"\nengine = \"unix:///nonexistent/hm-lock.sock\"\n",
+        )
+        .write(
+            "images/base/image.toml",
+            "[from]\nref = \"hallmark-testbed/busybox:latest\"\n",
+        )
+        .write(
+            "images/apt/image.toml",
+            "[from]\nref = \"hallmark-testbed/busybox:latest\"\n\n[build]\napt = [\"jq\"]\n",
+        )
+        .write("pins/apt.toml", include_str!("../../pins/hello.toml"));
+    for image in ["base", "apt"] {
+        let run = project.run(&["lock", image]);
+        let stderr = run.stderr();
+        assert_eq!(run.code(), 1, "{image}: {stderr}");
+        assert!(stderr.contains("unreachable"), "{image}: {stderr}");
+        assert!(stderr.contains("hm-lock.sock"), "{image}: {stderr}");
+        assert!(!stderr.contains("load it"), "{image}: {stderr}");
+    }
+}
+
+/// The files under `dir`, relative, sorted.
+fn files_under(dir: &std::path::Path) -> Vec<String> {
+    let mut found = Vec::new();
+    let mut folders = vec![dir.to_path_buf()];
+    while let Some(folder) = folders.pop() {
+        for entry in std::fs::read_dir(&folder).unwrap() {
+            let path = entry.unwrap().path();
+            if path.is_dir() {
+                folders.push(path);
+            } else {
+                let relative = path.strip_prefix(dir).unwrap();
+                found.push(relative.to_string_lossy().into_owned());
+            }
+        }
+    }
+    found.sort();
+    found
+}
+
+/// Issue 42: `render --out DIR` into a folder an earlier render wrote removes what that
+/// render wrote first (a stale file went into a plain `docker build DIR`), and only that: a
+/// file of the user's in DIR stays.
+#[test]
+fn render_out_removes_what_it_wrote_before_and_nothing_else() {
+    let (project, _, _) = fixture();
+    let out = project.root().join("ctx");
+    let fresh = project.root().join("fresh");
+    let render = |image: &str, dir: &std::path::Path| {
+        project
+            .run(&["render", image, "--out", dir.to_str().unwrap()])
+            .success();
+    };
+    render("app", &out);
+    let first = files_under(&out);
+    std::fs::write(out.join("mine.txt"), "the user's\n").unwrap();
+    render("addon", &out);
+    render("addon", &fresh);
+    let mut expected = files_under(&fresh);
+    expected.push("mine.txt".into());
+    expected.sort();
+    assert_eq!(files_under(&out), expected, "app's context was {first:?}");
+    assert!(first.len() > expected.len() - 1, "{first:?}");
+    assert_eq!(
+        std::fs::read_to_string(out.join("mine.txt")).unwrap(),
+        "the user's\n"
+    );
+}
+
+/// A package made by `dpkg-deb` (xz, as Debian's), its bytes.
+fn made_deb(dir: &std::path::Path, name: &str, version: &str) -> Vec<u8> {
+    let root = dir.join(format!("{name}-root"));
+    std::fs::create_dir_all(root.join("DEBIAN")).unwrap();
+    std::fs::write(
+        root.join("DEBIAN/control"),
+        format!("Package: {name}\nVersion: {version}\nArchitecture: amd64\nMaintainer: t <t@t>\nDescription: a test\n"),
+    )
+    .unwrap();
+    let deb = dir.join(format!("{name}.deb"));
+    let made = std::process::Command::new("dpkg-deb")
+        .args(["--root-owner-group", "-Zxz", "--build"])
+        .arg(&root)
+        .arg(&deb)
+        .output()
+        .unwrap();
+    assert!(made.status.success(), "{made:?}");
+    std::fs::read(deb).unwrap()
+}
+
+/// Issue 42: an apt pin is what its package file says. A hand-edited `version` that the
+/// file's own control data does not say is refused by `check` at its key; the SBOM names the
+/// version the file holds; a pin whose file is not in the layer store yet is a warning.
+#[test]
+fn an_apt_pin_whose_version_its_file_does_not_say_is_refused() {
+    use sha2::Digest as _;
+    let project = TestProject::new();
+    let deb = made_deb(project.root(), "hm-tool", "1.4-2");
+    let sha = hex::encode(sha2::Sha256::digest(&deb));
+    let store = project.root().join(".test-cache/store/debs");
+    std::fs::create_dir_all(&store).unwrap();
+    std::fs::write(store.join(&sha), &deb).unwrap();
+    project.write(
+        "images/app/image.toml",
+        "[from]\nref = \"hallmark-testbed/busybox:latest\"\n\n[build]\napt = [\"hm-tool\"]\n",
+    );
+    let pins = |version: &str| {
+        format!(
+            "{}\n[apt-against]\nbuild = \"base hallmark-testbed/busybox:latest sha256:1e096cc00b119129bf663698e45a6656bf7762975e4526e12809cca0e658eb2c\"\n\n[[apt]]\nname = \"hm-tool\"\nversion = \"{version}\"\narchitecture = \"amd64\"\nwanted = true\narchive = \"http://deb.debian.org/debian\"\npath = \"pool/main/h/hm-tool/hm-tool_1.4-2_amd64.deb\"\nsize = {}\nsha256 = \"{sha}\"\n",
+            include_str!("../../pins/hello.toml"),
+            deb.len()
+        )
+    };
+    project.write("pins/app.toml", &pins("1.4-2"));
+    let checked = project.run(&["check", "app"]);
+    assert_eq!(checked.code(), 0, "{}", checked.stderr());
+    let sbom = |project: &TestProject| project.run(&["sbom", "app"]).success().stdout();
+    assert!(sbom(&project).contains("1.4-2"));
+
+    project.write("pins/app.toml", &pins("9.9-1"));
+    let edited = project.run(&["check", "app"]);
+    let stderr = edited.stderr();
+    assert_eq!(edited.code(), 2, "{stderr}");
+    assert!(stderr.contains("pins/app.toml:"), "{stderr}");
+    assert!(stderr.contains("`apt.version`"), "{stderr}");
+    assert!(stderr.contains("9.9-1"), "{stderr}");
+    assert!(stderr.contains("says 1.4-2"), "{stderr}");
+    // The SBOM names what the file holds, not the edit.
+    let document = sbom(&project);
+    assert!(document.contains("1.4-2"), "{document}");
+    assert!(!document.contains("9.9-1"), "{document}");
+
+    // Not in the layer store: not checked, and the JSON document says so in `warnings`.
+    std::fs::remove_file(store.join(&sha)).unwrap();
+    let unread = project.run(&["--json", "check", "app"]);
+    assert_eq!(unread.code(), 0, "{}", unread.stderr());
+    let document: serde_json::Value = serde_json::from_str(&unread.stdout()).unwrap();
+    let warnings = document["warnings"].as_array().unwrap();
+    assert!(
+        warnings
+            .iter()
+            .any(|w| w.as_str().unwrap().contains("apt `hm-tool=9.9-1`")),
+        "{document}"
+    );
+}
+
+/// Issue 42: where stderr is no terminal (a pipe: CI logs, ssh), a long `lock`, `build` and
+/// `distribute` say they are at work every interval (10 s; 0.3 s here), as the bars do on a
+/// terminal; nothing with `-q`. The builder here accepts connections and never answers, so
+/// each command works until the answer deadline (3 s).
+#[test]
+fn long_commands_say_they_are_at_work_on_a_stderr_that_is_a_pipe() {
+    let project = TestProject::new();
+    let socket = project.root().join("silent.sock");
+    let _silent = std::os::unix::net::UnixListener::bind(&socket).unwrap();
+    project
+        .write(
+            "hallmark.toml",
+            &format!(
+                "[builder]\nname = \"builder\"\nengine = \"unix://{}\"\n\n[[node]]\nname = \"node1\"\nengine = \"unix://{}\"\n",
+                socket.display(),
+                socket.display()
+            ),
+        )
+        .write(
+            "images/app/image.toml",
+            "[from]\nref = \"hallmark-testbed/busybox:latest\"\n",
+        );
+    let env = [
+        ("HALLMARK_ANSWER_TIMEOUT", "3"),
+        ("HALLMARK_PROGRESS_INTERVAL", "0.3"),
+    ];
+    for verb in ["lock", "build", "distribute"] {
+        let run = support::run_in_with(project.root(), &[verb, "app"], &env);
+        let stderr = run.stderr();
+        assert_ne!(run.code(), 0, "{verb}: {stderr}");
+        let lines = stderr
+            .lines()
+            .filter(|l| l.starts_with(&format!("hallmark {verb}: still at work, ")))
+            .count();
+        assert!(lines >= 3, "{verb}: {lines} lines: {stderr}");
+        let quiet = support::run_in_with(project.root(), &["-q", verb, "app"], &env);
+        assert!(
+            !quiet.stderr().contains("still at work"),
+            "{}",
+            quiet.stderr()
+        );
+    }
 }

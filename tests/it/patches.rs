@@ -1371,3 +1371,53 @@ fn a_patch_upstream_in_another_form_is_upstream_maybe_with_evidence() {
     assert_eq!(row(&report, "0004")["status"], "conflicts", "{report}");
     assert_eq!(row(&report, "0002")["evidence"], Value::Null, "{report}");
 }
+
+/// Issue 42: an mbox whose subjects git wrote in RFC 2047 encoded words (non-ASCII subjects,
+/// long enough to fold) imports under the names `git format-patch` gives the same commits
+/// as files: the subject decoded as git decodes it, not `UTF-8-q-...`.
+#[test]
+fn an_mbox_with_encoded_subjects_imports_under_format_patch_names() {
+    let dir = tempfile::tempdir().unwrap();
+    let repo = GitRepo::new(dir.path(), "tree");
+    repo.commit(&[("base.txt", "base\n")], "base");
+    repo.git(&["tag", "start"]);
+    for (i, subject) in [
+        "Füge die Übersetzung hinzu",
+        "Ajoute la prise en charge des caractères accentués dans les noms de fichiers très longs",
+    ]
+    .iter()
+    .enumerate()
+    {
+        let file = format!("f{i}.txt");
+        repo.commit(&[(file.as_str(), "x\n")], subject);
+    }
+    let folder = dir.path().join("files");
+    repo.git(&[
+        "format-patch",
+        "--quiet",
+        "-o",
+        folder.to_str().unwrap(),
+        "start..main",
+    ]);
+    let mbox = repo.git(&["format-patch", "--stdout", "start..main"]);
+    assert!(mbox.contains("=?UTF-8?q?"), "{mbox}");
+    std::fs::write(dir.path().join("all.mbox"), format!("{mbox}\n")).unwrap();
+    let project = TestProject::new();
+    project
+        .run(&["patches", "import", "from-folder", folder.to_str().unwrap()])
+        .success();
+    project
+        .run(&[
+            "patches",
+            "import",
+            "from-mbox",
+            dir.path().join("all.mbox").to_str().unwrap(),
+        ])
+        .success();
+    let series = project.read("patches/from-folder/series");
+    assert!(
+        series.starts_with("0001-F-ge-die-bersetzung-hinzu"),
+        "{series}"
+    );
+    assert_eq!(project.read("patches/from-mbox/series"), series);
+}

@@ -179,3 +179,45 @@ fn provenance_is_signed_checked_elsewhere_and_verified_on_every_node() {
         let _ = testbed.docker(node, &["rmi", &tag]);
     }
 }
+
+/// Issue 42: a `[provenance] key` that cannot sign (missing, with a passphrase, an RSA key)
+/// is refused before anything is built, naming the key: the builder is not even asked (here
+/// it is unreachable; the old build connected, built, and failed at the signature).
+#[test]
+fn an_unusable_provenance_key_is_refused_before_the_build_starts() {
+    let project = support::ship_project(1, "key");
+    let keys = project.root().join("keys");
+    std::fs::create_dir_all(&keys).unwrap();
+    for (name, args) in [
+        ("locked", &["-t", "ed25519", "-N", "a passphrase"][..]),
+        ("rsa", &["-t", "rsa", "-b", "2048", "-N", ""][..]),
+    ] {
+        let made = Command::new("ssh-keygen")
+            .arg("-q")
+            .args(args)
+            .arg("-f")
+            .arg(keys.join(name))
+            .status()
+            .unwrap();
+        assert!(made.success(), "ssh-keygen {name}");
+    }
+    for (key, why) in [
+        ("keys/missing", "No such file"),
+        ("keys/locked", "passphrase"),
+        ("keys/rsa", "ed25519"),
+    ] {
+        project.write(
+            "hallmark.toml",
+            &format!(
+                "[builder]\nname = \"builder\"\nengine = \"unix:///nonexistent/hm-key.sock\"\n\n[provenance]\nkey = \"{key}\"\n"
+            ),
+        );
+        let run = project.run(&["build", "wrap"]);
+        let stderr = run.stderr();
+        assert_eq!(run.code(), 2, "{key}: {stderr}");
+        assert!(stderr.contains("`[provenance] key`"), "{key}: {stderr}");
+        assert!(stderr.contains(key), "{key}: {stderr}");
+        assert!(stderr.contains(why), "{key}: {stderr}");
+        assert!(!stderr.contains("hm-key.sock"), "{key}: {stderr}");
+    }
+}

@@ -311,12 +311,13 @@ fn an_operators_registry_gets_the_docker_configs_credentials_and_no_output_shows
     assert_eq!(nodes_of(&report)[0]["action"], "pulled", "{report}");
     // A credential helper (the docker CLI's protocol) wins over `auths`.
     let helper = helpers.path().join("docker-credential-hmtest");
-    std::fs::write(
+    // Written by a child process: run at once, it must not be busy (ETXTBSY).
+    support::write_executable(
         &helper,
-        format!("#!/bin/sh\nread server\n[ \"$server\" = \"{address}\" ] || exit 1\nprintf '{{\"ServerURL\":\"%s\",\"Username\":\"operator\",\"Secret\":\"{secret}\"}}' \"$server\"\n"),
-    )
-    .unwrap();
-    std::fs::set_permissions(&helper, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+        &format!(
+            "#!/bin/sh\nread server\n[ \"$server\" = \"{address}\" ] || exit 1\nprintf '{{\"ServerURL\":\"%s\",\"Username\":\"operator\",\"Secret\":\"{secret}\"}}' \"$server\"\n"
+        ),
+    );
     std::fs::write(
         docker_config.path().join("config.json"),
         r#"{"credsStore": "hmtest", "auths": {}}"#,

@@ -7,7 +7,7 @@ use crate::support;
 
 use serde_json::Value;
 use std::sync::Mutex;
-use support::Testbed;
+use support::{TestProject, Testbed};
 
 static NODES: Mutex<()> = Mutex::new(());
 
@@ -1753,4 +1753,54 @@ fn rust_log_shows_spans_per_image_and_node() {
     let quiet = configured.run(&["distribute", "wrap", "--to", &node]);
     quiet.success();
     assert!(!quiet.stderr().contains("decide{"), "{}", quiet.stderr());
+}
+
+/// Issue 42: why the nodes' images cannot be checked (the builder's image under the tag is
+/// not one hallmark finished) is said once, not on every node's row of `status` and
+/// `verify`.
+#[test]
+fn the_reason_an_image_is_unverified_is_said_once() {
+    let testbed = Testbed::get();
+    let project = TestProject::new();
+    let run = support::unique();
+    project
+        .write(
+            "images/once/image.toml",
+            &format!(
+                "[image]\nname = \"hm-once-{run}\"\n\n[from]\nref = \"hallmark-testbed/busybox:latest\"\n\n[env]\nRUN = \"{run}\"\n"
+            ),
+        )
+        .write("pins/once.toml", include_str!("../../pins/hello.toml"));
+    let checksum = project.run(&["checksum", "once"]).success().stdout();
+    let checksum = checksum.split_whitespace().next().unwrap().to_string();
+    // The label written by a plain `docker build`, on the builder and two nodes.
+    let context = project.root().join("forged");
+    std::fs::create_dir_all(&context).unwrap();
+    std::fs::write(
+        context.join("Dockerfile"),
+        format!("FROM scratch\nLABEL hallmark.checksum={checksum}\n"),
+    )
+    .unwrap();
+    let tag = format!("hm-once-{run}:latest");
+    let holders = ["builder", "node3", "node4"];
+    for node in holders {
+        testbed.docker_ok(
+            node,
+            &["build", "-q", "-t", &tag, context.to_str().unwrap()],
+        );
+    }
+    let config = testbed.config();
+    for verb in [&["status"][..], &["verify", "once"]] {
+        let out = project.with_config(&config).run(verb);
+        let said = format!("{}{}", out.stdout(), out.stderr());
+        assert_eq!(
+            said.matches("hallmark has no record of finishing").count(),
+            1,
+            "{verb:?}: {said}"
+        );
+        assert!(said.matches("unverified").count() >= 2, "{verb:?}: {said}");
+    }
+    for node in holders {
+        testbed.docker_ok(node, &["rmi", &tag]);
+    }
 }

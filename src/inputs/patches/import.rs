@@ -231,9 +231,10 @@ fn from_file(file: &Path, scratch: &Path) -> Result<Vec<Incoming>> {
         .iter()
         .enumerate()
         .map(|(i, message)| {
-            let bytes = fs_err::read(dir.join(message)).map_err(|e| Error::io(file, e))?;
+            let path = dir.join(message);
+            let bytes = fs_err::read(&path).map_err(|e| Error::io(file, e))?;
             Ok(Incoming {
-                name: format!("{:04}-{}.patch", i + 1, slug(&subject(&bytes))),
+                name: format!("{:04}-{}.patch", i + 1, slug(&subject(&path, scratch)?)),
                 strip: 1,
                 bytes,
                 origin: PathBuf::from(format!("{} (message {})", file.display(), i + 1)),
@@ -242,28 +243,30 @@ fn from_file(file: &Path, scratch: &Path) -> Result<Vec<Incoming>> {
         .collect()
 }
 
-/// A mail's `Subject:`, unfolded, without its `[PATCH n/m]` prefix.
-fn subject(mail: &[u8]) -> String {
-    let text = String::from_utf8_lossy(mail);
-    let mut lines = text.lines().take_while(|l| !l.is_empty());
-    let mut subject = String::new();
-    let mut in_subject = false;
-    for line in lines.by_ref() {
-        if let Some(rest) = line.strip_prefix("Subject:") {
-            subject.push_str(rest.trim());
-            in_subject = true;
-        } else if in_subject && line.starts_with([' ', '\t']) {
-            subject.push(' ');
-            subject.push_str(line.trim());
-        } else {
-            in_subject = false;
-        }
-    }
-    let mut subject = subject.trim();
-    while let Some(rest) = subject.strip_prefix('[') {
-        subject = rest.split_once(']').map_or("", |(_, s)| s).trim();
-    }
-    subject.to_string()
+/// A mail's `Subject:` as git reads it (`git mailinfo`: unfolded, RFC 2047 encoded words
+/// such as `=?UTF-8?B?...?=` and `=?UTF-8?Q?...?=` decoded, `[PATCH n/m]` and the other
+/// bracketed prefixes removed). `scratch` takes what mailinfo writes beside.
+fn subject(message: &Path, scratch: &Path) -> Result<String> {
+    let stdin = fs_err::File::open(message).map_err(|e| Error::io(message, e))?;
+    let mut command = Command::new("git");
+    command
+        .arg("mailinfo")
+        .arg(scratch.join("mailinfo-message"))
+        .arg(scratch.join("mailinfo-patch"))
+        .stdin(std::process::Stdio::from(std::fs::File::from(stdin)));
+    // Run here and not through `git::run`, which gives no stdin; the info is printed
+    // whatever the status (a cover letter holds no patch).
+    let output = command.output().map_err(|e| Error::Command {
+        command: "git mailinfo".into(),
+        context: Some(format!("reading the subject of {}", message.display())),
+        stderr: e.to_string(),
+    })?;
+    Ok(String::from_utf8_lossy(&output.stdout)
+        .lines()
+        .find_map(|l| l.strip_prefix("Subject:"))
+        .unwrap_or("")
+        .trim()
+        .to_string())
 }
 
 /// `git format-patch`'s file name for a subject: runs of other characters as one `-`, at most
@@ -300,9 +303,31 @@ mod tests {
         );
     }
 
+    fn subject_of(mail: &str) -> String {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("mail");
+        std::fs::write(&path, mail).unwrap();
+        subject(&path, dir.path()).unwrap()
+    }
+
     #[test]
     fn a_subject_names_its_file_as_format_patch_would() {
-        let mail = b"From x\nSubject: [PATCH 03/23] [dcp2] Fix the\n KV cache: size/2\n\nbody\n";
-        assert_eq!(slug(&subject(mail)), "Fix-the-KV-cache-size-2");
+        let mail = "From x\nSubject: [PATCH 03/23] [dcp2] Fix the\n KV cache: size/2\n\nbody\n";
+        assert_eq!(slug(&subject_of(mail)), "Fix-the-KV-cache-size-2");
+    }
+
+    /// Issue 42: a subject in RFC 2047 encoded words (base64 and quoted-printable, folded
+    /// over lines, as `git send-email` writes a non-ASCII subject) is decoded as git decodes
+    /// it; the file was named `0001-UTF-8-B-...` from the encoded text.
+    #[test]
+    fn an_encoded_subject_is_decoded_as_git_does() {
+        let mail = "From x\nFrom: A <a@b>\nSubject: [PATCH 1/2] =?UTF-8?B?RsO8Z2UgZGllIA==?=\n =?UTF-8?q?=C3=9Cbersetzung_hinzu?= and more\n\nbody\n";
+        assert_eq!(subject_of(mail), "Füge die Übersetzung hinzu and more");
+        assert_eq!(
+            slug(&subject_of(mail)),
+            "F-ge-die-bersetzung-hinzu-and-more"
+        );
+        let plain = "From x\nSubject: =?iso-8859-1?q?caf=E9_au_lait?=\n\nbody\n";
+        assert_eq!(subject_of(plain), "café au lait");
     }
 }

@@ -163,6 +163,7 @@ async fn with_apt(
     let normalised = crate::make::normalize::normalize(
         engine,
         &store,
+        &format!("the toolchain of compile stage `{}`", stage.name),
         &raw,
         crate::make::normalize::Parent {
             name: base,

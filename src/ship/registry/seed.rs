@@ -63,11 +63,16 @@ pub async fn push_attestation(
     subject: (&str, usize),
     envelope: &[u8],
 ) -> Result<String, String> {
-    use sha2::Digest as _;
-    let digest_of = |bytes: &[u8]| format!("sha256:{}", hex::encode(sha2::Sha256::digest(bytes)));
     let config = b"{}".to_vec();
-    for bytes in [&config, &envelope.to_vec()] {
-        let digest = digest_of(bytes);
+    let blob = |bytes: &[u8], media_type: &str| archive::Blob {
+        digest: crate::oci::Digest::of(bytes),
+        size: bytes.len() as u64,
+        media_type: media_type.to_string(),
+    };
+    let config_blob = blob(&config, archive::CONFIG);
+    let envelope_blob = blob(envelope, archive::DSSE_ENVELOPE);
+    for (bytes, described) in [(&config[..], &config_blob), (envelope, &envelope_blob)] {
+        let digest = described.digest.as_str();
         let head = request(
             address,
             Method::HEAD,
@@ -77,31 +82,16 @@ pub async fn push_attestation(
         )
         .await?;
         if head.status() != StatusCode::OK {
-            let body = http_body_util::Full::new(Bytes::from(bytes.clone()))
+            let body = http_body_util::Full::new(Bytes::from(bytes.to_vec()))
                 .map_err(|never| match never {})
                 .boxed();
-            upload_body(address, name, &digest, body).await?;
+            upload_body(address, name, digest, body).await?;
         }
     }
-    let manifest = serde_json::json!({
-        "schemaVersion": 2,
-        "mediaType": "application/vnd.oci.image.manifest.v1+json",
-        "config": {
-            "mediaType": "application/vnd.oci.image.config.v1+json",
-            "digest": digest_of(&config),
-            "size": config.len(),
-        },
-        "layers": [{
-            "mediaType": "application/vnd.dsse.envelope.v1+json",
-            "digest": digest_of(envelope),
-            "size": envelope.len(),
-            "annotations": {"predicateType": "https://slsa.dev/provenance/v1"},
-        }],
-        "annotations": {"org.opencontainers.image.ref.name": subject.0, "hallmark.subject.size": subject.1.to_string()},
-    });
+    let manifest = archive::attestation_manifest(&config_blob, &envelope_blob, subject);
     let tag = format!("{}.att", subject.0.replace(':', "-"));
     let path = format!("/v2/{name}/manifests/{tag}");
-    let body = http_body_util::Full::new(Bytes::from(manifest.to_string()))
+    let body = http_body_util::Full::new(Bytes::from(manifest))
         .map_err(|never| match never {})
         .boxed();
     let media_type = "application/vnd.oci.image.manifest.v1+json";

@@ -86,12 +86,14 @@ pub fn without_dir(text: &str, dir: &Path, name: &str) -> String {
 /// What a user reads of `run`, for snapshots: `exit N`, stdout, then `stderr:` and stderr,
 /// the project's temporary root written `[project]`.
 pub fn transcript(project: &TestProject, run: &Run) -> String {
-    let text = format!(
-        "exit {}\n{}stderr:\n{}",
-        run.code(),
-        run.stdout(),
-        run.stderr()
-    );
+    // The lines a command says while at work where stderr is no terminal (every 10 s: a
+    // slow machine gives one more or less) are not part of what it reports.
+    let stderr: String = run
+        .stderr()
+        .split_inclusive('\n')
+        .filter(|l| !(l.starts_with("hallmark ") && l.contains(": still at work, ")))
+        .collect();
+    let text = format!("exit {}\n{}stderr:\n{}", run.code(), run.stdout(), stderr);
     without_root(project, &text)
 }
 
@@ -921,4 +923,27 @@ pub fn ed25519_key(path: &Path) {
         .status()
         .unwrap();
     assert!(made.success(), "ssh-keygen {}", path.display());
+}
+
+/// Writes `text` to `path`, mode 0755, in a child process (`sh -c 'cat > FILE'`), so that it
+/// can be run at once: a file this process opened for writing may be held open by a fork
+/// another test thread makes meanwhile (until that child execs), and running the file then
+/// fails with `Text file busy` (ETXTBSY; a CI run saw it). No descriptor of this process
+/// ever points at the file.
+pub fn write_executable(path: &Path, text: &str) {
+    use std::io::Write;
+    let mut writer = Command::new("sh")
+        .args(["-c", "cat > \"$1\" && chmod 755 \"$1\"", "sh"])
+        .arg(path)
+        .stdin(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    writer
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(text.as_bytes())
+        .unwrap();
+    let status = writer.wait().unwrap();
+    assert!(status.success(), "writing {}: {status}", path.display());
 }
