@@ -846,5 +846,11 @@ fn a_frozen_ssh_link_during_a_smoke_test_ends_within_the_deadlines() {
     }
     assert_eq!(code, Some(1), "{took:?}: {stderr}");
     assert!(stderr.contains("frozenlink"), "{stderr}");
+    // Caught by the link's own bound (the answer deadline's scale), not by the smoke
+    // deadline: the old build waited that out and more (89 s).
+    assert!(
+        took < std::time::Duration::from_secs(40),
+        "{took:?}: {stderr}"
+    );
     eprintln!("smoke over a frozen ssh link ended {took:?} after the freeze: {stderr}");
 }
