@@ -236,6 +236,20 @@ impl Engine {
         }
     }
 
+    /// After a failure on an `ssh://` engine: why, if its ssh link is what ended (its master
+    /// gone: keep-alives unanswered for about three quarters of the answer deadline, or the
+    /// link cut). A closed connection alone says neither.
+    pub async fn link_ended(&self) -> Option<String> {
+        let bridge = self.bridge.as_ref().filter(|b| !b.dials_stdio())?;
+        match bridge.master_answers().await {
+            true => None,
+            false => Some(format!(
+                "the ssh link to `{}` ended: it went silent (its keep-alives unanswered) or was cut",
+                self.node
+            )),
+        }
+    }
+
     /// For an `ssh://` engine, makes `127.0.0.1:port` on the node lead to `127.0.0.1:port`
     /// here (`ssh -R` on the connection's control master, so host keys are those already
     /// checked); `false` for other engines, which reach this machine's loopback only if

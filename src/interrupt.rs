@@ -8,7 +8,6 @@
 //! ([`writing`]), after stopping the programs hallmark started (git, pip), so that none runs
 //! on after it. A second signal ends the process at once (writes still finish).
 
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Condvar, Mutex, OnceLock};
 
 /// Whether a stop was asked for, for async code to wait on ([`requested`]).
@@ -17,12 +16,34 @@ fn asked() -> &'static tokio::sync::watch::Sender<bool> {
     ASKED.get_or_init(|| tokio::sync::watch::Sender::new(false))
 }
 
-/// How many pieces of code listen now; while one does, the first signal is theirs.
-static LISTENING: AtomicUsize = AtomicUsize::new(0);
+/// Who holds the process up, under one lock so that the signal thread's choice (leave the
+/// signal to listening code, or end the process) and a new holder never cross.
+struct Holders {
+    /// Pieces of code that listen: while one does, the first signal is theirs.
+    listening: usize,
+    /// Writes under way: the process ends after them, never between their files.
+    writes: usize,
+    /// The process is ending: no write and no listening starts.
+    ending: bool,
+}
 
-/// How many writes are under way, and whether the process is ending (no new write starts).
-static WRITES: Mutex<(usize, bool)> = Mutex::new((0, false));
+static HOLDERS: Mutex<Holders> = Mutex::new(Holders {
+    listening: 0,
+    writes: 0,
+    ending: false,
+});
 static WRITES_DONE: Condvar = Condvar::new();
+
+fn holders() -> std::sync::MutexGuard<'static, Holders> {
+    HOLDERS.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// Waits for the end of the process, which the signal thread is bringing.
+fn wait_for_the_end() -> ! {
+    loop {
+        std::thread::park();
+    }
+}
 
 /// Starts the thread that waits for SIGINT and SIGTERM, once a process; `verb` names what
 /// is stopped in the line said when the thread ends the process.
@@ -43,7 +64,7 @@ pub fn watch(verb: &str) {
                     stop_stoppable();
                     let name = if signal == SIGINT { "SIGINT" } else { "SIGTERM" };
                     tracing::debug!("{name} arrived");
-                    if n == 0 && LISTENING.load(Ordering::SeqCst) > 0 {
+                    if n == 0 && holders().listening > 0 {
                         continue;
                     }
                     let said = match n {
@@ -63,10 +84,10 @@ pub fn watch(verb: &str) {
 /// Waits for the writes under way (no new one starts), stops the children, says `line` and
 /// ends the process with 130.
 fn end_process(line: &str) -> ! {
-    let mut writes = WRITES.lock().unwrap_or_else(|e| e.into_inner());
-    writes.1 = true;
-    while writes.0 > 0 {
-        writes = WRITES_DONE.wait(writes).unwrap_or_else(|e| e.into_inner());
+    let mut holders = holders();
+    holders.ending = true;
+    while holders.writes > 0 {
+        holders = WRITES_DONE.wait(holders).unwrap_or_else(|e| e.into_inner());
     }
     stop_children();
     crate::output::stderr_exactly(&format!("{line}\n"));
@@ -160,13 +181,19 @@ pub fn check(what: &str) -> crate::error::Result<()> {
 pub struct Listening(());
 
 pub fn listening() -> Listening {
-    LISTENING.fetch_add(1, Ordering::SeqCst);
+    let mut holders = holders();
+    if holders.ending {
+        // The signal came before: the process ends without this work.
+        drop(holders);
+        wait_for_the_end();
+    }
+    holders.listening += 1;
     Listening(())
 }
 
 impl Drop for Listening {
     fn drop(&mut self) {
-        LISTENING.fetch_sub(1, Ordering::SeqCst);
+        holders().listening -= 1;
     }
 }
 
@@ -175,23 +202,20 @@ impl Drop for Listening {
 pub struct Writing(());
 
 pub fn writing() -> Writing {
-    let mut writes = WRITES.lock().unwrap_or_else(|e| e.into_inner());
-    if writes.1 && writes.0 == 0 {
-        // The process is ending: this write would be cut short. Wait for the end (one
-        // started inside another write finishes with it).
-        drop(writes);
-        loop {
-            std::thread::park();
-        }
+    let mut holders = holders();
+    if holders.ending && holders.writes == 0 {
+        // The process is ending: this write would be cut short (one started inside another
+        // write finishes with it).
+        drop(holders);
+        wait_for_the_end();
     }
-    writes.0 += 1;
+    holders.writes += 1;
     Writing(())
 }
 
 impl Drop for Writing {
     fn drop(&mut self) {
-        let mut writes = WRITES.lock().unwrap_or_else(|e| e.into_inner());
-        writes.0 -= 1;
+        holders().writes -= 1;
         WRITES_DONE.notify_all();
     }
 }

@@ -224,6 +224,12 @@ impl SshBridge {
         vec!["-L".to_string(), format!("{}:{remote}", local.display())]
     }
 
+    /// Whether the control master still answers (`ssh -O check`): after a failed transfer,
+    /// whether the link itself ended (its keep-alives unanswered, or cut).
+    pub(super) async fn master_answers(&self) -> bool {
+        self.control_quietly("check", &[]).await
+    }
+
     /// Runs [`SshBridge::control_command`] with its output discarded: whether it succeeded.
     async fn control_quietly(&self, operation: &str, args: &[String]) -> bool {
         let mut command = tokio::process::Command::from(self.control_command(operation, args));

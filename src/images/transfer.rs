@@ -414,7 +414,13 @@ async fn load_into(
     let failure = engine::follow(load, drop).await;
     ticker.abort();
     match failure {
-        Some(message) => Err(node.error(format!("load of {reference} failed: {message}"))),
+        Some(message) => {
+            let link = node.link_ended().await.map(|why| format!(" ({why})"));
+            Err(node.error(format!(
+                "load of {reference} failed: {message}{}",
+                link.unwrap_or_default()
+            )))
+        }
         None => Ok(()),
     }
 }

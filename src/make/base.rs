@@ -148,6 +148,33 @@ impl BuilderResolver<'_> {
     }
 }
 
+impl BuilderResolver<'_> {
+    /// `work` on the builder's engine (`Ok(None)` when it cannot be reached), which makes
+    /// containers: Ctrl-C or SIGTERM ends it with them removed (an interrupted `lock` could
+    /// leave a created container behind).
+    fn with_containers<T>(
+        &self,
+        reference: &str,
+        work: impl AsyncFnOnce(&Engine) -> Result<Option<T>>,
+    ) -> Result<Option<T>> {
+        let _listening = crate::interrupt::listening();
+        self.runtime.block_on(async {
+            let Some(engine) = self.engine().await else {
+                return Ok(None);
+            };
+            tokio::select! {
+                done = work(&engine) => done,
+                () = crate::interrupt::arrived() => {
+                    engine.remove_live_containers().await;
+                    Err(Error::Interrupted {
+                        what: format!("reading {reference} on the builder (its containers removed)"),
+                    })
+                }
+            }
+        })
+    }
+}
+
 impl crate::plan::lock::BaseResolver for BuilderResolver<'_> {
     fn reached(&self) -> Result<()> {
         self.runtime.block_on(async {
@@ -204,10 +231,7 @@ impl crate::plan::lock::BaseResolver for BuilderResolver<'_> {
         reference: &str,
         paths: &[&str],
     ) -> Result<Option<crate::plan::lock::ImageFiles>> {
-        self.runtime.block_on(async {
-            let Some(engine) = self.engine().await else {
-                return Ok(None);
-            };
+        self.with_containers(reference, async |engine| {
             let Some(image) = engine.inspect(reference).await? else {
                 return Ok(None);
             };
@@ -219,7 +243,7 @@ impl crate::plan::lock::BaseResolver for BuilderResolver<'_> {
                 "HostConfig": {"NetworkMode": "none"},
             });
             let id = engine.create_container(body).await?;
-            let read = read_files(&engine, &id, paths).await;
+            let read = read_files(engine, &id, paths).await;
             engine.remove_created(&id).await;
             Ok(Some(crate::plan::lock::ImageFiles {
                 platform: image.platform(),
@@ -229,10 +253,7 @@ impl crate::plan::lock::BaseResolver for BuilderResolver<'_> {
     }
 
     fn interpreter(&self, reference: &str) -> Result<Option<python::Interpreter>> {
-        self.runtime.block_on(async {
-            let Some(engine) = self.engine().await else {
-                return Ok(None);
-            };
+        self.with_containers(reference, async |engine| {
             if engine.inspect(reference).await?.is_none() {
                 return Ok(None);
             }
