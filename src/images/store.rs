@@ -864,16 +864,18 @@ mod tests {
 
     /// The store for prune, once no other holds it. A fork another test thread makes while
     /// this test's store was open holds a copy of its lock's descriptor until that child
-    /// execs (the same race as a script busy for writing, ETXTBSY): the lock is tried again
-    /// for up to a second, a millisecond apart, before the test fails.
+    /// execs (the same race as a script busy for writing, ETXTBSY): the lock is tried again,
+    /// a millisecond apart, for up to 30 s (a loaded machine can keep a child from its exec
+    /// for more than the second this first allowed), before the test fails.
     fn for_prune(cache: &Path, project: &Path) -> LayerStore {
-        for _ in 0..1000 {
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+        while std::time::Instant::now() < deadline {
             if let Some(store) = LayerStore::for_prune(cache, project, false).unwrap() {
                 return store;
             }
             std::thread::sleep(std::time::Duration::from_millis(1));
         }
-        panic!("another store stayed open for a second");
+        panic!("another store stayed open for 30 s");
     }
 
     #[test]
