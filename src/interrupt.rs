@@ -38,6 +38,16 @@ fn holders() -> std::sync::MutexGuard<'static, Holders> {
     HOLDERS.lock().unwrap_or_else(|e| e.into_inner())
 }
 
+std::thread_local! {
+    /// Writes this thread has under way: its own code must go on until they end (a child
+    /// it runs for them is not stopped, a listener it starts is not refused).
+    static WRITES_HERE: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
+}
+
+fn writing_here() -> bool {
+    WRITES_HERE.with(|w| w.get() > 0)
+}
+
 /// Waits for the end of the process, which the signal thread is bringing.
 fn wait_for_the_end() -> ! {
     loop {
@@ -64,14 +74,17 @@ pub fn watch(verb: &str) {
                     stop_stoppable();
                     let name = if signal == SIGINT { "SIGINT" } else { "SIGTERM" };
                     tracing::debug!("{name} arrived");
-                    if n == 0 && holders().listening > 0 {
+                    // Decided under the lock a new listener or write takes.
+                    let mut holding = holders();
+                    if n == 0 && holding.listening > 0 {
                         continue;
                     }
+                    holding.ending = true;
                     let said = match n {
                         0 => format!("{verb} stopped"),
                         _ => format!("a second {name}: {verb} stopped at once; containers it started may remain (`docker ps -a`)"),
                     };
-                    end_process(&format!("interrupted ({name}): {said}; no file is left half written"));
+                    end_process(holding, &format!("interrupted ({name}): {said}; no file is left half written"));
                 }
             });
         if spawned.is_err() {
@@ -83,12 +96,12 @@ pub fn watch(verb: &str) {
 
 /// Waits for the writes under way (no new one starts), stops the children, says `line` and
 /// ends the process with 130.
-fn end_process(line: &str) -> ! {
-    let mut holders = holders();
-    holders.ending = true;
+fn end_process(mut holders: std::sync::MutexGuard<'static, Holders>, line: &str) -> ! {
     while holders.writes > 0 {
         holders = WRITES_DONE.wait(holders).unwrap_or_else(|e| e.into_inner());
     }
+    // Kept until the end: no stoppable child starts after this look.
+    let _no_more_children = SPAWNING.lock().unwrap_or_else(|e| e.into_inner());
     stop_children();
     crate::output::stderr_exactly(&format!("{line}\n"));
     std::process::exit(130)
@@ -122,18 +135,44 @@ fn stop_children() {
     }
 }
 
+/// Held while a stoppable child is started and noted, and by the signal thread from its
+/// last look for children until the process ends: no child starts unseen in between (a
+/// second `git fetch`, started as the first was stopped, outlived hallmark).
+static SPAWNING: Mutex<()> = Mutex::new(());
+
+/// Starts `command` as a child that ends on the first signal ([`stoppable`]); after a
+/// signal none starts (`Interrupted`), but for a write under way on this thread.
+pub fn spawn_stoppable(
+    command: &mut std::process::Command,
+) -> std::io::Result<(std::process::Child, Stoppable)> {
+    let _spawning = SPAWNING.lock().unwrap_or_else(|e| e.into_inner());
+    if requested() && !writing_here() {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::Interrupted,
+            "interrupted (SIGINT or SIGTERM): not started",
+        ));
+    }
+    let child = command.spawn()?;
+    let stoppable = stoppable(child.id());
+    Ok((child, stoppable))
+}
+
 /// Children that end on the first signal even while their parent's code listens: a `git
 /// fetch` from a remote that does not answer must not hold a listening `bump` for good.
-static STOPPABLE: Mutex<Vec<u32>> = Mutex::new(Vec::new());
+static STOPPABLE: Mutex<Vec<(u32, bool)>> = Mutex::new(Vec::new());
 
 /// While held, the child `pid` is sent SIGTERM when a signal arrives (its caller then sees
 /// it fail, and hallmark ends as interrupted). Dropped right after the child is reaped.
+/// One run inside a write ([`writing`]) on the same thread is not stopped: the write it
+/// serves ends first (a refresh's `git diff` stopped between a patch and its series left
+/// them out of step).
 pub struct Stoppable(u32);
 
 pub fn stoppable(pid: u32) -> Stoppable {
     let mut pids = STOPPABLE.lock().unwrap_or_else(|e| e.into_inner());
-    pids.push(pid);
-    if requested() {
+    let for_a_write = writing_here();
+    pids.push((pid, for_a_write));
+    if requested() && !for_a_write {
         // SAFETY: kill with the pid of a child not reaped yet.
         unsafe { libc::kill(pid as i32, libc::SIGTERM) };
     }
@@ -143,13 +182,13 @@ pub fn stoppable(pid: u32) -> Stoppable {
 impl Drop for Stoppable {
     fn drop(&mut self) {
         let mut pids = STOPPABLE.lock().unwrap_or_else(|e| e.into_inner());
-        pids.retain(|p| *p != self.0);
+        pids.retain(|(p, _)| *p != self.0);
     }
 }
 
 fn stop_stoppable() {
     let pids = STOPPABLE.lock().unwrap_or_else(|e| e.into_inner());
-    for pid in pids.iter() {
+    for (pid, _) in pids.iter().filter(|(_, for_a_write)| !for_a_write) {
         // SAFETY: kill with the pid of a child its holder has not dropped (reaped) yet. The
         // window between its reaping and the drop is the holder's next statement.
         unsafe { libc::kill(*pid as i32, libc::SIGTERM) };
@@ -182,7 +221,7 @@ pub struct Listening(());
 
 pub fn listening() -> Listening {
     let mut holders = holders();
-    if holders.ending {
+    if holders.ending && !writing_here() {
         // The signal came before: the process ends without this work.
         drop(holders);
         wait_for_the_end();
@@ -199,7 +238,7 @@ impl Drop for Listening {
 
 /// While held, files that belong together are being written: a signal ends the process
 /// after, never between them.
-pub struct Writing(());
+pub struct Writing(std::marker::PhantomData<*const ()>);
 
 pub fn writing() -> Writing {
     let mut holders = holders();
@@ -210,11 +249,14 @@ pub fn writing() -> Writing {
         wait_for_the_end();
     }
     holders.writes += 1;
-    Writing(())
+    WRITES_HERE.with(|w| w.set(w.get() + 1));
+    // Not Send: dropped on the thread that took it, which `WRITES_HERE` counts.
+    Writing(std::marker::PhantomData)
 }
 
 impl Drop for Writing {
     fn drop(&mut self) {
+        WRITES_HERE.with(|w| w.set(w.get() - 1));
         holders().writes -= 1;
         WRITES_DONE.notify_all();
     }

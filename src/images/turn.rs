@@ -32,11 +32,17 @@ impl Turn {
             Err(std::fs::TryLockError::WouldBlock) => {}
         }
         waiting(&path);
-        tokio::task::spawn_blocking(move || file.lock().map(|()| file))
-            .await
-            .expect("the lock task does not panic")
-            .map(|file| Turn { _lock: file })
-            .map_err(|e| Error::io(&path, e))
+        // Asked again every quarter second rather than waited for in a blocking task: a
+        // Ctrl-C drops this wait at once, where the runtime's end waited for the blocking
+        // lock (an interrupted distribute hung until the other run ended).
+        loop {
+            tokio::time::sleep(std::time::Duration::from_millis(250)).await;
+            match file.try_lock() {
+                Ok(()) => return Ok(Turn { _lock: file }),
+                Err(std::fs::TryLockError::Error(e)) => return Err(Error::io(&path, e)),
+                Err(std::fs::TryLockError::WouldBlock) => {}
+            }
+        }
     }
 }
 

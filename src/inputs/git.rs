@@ -13,14 +13,12 @@ pub(crate) fn run(command: &mut Command, context: impl Fn() -> String) -> Result
         context: Some(context()),
         stderr: e.to_string(),
     };
-    let child = command
+    command
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .map_err(failed)?;
+        .stderr(Stdio::piped());
     // A fetch from a remote that does not answer ends on Ctrl-C or SIGTERM, with hallmark.
-    let stoppable = crate::interrupt::stoppable(child.id());
+    let (child, stoppable) = crate::interrupt::spawn_stoppable(command).map_err(failed)?;
     let output = child.wait_with_output().map_err(failed)?;
     drop(stoppable);
     if output.status.success() {

@@ -158,7 +158,8 @@ impl BuilderResolver<'_> {
         work: impl AsyncFnOnce(&Engine) -> Result<Option<T>>,
     ) -> Result<Option<T>> {
         let _listening = crate::interrupt::listening();
-        self.runtime.block_on(async {
+        let what = format!("reading {reference} on the builder (its containers removed)");
+        let done = self.runtime.block_on(async {
             let Some(engine) = self.engine().await else {
                 return Ok(None);
             };
@@ -166,12 +167,13 @@ impl BuilderResolver<'_> {
                 done = work(&engine) => done,
                 () = crate::interrupt::arrived() => {
                     engine.remove_live_containers().await;
-                    Err(Error::Interrupted {
-                        what: format!("reading {reference} on the builder (its containers removed)"),
-                    })
+                    Err(Error::Interrupted { what: what.clone() })
                 }
             }
-        })
+        })?;
+        // A signal that came as the work ended is this listener's too: said while it listens.
+        crate::interrupt::check(&what)?;
+        Ok(done)
     }
 }
 

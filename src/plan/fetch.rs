@@ -212,28 +212,25 @@ pub fn download_wheel(
         message,
         hint,
     };
-    let output = Command::new("python3")
-        .args([
-            "-m",
-            "pip",
-            "download",
-            "--quiet",
-            "--no-deps",
-            "--only-binary=:all:",
-        ])
-        .args(target)
-        .arg("--dest")
-        .arg(scratch.path())
-        .arg(format!("{name}=={version}"))
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .and_then(|pip| {
-            // An index that does not answer does not outlive Ctrl-C or SIGTERM.
-            let _stoppable = crate::interrupt::stoppable(pip.id());
-            pip.wait_with_output()
-        })
+    let mut pip = Command::new("python3");
+    pip.args([
+        "-m",
+        "pip",
+        "download",
+        "--quiet",
+        "--no-deps",
+        "--only-binary=:all:",
+    ])
+    .args(target)
+    .arg("--dest")
+    .arg(scratch.path())
+    .arg(format!("{name}=={version}"))
+    .stdin(Stdio::null())
+    .stdout(Stdio::piped())
+    .stderr(Stdio::piped());
+    // An index that does not answer does not outlive Ctrl-C or SIGTERM.
+    let output = crate::interrupt::spawn_stoppable(&mut pip)
+        .and_then(|(pip, _stoppable)| pip.wait_with_output())
         .map_err(|e| fail(format!("cannot run pip: {e}"), None))?;
     if !output.status.success() {
         return Err(fail(

@@ -208,7 +208,8 @@ fn verbs_on_a_git_remote_that_hangs_end_on_either_signal_with_130() {
             assert_eq!(stopped.code, Some(130), "{said}");
             assert!(stopped.stderr.contains("interrupted"), "{said}");
             let git = std::fs::read_to_string(&marker).unwrap();
-            wait_for("the git hallmark started ended", || ended(git.trim()));
+            let what = format!("the git {verb} started ended on SIG{signal} (pid {git})");
+            wait_for(&what, || ended(git.trim()));
             assert_eq!(project.read("pins/app.toml"), pins, "{said}");
             assert_eq!(project.read("patches/fix/series"), series, "{said}");
         }
