@@ -919,14 +919,20 @@ fn refusing_loads(socket: &std::path::Path, endpoint: &str, message: &'static st
                     let load = chunk.starts_with(b"POST ")
                         && chunk.windows(12).take(200).any(|w| w == b"/images/load");
                     if load {
+                        // The archive read to its end first, as an engine does: an answer
+                        // while the client still sends raced its broken pipe (a loaded CI
+                        // machine saw the pipe, not the answer).
+                        read_request_body(&mut from_client, chunk.to_vec());
                         let body = format!("{{\"message\":\"{message}\"}}");
                         let answer = format!(
                             "HTTP/1.1 500 Internal Server Error\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
                             body.len()
                         );
-                        let _ = to_engine.shutdown(std::net::Shutdown::Both);
+                        // Answered before the engine's side is closed: its copier would
+                        // otherwise close the client's side first, and the answer be lost.
                         let _ = from_client.write_all(answer.as_bytes());
                         let _ = from_client.shutdown(std::net::Shutdown::Both);
+                        let _ = to_engine.shutdown(std::net::Shutdown::Both);
                         return;
                     }
                     if to_engine.write_all(chunk).is_err() {
@@ -937,6 +943,45 @@ fn refusing_loads(socket: &std::path::Path, endpoint: &str, message: &'static st
             });
         }
     });
+}
+
+/// Reads the rest of the HTTP request `start` begins (its body by `Content-Length`, or
+/// chunked to its last chunk) from `client`, discarding it.
+fn read_request_body(client: &mut impl std::io::Read, start: Vec<u8>) {
+    let mut seen = start;
+    let mut buffer = vec![0u8; 1 << 16];
+    let header_end = loop {
+        if let Some(at) = seen.windows(4).position(|w| w == b"\r\n\r\n") {
+            break at + 4;
+        }
+        match client.read(&mut buffer) {
+            Ok(n @ 1..) => seen.extend_from_slice(&buffer[..n]),
+            _ => return,
+        }
+    };
+    let headers = String::from_utf8_lossy(&seen[..header_end]).to_lowercase();
+    let length = headers
+        .lines()
+        .find_map(|l| l.strip_prefix("content-length:"))
+        .and_then(|n| n.trim().parse::<usize>().ok());
+    let mut body = seen.split_off(header_end);
+    loop {
+        let done = match length {
+            Some(length) => body.len() >= length,
+            None => body.ends_with(b"0\r\n\r\n"),
+        };
+        if done {
+            return;
+        }
+        match client.read(&mut buffer) {
+            Ok(n @ 1..) => body.extend_from_slice(&buffer[..n]),
+            _ => return,
+        }
+        if length.is_none() {
+            // Only the end is looked at: the chunked terminator.
+            body.drain(..body.len().saturating_sub(5));
+        }
+    }
 }
 
 /// Issue 42: a load that fails names the image it was loading. Assembly loads its image
