@@ -136,7 +136,7 @@ pub struct BuilderResolver<'a> {
 }
 
 impl BuilderResolver<'_> {
-    async fn engine(&self) -> Option<Engine> {
+    async fn connect(&self) -> Result<Engine> {
         Engine::connect(
             self.builder.name.as_str(),
             &self.builder.engine,
@@ -144,11 +144,12 @@ impl BuilderResolver<'_> {
             self.cache,
         )
         .await
-        .ok()
     }
-}
 
-impl BuilderResolver<'_> {
+    async fn engine(&self) -> Option<Engine> {
+        self.connect().await.ok()
+    }
+
     /// `work` on the builder's engine (`Ok(None)` when it cannot be reached), which makes
     /// containers: Ctrl-C or SIGTERM ends it with them removed (an interrupted `lock` could
     /// leave a created container behind).
@@ -179,16 +180,8 @@ impl BuilderResolver<'_> {
 
 impl crate::plan::lock::BaseResolver for BuilderResolver<'_> {
     fn reached(&self) -> Result<()> {
-        self.runtime.block_on(async {
-            Engine::connect(
-                self.builder.name.as_str(),
-                &self.builder.engine,
-                self.ssh_config,
-                self.cache,
-            )
-            .await
-            .map(drop)
-        })
+        self.runtime
+            .block_on(async { self.connect().await.map(drop) })
     }
 
     fn resolve(&self, reference: &str) -> Result<Option<BasePin>> {

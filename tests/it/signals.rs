@@ -115,25 +115,7 @@ fn git_whose_remote_hangs(dir: &Path) -> (String, PathBuf) {
         marker = marker.display(),
         real = real.trim()
     );
-    // Written by a child process: no fork of this test process holds it open for writing
-    // when it runs (ETXTBSY).
-    let path = bin.join("git");
-    let mut writer = Command::new("sh")
-        .args([
-            "-c",
-            "cat > \"$0\" && chmod +x \"$0\"",
-            path.to_str().unwrap(),
-        ])
-        .stdin(Stdio::piped())
-        .spawn()
-        .unwrap();
-    writer
-        .stdin
-        .take()
-        .unwrap()
-        .write_all(script.as_bytes())
-        .unwrap();
-    assert!(writer.wait().unwrap().success());
+    support::write_executable(&bin.join("git"), &script);
     let path = format!("{}:{}", bin.display(), std::env::var("PATH").unwrap());
     (path, marker)
 }
