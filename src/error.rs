@@ -214,6 +214,11 @@ pub enum Error {
     #[error("interrupted: {what}")]
     Interrupted { what: String },
 
+    /// A search that found nothing to work on (`bump --tags` whose glob matches no tag): the
+    /// input was well formed, the answer is no (exit 1).
+    #[error("{message}")]
+    NothingMatched { message: String },
+
     /// Several independent problems, reported together (as `check` does).
     #[error("{} problems", .0.len())]
     Many(Vec<Error>),
@@ -314,7 +319,8 @@ impl Error {
             | Error::Apt { .. }
             | Error::Engine { .. }
             | Error::BuildFailed(_)
-            | Error::SmokeFailed { .. } => ExitStatus::Failure,
+            | Error::SmokeFailed { .. }
+            | Error::NothingMatched { .. } => ExitStatus::Failure,
             Error::Interrupted { .. } => ExitStatus::Interrupted,
             // The lowest code wins: a failed piece of work outranks bad input elsewhere.
             Error::Many(errors) => errors

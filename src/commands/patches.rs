@@ -72,7 +72,15 @@ fn detail(row: &PatchStatus) -> String {
         parts.push("already upstream (reverses cleanly)".into());
     }
     if let Some(evidence) = &row.evidence {
-        parts.push(format!("probably upstream in another form: {evidence}"));
+        parts.push(match row.conflicts.is_empty() {
+            true => format!("may already be upstream: {evidence}"),
+            false => format!("probably upstream in another form: {evidence}"),
+        });
+    }
+    if let Some(words) = &row.doubtful {
+        parts.push(format!(
+            "doubtful: a hunk moves into another function: {words}"
+        ));
     }
     for conflict in row.conflicts.iter().filter(|_| row.evidence.is_none()) {
         parts.push(match &conflict.hunk {
@@ -106,6 +114,7 @@ fn print_report(settings: &Settings, rows: &[PatchStatus]) -> ExitStatus {
         }
     }
     settings.output.table("patches", rows);
+    // The judgement check, refresh and bump share: as it is, or a person is needed.
     let failing = rows.iter().filter(|r| !r.status.as_is()).count();
     if failing > 0 {
         settings.output.note(format!(
@@ -113,6 +122,16 @@ fn print_report(settings: &Settings, rows: &[PatchStatus]) -> ExitStatus {
             rows.len()
         ));
     }
+    let doubtful = (rows.iter())
+        .filter(|r| r.status.as_is() && r.needs_person())
+        .count();
+    if doubtful > 0 {
+        settings.output.note(format!(
+            "{doubtful} of {} patches apply, but a hunk lands in another function than at the pin (doubtful)",
+            rows.len()
+        ));
+    }
+    let failing = failing + doubtful;
     ExitStatus::from_success(failing == 0)
 }
 
@@ -157,7 +176,10 @@ fn examine(
                     pin: &pin.commit,
                     sets: &patches.sets,
                 },
-                keep_trees,
+                report::Asked {
+                    trees: keep_trees,
+                    after: true,
+                },
             )?);
             examined += 1;
         }

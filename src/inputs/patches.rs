@@ -4,6 +4,7 @@
 
 pub mod diff;
 pub mod import;
+pub mod landing;
 pub mod refresh;
 pub mod report;
 pub mod scratch;

@@ -144,8 +144,9 @@ fn check_planned(
         if patches.sets.is_empty() {
             continue;
         }
-        if let Err(error) = fetch::fetch_source(cache, image, pin, patches) {
-            problems.push(error);
+        match fetch::fetch_source(cache, image, pin, patches) {
+            Err(error) => problems.push(error),
+            Ok(fetched) => problems.extend(needing_a_person(image, pin, patches, &fetched.repo)?),
         }
     }
     match problems.len() {
@@ -153,6 +154,49 @@ fn check_planned(
         1 => Err(problems.remove(0)),
         _ => Err(Error::Many(problems)),
     }
+}
+
+/// The patches of a series that applies which still need a person, judged as `patches
+/// report` judges them (the same code): one that may already be upstream applies, and
+/// repeats what is there (a second definition of a function). Each a problem naming it.
+fn needing_a_person(
+    image: &PlannedImage,
+    pin: &crate::inputs::pins::SourcePin,
+    patches: &crate::inputs::patches::SourcePatches,
+    repo: &Path,
+) -> Result<Vec<Error>> {
+    use crate::inputs::patches::report;
+    let rows = report::examine(
+        &report::Target {
+            image: image.name().as_str(),
+            source: pin.name.as_str(),
+            repo,
+            commit: &pin.commit,
+            pin: &pin.commit,
+            sets: &patches.sets,
+        },
+        report::Asked::default(),
+    )?;
+    Ok(rows
+        .iter()
+        .filter(|r| r.needs_person())
+        .map(|r| Error::Lint {
+            image: image.name().to_string(),
+            path: r.file.path.clone(),
+            message: format!(
+                "patch `{}/{}` of source `{}` {}: {}",
+                r.set,
+                r.patch,
+                r.source,
+                r.status.word(),
+                r.evidence.as_deref().or(r.doubtful.as_deref()).unwrap_or("it needs a person")
+            ),
+            hint: Some(format!(
+                "`hallmark patches report {}` shows it; drop the patch from the series if upstream has it",
+                image.name()
+            )),
+        })
+        .collect())
 }
 
 /// apt pins whose package file (in the layer store, where `lock` or a build put it) says

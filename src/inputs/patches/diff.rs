@@ -39,6 +39,44 @@ impl FileDiff {
             .to_string()
     }
 
+    /// Every path this file diff reads or writes, as git applies it: both sides of `---`/`+++`
+    /// and `diff --git` (after `strip` components; not `/dev/null`), and a rename's or copy's
+    /// paths (which git writes without a prefix).
+    pub fn paths(&self, strip: u32) -> Vec<String> {
+        let stripped = |path: &str| {
+            let path = path
+                .split('\t')
+                .next()
+                .unwrap_or_default()
+                .trim_matches('"');
+            match strip {
+                0 => path.to_string(),
+                n => path
+                    .splitn(n as usize + 1, '/')
+                    .last()
+                    .unwrap_or(path)
+                    .to_string(),
+            }
+        };
+        let mut paths = vec![self.stripped(strip)];
+        for line in self.header.lines() {
+            if let Some(rest) = line.strip_prefix("diff --git ") {
+                paths.extend(rest.split(' ').map(stripped));
+            } else if let Some(path) = line.strip_prefix("--- ").or(line.strip_prefix("+++ ")) {
+                paths.push(stripped(path));
+            } else if let Some(path) = ["rename from ", "rename to ", "copy from ", "copy to "]
+                .iter()
+                .find_map(|p| line.strip_prefix(p))
+            {
+                paths.push(path.trim_matches('"').to_string());
+            }
+        }
+        paths.retain(|p| !p.is_empty() && p != "/dev/null" && p != "dev/null");
+        paths.sort();
+        paths.dedup();
+        paths
+    }
+
     /// The file's header with one of its hunks: a patch of its own, for `git apply --check`.
     pub fn with_hunk(&self, hunk: &Hunk) -> String {
         format!("{}{}", self.header, hunk.text)

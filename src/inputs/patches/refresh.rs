@@ -9,8 +9,8 @@
 //! exit 0, and `check` pass it). It stays as it is unless `--accept-fuzz`, and the outcome says
 //! where it would land and where it was, so a person can judge.
 
-use super::diff;
 use super::report::{PatchStatus, Status};
+use super::{diff, landing};
 use crate::error::{Error, Result};
 use crate::inputs::git;
 use std::collections::{BTreeMap, BTreeSet};
@@ -83,30 +83,32 @@ pub fn refresh(rows: &[PatchStatus], force: bool, accept_fuzz: bool) -> Result<R
         let edits = series.entry(row.set_dir.clone()).or_default();
         match row.status {
             Status::Offset | Status::Fuzz | Status::ThreeWay => {
-                // Doubtful: context dropped, a merge placed it, or a hunk that moved into
-                // another function (an offset git took on identical lines elsewhere).
-                let landing = Landing::of(row)?;
-                let doubtful = row.status != Status::Offset || landing.moved_function();
-                if doubtful && !accept_fuzz {
-                    outcome.doubtful.push((name(row), landing.words()));
+                // Doubtful: context dropped, a merge placed it, or an offset that moved a hunk
+                // into another function than at the pin (report's judgement, shared).
+                let doubtful = match (&row.status, &row.doubtful) {
+                    (Status::Offset, None) => None,
+                    (Status::Offset, Some(words)) => Some(words.clone()),
+                    _ => Some(fuzzy_landing(row)?),
+                };
+                if let (Some(words), false) = (&doubtful, accept_fuzz) {
+                    outcome.doubtful.push((name(row), words.clone()));
                     continue;
                 }
                 // A doubtful match written says so in the patch, until a person reviews it.
-                let mark = doubtful.then(|| {
+                let mark = doubtful.as_ref().map(|words| {
                     format!(
-                        "refreshed from a doubtful match ({}) at {}: {}",
+                        "refreshed from a doubtful match ({}) at {}: {words}",
                         row.status.word(),
                         &row.commit[..12.min(row.commit.len())],
-                        landing.words()
                     )
                 });
                 rewrite(row, mark.as_deref())?;
                 if row.file.strip > 1 {
                     edits.1.insert(row.patch.clone());
                 }
-                outcome.rewritten.push(match doubtful {
-                    true => format!("{} ({})", name(row), landing.words()),
-                    false => name(row),
+                outcome.rewritten.push(match &doubtful {
+                    Some(words) => format!("{} ({words})", name(row)),
+                    None => name(row),
                 });
             }
             Status::Upstream => {
@@ -123,17 +125,6 @@ pub fn refresh(rows: &[PatchStatus], force: bool, accept_fuzz: bool) -> Result<R
         }
     }
     Ok(outcome)
-}
-
-/// The patch as the difference of the trees around it, after its mail header or text.
-/// Whether refresh would take `row` only with `--accept-fuzz`: a fuzz or three-way match,
-/// or an offset that moves a hunk into another function. `row` must carry its trees.
-pub fn doubtful(row: &PatchStatus) -> Result<bool> {
-    Ok(match row.status {
-        Status::Fuzz | Status::ThreeWay => true,
-        Status::Offset => Landing::of(row)?.moved_function(),
-        _ => false,
-    })
 }
 
 /// The patch at `row` rewritten as the difference its application made, after its header
@@ -182,98 +173,13 @@ fn with_mark(preamble: &str, mark: Option<&str>) -> String {
     format!("{line}{preamble}")
 }
 
-/// Where a patch's hunks land at the new commit (the difference of the trees around it, with
-/// git's default context, as the rewrite writes it) and where the patch had them: each hunk's
-/// file, first line and the function git names in its header.
-struct Landing {
-    now: Vec<Place>,
-    was: Vec<Place>,
-}
-
-struct Place {
-    file: String,
-    line: String,
-    function: String,
-}
-
-impl Landing {
-    fn of(row: &PatchStatus) -> Result<Landing> {
-        let (before, after) = row.trees.as_ref().expect("refresh asks for trees");
-        let mut command = git::git(&row.repo);
-        command.args(["diff-tree", "-p", "--no-renames", before, after]);
-        let now = git::run(&mut command, || {
-            format!("diffing where {} lands", row.file.path.display())
-        })?;
-        let old =
-            fs_err::read_to_string(&row.file.path).map_err(|e| Error::io(&row.file.path, e))?;
-        Ok(Landing {
-            now: places(&now, 1),
-            was: places(&old, row.file.strip),
-        })
-    }
-
-    /// Whether a function the patch named in a hunk header is no longer named by any hunk of
-    /// that file (the rewrite may split or join hunks, so as sets). A patch that names no
-    /// function (`diff -u` without `-p`) is judged by its status alone.
-    fn moved_function(&self) -> bool {
-        self.was.iter().filter(|w| !w.function.is_empty()).any(|w| {
-            !self
-                .now
-                .iter()
-                .any(|n| n.file == w.file && n.function == w.function)
-        })
-    }
-
-    fn words(&self) -> String {
-        let list = |places: &[Place]| match places.is_empty() {
-            true => "no hunk".to_string(),
-            false => places
-                .iter()
-                .map(|p| match p.function.as_str() {
-                    "" => format!("{}:{}", p.file, p.line),
-                    f => format!("{}:{} (in `{f}`)", p.file, p.line),
-                })
-                .collect::<Vec<_>>()
-                .join(", "),
-        };
-        format!(
-            "it would land at {}; the patch had {}",
-            list(&self.now),
-            list(&self.was)
-        )
-    }
-}
-
-/// Each hunk of a diff: its file (after `strip` components), the new side's first line and
-/// the function in its header.
-fn places(diff: &str, strip: u32) -> Vec<Place> {
-    let mut file = String::new();
-    let mut places = Vec::new();
-    for line in diff.lines() {
-        if let Some(path) = line.strip_prefix("+++ ") {
-            let path = path.split('\t').next().unwrap_or_default();
-            file = path
-                .splitn(strip as usize + 1, '/')
-                .last()
-                .unwrap_or(path)
-                .to_string();
-        } else if let Some(rest) = line.strip_prefix("@@ ") {
-            let Some((ranges, context)) = rest.split_once(" @@") else {
-                continue;
-            };
-            let start = ranges
-                .split_whitespace()
-                .find_map(|r| r.strip_prefix('+'))
-                .and_then(|r| r.split(',').next())
-                .unwrap_or("?");
-            places.push(Place {
-                file: file.clone(),
-                line: start.to_string(),
-                function: context.trim().to_string(),
-            });
-        }
-    }
-    places
+/// Where a fuzz or three-way match lands against where the patch had its hunks (its header's
+/// lines and functions): the words a doubtful match is shown with.
+fn fuzzy_landing(row: &PatchStatus) -> Result<String> {
+    let (before, after) = row.trees.as_ref().expect("refresh asks for trees");
+    let now = landing::between(&row.repo, before, after, &row.file.path)?;
+    let old = fs_err::read_to_string(&row.file.path).map_err(|e| Error::io(&row.file.path, e))?;
+    Ok(landing::words(&now, &landing::places(&old, row.file.strip)))
 }
 
 /// The series without the dropped patches' lines; a patch rewritten from strip level 2 or

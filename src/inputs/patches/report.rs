@@ -8,6 +8,7 @@
 //! per hunk to name the conflicts).
 
 use super::diff;
+use super::landing::{self, Place};
 use super::scratch::ScratchIndex;
 use super::{Patch, PatchSet};
 use crate::error::{Error, Result};
@@ -90,6 +91,9 @@ pub struct PatchStatus {
     pub after: Vec<String>,
     /// With `upstream?`: where each hunk's lines were found.
     pub evidence: Option<String>,
+    /// With `offset`: set when a hunk lands in another function than it did at the pin
+    /// (git took identical lines elsewhere): where it would land and where it was.
+    pub doubtful: Option<String>,
     #[serde(skip)]
     pub file: Patch,
     /// The set's folder, which holds its `series`.
@@ -105,7 +109,8 @@ pub struct PatchStatus {
 }
 
 /// What to examine: one source's series at `commit`; `pin` is the commit the series was
-/// made for (its blobs feed the three-way merge).
+/// made for (its blobs feed the three-way merge; where each patch lands there is where it is
+/// meant to land).
 pub struct Target<'a> {
     pub image: &'a str,
     pub source: &'a str,
@@ -115,10 +120,63 @@ pub struct Target<'a> {
     pub sets: &'a [PatchSet],
 }
 
+/// What to work out besides each patch's status.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Asked {
+    /// The trees before and after each patch (refresh rewrites a patch as their difference).
+    pub trees: bool,
+    /// The earlier patches each one needs (`after`): a report's detail, not a verdict.
+    pub after: bool,
+}
+
+/// Where each patch landed at the pin, by patch file: made once per series and reused for
+/// every commit examined against that pin (bump examines many).
+#[derive(Default)]
+pub struct PinLandings(std::cell::OnceCell<BTreeMap<PathBuf, Vec<Place>>>);
+
+impl PinLandings {
+    fn get(&self, target: &Target) -> Result<&BTreeMap<PathBuf, Vec<Place>>> {
+        if let Some(found) = self.0.get() {
+            return Ok(found);
+        }
+        let at_pin = Target {
+            commit: target.pin,
+            ..*target
+        };
+        let rows = examine_with(
+            &at_pin,
+            Asked {
+                trees: true,
+                after: false,
+            },
+            &PinLandings::default(),
+        )?;
+        let mut found = BTreeMap::new();
+        for row in rows {
+            if let Some((before, after)) = &row.trees {
+                let places = landing::between(&row.repo, before, after, &row.file.path)?;
+                found.insert(row.file.path.clone(), places);
+            }
+        }
+        Ok(self.0.get_or_init(|| found))
+    }
+}
+
 /// Every patch of `target`'s sets, in series order.
-pub fn examine(target: &Target, keep_trees: bool) -> Result<Vec<PatchStatus>> {
+pub fn examine(target: &Target, asked: Asked) -> Result<Vec<PatchStatus>> {
+    examine_with(target, asked, &PinLandings::default())
+}
+
+/// [`examine`], with where the patches landed at the pin kept from an earlier call.
+pub fn examine_with(
+    target: &Target,
+    asked: Asked,
+    at_pin: &PinLandings,
+) -> Result<Vec<PatchStatus>> {
     let mut run = Run {
         target,
+        asked,
+        at_pin,
         index: ScratchIndex::of(target.repo, target.commit.as_str())?,
         pristine: None,
         primed: target.commit == target.pin,
@@ -128,14 +186,30 @@ pub fn examine(target: &Target, keep_trees: bool) -> Result<Vec<PatchStatus>> {
     let mut found = Vec::new();
     for set in target.sets {
         for patch in &set.patches {
-            found.push(run.one(set, patch, keep_trees)?);
+            found.push(run.one(set, patch)?);
         }
     }
     Ok(found)
 }
 
+impl PatchStatus {
+    /// Whether the patch needs a person at this commit: it does not apply as it is or
+    /// refreshed (fuzz, three-way, conflicts), may already be upstream (`upstream?`), or
+    /// lands in another function (a doubtful offset). `check`, `patches report`, `patches
+    /// refresh` and `bump` all judge a patch by this.
+    pub fn needs_person(&self) -> bool {
+        self.doubtful.is_some()
+            || matches!(
+                self.status,
+                Status::Fuzz | Status::ThreeWay | Status::Conflicts | Status::UpstreamMaybe
+            )
+    }
+}
+
 struct Run<'a> {
     target: &'a Target<'a>,
+    asked: Asked,
+    at_pin: &'a PinLandings,
     /// The commit with every patch so far that applied one way or another.
     index: ScratchIndex,
     /// The commit alone, made when first needed.
@@ -149,12 +223,7 @@ struct Run<'a> {
 }
 
 impl Run<'_> {
-    fn one(&mut self, set: &PatchSet, patch: &Patch, keep_trees: bool) -> Result<PatchStatus> {
-        let before = if keep_trees {
-            Some(self.index.write_tree()?)
-        } else {
-            None
-        };
+    fn one(&mut self, set: &PatchSet, patch: &Patch) -> Result<PatchStatus> {
         let text = fs_err::read(&patch.path).map_err(|e| Error::io(&patch.path, e))?;
         let files: Vec<String> = diff::parse(&String::from_utf8_lossy(&text))
             .files
@@ -174,14 +243,20 @@ impl Run<'_> {
             whitespace: None,
             after: Vec::new(),
             evidence: None,
+            doubtful: None,
             file: patch.clone(),
             set_dir: set.dir.clone(),
             repo: self.target.repo.to_path_buf(),
             trees: None,
         };
-        self.classify(patch, &mut status)?;
-        if !matches!(status.status, Status::Upstream | Status::Conflicts) {
-            if status.status.as_is() {
+        // The index as it was before the patch: a file copy, no git run.
+        let before = self.index.copy()?;
+        let applied = self.classify(patch, &mut status)?;
+        if applied && matches!(status.status, Status::Applies | Status::Offset) {
+            self.already_there(patch, &before, &mut status)?;
+        }
+        if applied {
+            if self.asked.after && status.status.as_is() {
                 status.after = self.applies_only_after(patch, &files)?;
             }
             let name = format!("{}/{}", set.name, patch.file);
@@ -193,20 +268,124 @@ impl Run<'_> {
                     .or_default()
                     .push(name.clone());
             }
-            if let Some(before) = before {
-                status.trees = Some((before, self.index.write_tree()?));
+            let offset = status.status == Status::Offset;
+            if self.asked.trees || offset {
+                status.trees = Some((before.write_tree()?, self.index.write_tree()?));
+            }
+            if offset && self.target.commit != self.target.pin {
+                status.doubtful = self.lands_elsewhere(&status)?;
+            }
+            if !self.asked.trees {
+                status.trees = None;
             }
         }
         Ok(status)
     }
 
+    /// With an offset, where the patch lands here against where it landed at the pin (at the
+    /// pin itself, where it lands is where it is meant to): the words when a hunk moved into
+    /// another function. A patch that did not apply at the pin is compared with its header.
+    fn lands_elsewhere(&self, status: &PatchStatus) -> Result<Option<String>> {
+        let (before, after) = status.trees.as_ref().expect("kept for an offset");
+        let now = landing::between(self.target.repo, before, after, &status.file.path)?;
+        let was = match self.at_pin.get(self.target)?.get(&status.file.path) {
+            Some(places) => places.clone(),
+            None => {
+                let text = fs_err::read_to_string(&status.file.path)
+                    .map_err(|e| Error::io(&status.file.path, e))?;
+                landing::places(&text, status.file.strip)
+            }
+        };
+        Ok(landing::moved_function(&was, &now).then(|| landing::words(&now, &was)))
+    }
+
+    /// Whether a patch that applied was already in the tree, so applying it repeats it (a
+    /// second definition of a function upstream took): it also reverses there, or it took an
+    /// offset and every hunk's added lines already stand in the file as a block.
+    fn already_there(
+        &self,
+        patch: &Patch,
+        before: &ScratchIndex,
+        status: &mut PatchStatus,
+    ) -> Result<()> {
+        // Only lines added count: a mode change, a rename or a binary patch reverses as well
+        // as it applies, and says nothing about upstream.
+        let text = fs_err::read_to_string(&patch.path).unwrap_or_default();
+        let adds_lines = (diff::parse(&text).files.iter())
+            .flat_map(|f| &f.hunks)
+            .any(|h| h.text.lines().skip(1).any(|l| l.starts_with('+')));
+        if !adds_lines {
+            return Ok(());
+        }
+        let reverse = before.apply(&patch.path, patch.strip, &["--check", "--reverse"])?;
+        let evidence = if reverse.status.success() {
+            Some("it applies, and it also reverses: its change is already in the tree (applying it repeats it)".to_string())
+        } else if status.status == Status::Offset {
+            self.added_lines_present(patch, before, status.offset.unwrap_or(0))?
+        } else {
+            None
+        };
+        if let Some(evidence) = evidence {
+            status.status = Status::UpstreamMaybe;
+            status.evidence = Some(evidence);
+        }
+        Ok(())
+    }
+
+    /// Where every hunk's added lines already stand as one block in the file before the
+    /// patch, if they all do: two lines or more of them, or one within the offset's reach of
+    /// where the hunk was (one common line alone, `return 0;`, is no evidence).
+    fn added_lines_present(
+        &self,
+        patch: &Patch,
+        before: &ScratchIndex,
+        offset: i64,
+    ) -> Result<Option<String>> {
+        let text = fs_err::read_to_string(&patch.path).map_err(|e| Error::io(&patch.path, e))?;
+        let mut places = Vec::new();
+        for file in diff::parse(&text).files {
+            let path = file.stripped(patch.strip);
+            let Some(now) = meaningful_lines(before, &path)? else {
+                return Ok(None);
+            };
+            for hunk in &file.hunks {
+                let added: Vec<String> = (hunk.text.lines().skip(1))
+                    .filter_map(|l| l.strip_prefix('+'))
+                    .map(squeezed)
+                    .filter(|l| l.chars().any(char::is_alphanumeric))
+                    .collect();
+                if added.is_empty() {
+                    continue;
+                }
+                let near = hunk_start(&hunk.line);
+                let reach = offset.unsigned_abs() as usize + hunk.text.lines().count() + 3;
+                // `found_at` counts in the meaningful lines: `near` as their count up to it.
+                let near_meaningful = now.1.partition_point(|&n| n < near) + 1;
+                let Some((at, _)) = found_at(&now.0, &added, near_meaningful, false) else {
+                    return Ok(None);
+                };
+                let line = now.1[at - 1];
+                if added.len() < 2 && line.abs_diff(near) > reach {
+                    return Ok(None);
+                }
+                places.push(format!("{path}:{line}"));
+            }
+        }
+        Ok((!places.is_empty()).then(|| {
+            format!(
+                "it applies at an offset, and the lines it adds are already there: {}",
+                places.join(", ")
+            )
+        }))
+    }
+
     /// Tries the ways a patch can go on, cheapest first; the index takes the patch when one
-    /// succeeds.
-    fn classify(&mut self, patch: &Patch, status: &mut PatchStatus) -> Result<()> {
+    /// succeeds (the answer: whether it took it).
+    fn classify(&mut self, patch: &Patch, status: &mut PatchStatus) -> Result<bool> {
         let bytes = fs_err::read(&patch.path).map_err(|e| Error::io(&patch.path, e))?;
         if super::is_empty_patch(&bytes) {
             status.status = Status::Empty;
-            return Ok(());
+            return Ok(true);
         }
         let plain = self.index.apply(&patch.path, patch.strip, &["-v"])?;
         if plain.status.success() {
@@ -215,14 +394,14 @@ impl Run<'_> {
                 Some(_) => Status::Offset,
                 None => Status::Applies,
             };
-            return Ok(());
+            return Ok(true);
         }
         let reverse = self
             .index
             .apply(&patch.path, patch.strip, &["--check", "--reverse"])?;
         if reverse.status.success() {
             status.status = Status::Upstream;
-            return Ok(());
+            return Ok(false);
         }
         self.prime()?;
         let trial = self.index.copy()?;
@@ -230,7 +409,7 @@ impl Run<'_> {
         if merged.status.success() && trial.unmerged()?.is_empty() {
             self.index = trial;
             status.status = Status::ThreeWay;
-            return Ok(());
+            return Ok(true);
         }
         for context in [2, 1] {
             let fuzzed = self
@@ -239,7 +418,7 @@ impl Run<'_> {
             if fuzzed.status.success() {
                 status.status = Status::Fuzz;
                 status.fuzz = Some(context);
-                return Ok(());
+                return Ok(true);
             }
         }
         status.conflicts = self.conflicts(patch, &trial.unmerged()?)?;
@@ -250,7 +429,7 @@ impl Run<'_> {
             status.status = Status::UpstreamMaybe;
             status.evidence = Some(evidence);
         }
-        Ok(())
+        Ok(false)
     }
 
     /// Whether a patch that neither applies nor reverses is upstream in another form: every
@@ -416,7 +595,11 @@ impl Run<'_> {
         let only_its_files: Vec<&str> = only_its_files.iter().map(String::as_str).collect();
         let mut needed = Vec::new();
         for left_out in &earlier {
-            let index = ScratchIndex::of(self.target.repo, self.target.commit.as_str())?;
+            let index = self
+                .pristine
+                .as_ref()
+                .expect("made by candidates_before")
+                .copy()?;
             // The others, each applied if it can be: one that needs the patch left out does
             // not apply and is left out too (git apply is atomic), and the patch is then
             // judged on what does apply (an outside test saw T named after A and B, B only
@@ -465,6 +648,29 @@ impl Run<'_> {
         earlier.dedup();
         Ok(earlier)
     }
+}
+
+/// The lines of `path` in `index` with more than punctuation, white space squeezed, with
+/// their line numbers; none when the file is not there.
+fn meaningful_lines(index: &ScratchIndex, path: &str) -> Result<Option<(Vec<String>, Vec<usize>)>> {
+    let shown = index
+        .git()
+        .args(["show", &format!(":{path}")])
+        .stdin(std::process::Stdio::null())
+        .output()
+        .map_err(|e| Error::io(path, e))?;
+    if !shown.status.success() {
+        return Ok(None);
+    }
+    let (mut lines, mut numbers) = (Vec::new(), Vec::new());
+    for (i, line) in String::from_utf8_lossy(&shown.stdout).lines().enumerate() {
+        let line = squeezed(line);
+        if line.chars().any(char::is_alphanumeric) {
+            lines.push(line);
+            numbers.push(i + 1);
+        }
+    }
+    Ok(Some((lines, numbers)))
 }
 
 /// A line with its runs of white space made one space, trimmed.

@@ -33,10 +33,19 @@ impl ScratchIndex {
         self.dir.path().join(name)
     }
 
-    /// A copy to try a three-way merge in: its conflicts must not reach this index.
+    /// A copy of this index as it is now (a three-way merge's trial, whose conflicts must
+    /// not reach this one; the state before a patch): the index file copied, no git run.
     pub fn copy(&self) -> Result<ScratchIndex> {
-        let copy = ScratchIndex::of(&self.repo, &self.write_tree()?)?;
-        Ok(copy)
+        let dir = tempfile::Builder::new()
+            .prefix("hallmark-index")
+            .tempdir()
+            .map_err(|e| Error::io(std::env::temp_dir(), e))?;
+        let from = self.dir.path().join("index");
+        fs_err::copy(&from, dir.path().join("index")).map_err(|e| Error::io(&from, e))?;
+        Ok(ScratchIndex {
+            dir,
+            repo: self.repo.clone(),
+        })
     }
 
     pub fn git(&self) -> Command {
