@@ -573,3 +573,112 @@ fn bump_apt_locks_the_packages_again_and_is_a_no_op_when_the_archive_serves_the_
     on_builder.run(&["bump", "jq", "--apt"]).success();
     assert_eq!(project.read("pins/jq.toml"), locked);
 }
+
+#[test]
+fn a_signal_during_a_bisect_build_puts_the_spec_and_pins_back_and_exits_130() {
+    let testbed = Testbed::get();
+    let config = testbed.config();
+    let run = unique();
+    let repository = format!("hm-bump-signal-{run}");
+    import_tags(
+        testbed,
+        &repository,
+        &[("v1", "1", None), ("v2", "2", None), ("v3", "3", None)],
+    );
+    // v2's image carries a label of its own: its smoke container is found by it.
+    let marker = format!("hm-hang-{run}");
+    let tagged = format!("{repository}:v2");
+    let container = testbed.docker_ok("builder", &["create", &tagged, "true"]);
+    let rootfs = tempfile::tempdir().unwrap();
+    let tar = rootfs.path().join("v2.tar");
+    testbed.docker_ok(
+        "builder",
+        &["export", "-o", tar.to_str().unwrap(), &container],
+    );
+    testbed.docker_ok("builder", &["rm", &container]);
+    testbed.docker_ok(
+        "builder",
+        &[
+            "import",
+            "--change",
+            &format!("LABEL {marker}=1"),
+            tar.to_str().unwrap(),
+            &tagged,
+        ],
+    );
+    let project = TestProject::new();
+    project.write(
+        "images/app/image.toml",
+        &format!(
+            r#"[image]
+name = "hm-bump-signal-app-{run}"
+
+[from]
+ref = "{repository}:v1"
+
+[[smoke]]
+name = "version below 3 (v2 hangs)"
+run = ["sh", "-c", "test $(cat /version) != 2 || sleep 600; test $(cat /version) -lt 3"]
+"#
+        ),
+    );
+    project.with_config(&config).run(&["lock", "app"]).success();
+    let (spec, pins) = (
+        project.read("images/app/image.toml"),
+        project.read("pins/app.toml"),
+    );
+
+    // v3 fails its smoke test; bisection then builds v2, whose smoke test hangs: stopped there.
+    let mut child = crate::support::spawn(
+        &project,
+        &config,
+        &["bump", "app", "--base", "--build", "--bisect"],
+    );
+    let hanging = || {
+        testbed
+            .docker_ok(
+                "builder",
+                &[
+                    "ps",
+                    "-q",
+                    "--filter",
+                    &format!("label={marker}=1"),
+                    "--filter",
+                    "status=running",
+                ],
+            )
+            .lines()
+            .any(|l| !l.is_empty())
+    };
+    crate::support::wait_for("v2's smoke test running", || {
+        hanging() || child.try_wait().unwrap().is_some()
+    });
+    assert!(
+        child.try_wait().unwrap().is_none(),
+        "bump ended before v2's smoke test"
+    );
+    let killed = Command::new("kill")
+        .args(["-INT", &child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(killed.success());
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(120);
+    while child.try_wait().unwrap().is_none() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "bump did not end after SIGINT"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    let output = child.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(130), "{stderr}");
+    assert!(
+        !stderr.contains("broke the build"),
+        "the signal is no candidate's failure: {stderr}"
+    );
+    assert_eq!(project.read("images/app/image.toml"), spec, "{stderr}");
+    assert_eq!(project.read("pins/app.toml"), pins, "{stderr}");
+    assert!(!hanging(), "the smoke container was left running");
+    remove_repository(testbed, &repository);
+}
