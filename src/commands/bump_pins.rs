@@ -535,18 +535,20 @@ impl Moving<'_> {
         }
         let failure = match self.build() {
             Ok(()) => {
-                tried.push(Tried::built(&candidates[chosen].name, &proposal, None));
+                record(
+                    &mut tried,
+                    Tried::built(&candidates[chosen].name, &proposal, None),
+                );
                 show(settings, &tried, &report);
                 return Ok(ExitStatus::Success);
             }
             Err(e @ Error::Interrupted { .. }) => return Err(e),
             Err(failure) => failure.to_string(),
         };
-        tried.push(Tried::built(
-            &candidates[chosen].name,
-            &proposal,
-            Some(&failure),
-        ));
+        record(
+            &mut tried,
+            Tried::built(&candidates[chosen].name, &proposal, Some(&failure)),
+        );
         if !args.bisect {
             show(settings, &tried, &report);
             settings.output.note(format!(
@@ -567,7 +569,7 @@ impl Moving<'_> {
                 // A candidate that cannot be pinned (a version with no wheel for this
                 // Python) is not one to pin: it counts as failed.
                 Err(e) => {
-                    tried.push(Tried::unpinned(&candidates[i].name, &e));
+                    record(&mut tried, Tried::unpinned(&candidates[i].name, &e));
                     failures.insert(i, e.to_string());
                     return Ok(false);
                 }
@@ -575,14 +577,20 @@ impl Moving<'_> {
             self.write(&proposal)?;
             match self.build() {
                 Ok(()) => {
-                    tried.push(Tried::built(&candidates[i].name, &proposal, None));
+                    record(
+                        &mut tried,
+                        Tried::built(&candidates[i].name, &proposal, None),
+                    );
                     good_proposal = Some((i, proposal));
                     Ok(true)
                 }
                 Err(e @ Error::Interrupted { .. }) => Err(e),
                 Err(e) => {
                     let e = e.to_string();
-                    tried.push(Tried::built(&candidates[i].name, &proposal, Some(&e)));
+                    record(
+                        &mut tried,
+                        Tried::built(&candidates[i].name, &proposal, Some(&e)),
+                    );
                     failures.insert(i, e);
                     Ok(false)
                 }
@@ -665,6 +673,18 @@ impl Tried {
             verdict: "unpinnable",
             error: Some(error.to_string()),
         }
+    }
+}
+
+/// Adds `row`, in place of the search's row for the same candidate (`newer`: found, not yet
+/// built), so that each candidate is one row.
+fn record(tried: &mut Vec<Tried>, row: Tried) {
+    match tried
+        .iter_mut()
+        .find(|t| t.candidate == row.candidate && t.verdict == "newer")
+    {
+        Some(found) => *found = row,
+        None => tried.push(row),
     }
 }
 
