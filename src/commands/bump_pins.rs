@@ -202,6 +202,28 @@ impl Moving<'_> {
                 }
             }
         }
+        // A base named with its registry: that registry's tags too, pulled onto the builder
+        // when one is asked for (lock reads bases there).
+        if !parsed.is_short() {
+            let qualified = parsed.qualified();
+            let name = qualified
+                .rsplit_once(':')
+                .map_or(qualified.as_str(), |(n, _)| n);
+            if let Some((host, path)) = name.split_once('/') {
+                match pin_moves::registry_tags(host, path) {
+                    Ok(listed) => {
+                        for tag in listed {
+                            if !tags.iter().any(|t| t.tag == tag) {
+                                tags.push(Tag { tag, created: None });
+                            }
+                        }
+                    }
+                    Err(e) => self.settings.output.note(format!(
+                        "warning: {e}; only the builder's tags of `{repository}` are considered"
+                    )),
+                }
+            }
+        }
         let (ordered, order) = pin_moves::ordered_tags(tags, glob, &repository)?;
         if ordered.is_empty() {
             return Err(Error::Engine {
@@ -226,7 +248,7 @@ impl Moving<'_> {
         ));
         for (i, tag) in after.iter().enumerate().rev() {
             let asked = format!("{repository}:{}", tag.tag);
-            let Some(pin) = self.resolver.resolve(&asked)? else {
+            let Some(pin) = self.on_builder(&asked)? else {
                 continue;
             };
             crate::interrupt::check("bump, reading the base's tags (no file was written)")?;
@@ -386,6 +408,42 @@ impl Moving<'_> {
         })
     }
 
+    /// The pin lock would write for the base `reference`, pulled onto the builder first when
+    /// the builder lacks it and it names a registry (a tag listed there); `None` when it is
+    /// nowhere to be had.
+    fn on_builder(&self, reference: &str) -> Result<Option<crate::inputs::pins::BasePin>> {
+        if let Some(pin) = self.resolver.resolve(reference)? {
+            return Ok(Some(pin));
+        }
+        let parsed = crate::oci::Reference::parse(reference).map_err(Error::usage)?;
+        if parsed.is_short() {
+            return Ok(None);
+        }
+        let settings = self.settings;
+        let builder = &settings.config.builder;
+        let _listening = crate::interrupt::listening();
+        self.resolver.runtime.block_on(async {
+            let engine = super::connect(settings, builder).await?;
+            let stream = engine.pull(parsed.name(), parsed.tag_or_latest(), None);
+            let failure = tokio::select! {
+                failure = crate::engine::follow(stream, |_| {}) => failure,
+                () = crate::interrupt::arrived() => return Err(Error::Interrupted {
+                    what: format!("pulling {reference} onto the builder"),
+                }),
+            };
+            match failure {
+                Some(message) => Err(engine.error(format!(
+                    "cannot pull {reference}, a tag its registry lists: {message}"
+                ))),
+                None => Ok(()),
+            }
+        })?;
+        settings
+            .output
+            .note(format!("pulled {reference} onto the builder"));
+        self.resolver.resolve(reference)
+    }
+
     fn pins(&self) -> Result<Pins> {
         pins::read(&self.settings.project.root, self.name)
     }
@@ -400,7 +458,10 @@ impl Moving<'_> {
         let pins_path = pins::path_for(&project.root, self.name);
         self.originals.restore_into(&[&spec_path, &pins_path])?;
         match edit {
-            Edit::FromRef(reference) => rewrite(&spec_path, &Key::FromRef, reference)?,
+            Edit::FromRef(reference) => {
+                self.on_builder(reference)?;
+                rewrite(&spec_path, &Key::FromRef, reference)?;
+            }
             Edit::WheelVersion { wheel, version } => {
                 rewrite(&spec_path, &Key::WheelVersion(wheel), version)?;
             }

@@ -127,7 +127,7 @@ pub fn ordered_tags(tags: Vec<Tag>, glob: &str, repository: &str) -> Result<(Vec
     if let Some(undated) = tags.iter().find(|t| t.created.is_none()) {
         return Err(Error::Usage {
             message: format!(
-                "`{repository}:{}` is not a version and its image carries no `org.opencontainers.image.created` label: bump cannot tell where it stands among the tags matching `{glob}`",
+                "`{repository}:{}` is not a version and bump cannot read its date (the `org.opencontainers.image.created` label of its image on the builder): it cannot tell where it stands among the tags matching `{glob}`",
                 undated.tag
             ),
             hint: Some(
@@ -160,6 +160,55 @@ pub fn after_current<'a>(tags: &'a [Tag], current: &Tag, order: Order) -> &'a [T
             &tags[first..]
         }
     }
+}
+
+/// The tags of `repository` at the registry `host`, as its API lists them (`GET
+/// /v2/<repository>/tags/list`, without credentials): plain HTTP for a registry on this
+/// machine (`localhost`, `127.0.0.1`, `[::1]`, which engines reach without TLS too), HTTPS
+/// otherwise. A registry that asks for credentials, or answers otherwise, is an error saying
+/// so: the tags held by the builder are still there to be named with `--tags`.
+pub fn registry_tags(host: &str, repository: &str) -> Result<Vec<String>> {
+    let local = ["localhost", "127.0.0.1", "[::1]"]
+        .iter()
+        .any(|h| host == *h || host.starts_with(&format!("{h}:")));
+    let scheme = if local { "http" } else { "https" };
+    let url = format!("{scheme}://{host}/v2/{repository}/tags/list");
+    let fail = |why: String| Error::Command {
+        command: format!("GET {url}"),
+        context: Some(format!("listing the tags of {host}/{repository}: {why}")),
+        stderr: String::new(),
+    };
+    let answer = crate::engine::answer_timeout();
+    let agent: ureq::Agent = ureq::Agent::config_builder()
+        .timeout_global(Some(answer))
+        .http_status_as_error(false)
+        .build()
+        .into();
+    let mut response = agent.get(&url).call().map_err(|e| fail(e.to_string()))?;
+    let status = response.status();
+    let body = response
+        .body_mut()
+        .with_config()
+        .limit(16 * 1024 * 1024)
+        .read_to_string()
+        .map_err(|e| fail(e.to_string()))?;
+    if !status.is_success() {
+        return Err(fail(format!(
+            "the registry answered {status}{}",
+            match status.as_u16() {
+                401 =>
+                    " (it asks for credentials, which bump does not send: pull the tags onto the builder)",
+                _ => "",
+            }
+        )));
+    }
+    #[derive(serde::Deserialize)]
+    struct Listing {
+        #[serde(default)]
+        tags: Option<Vec<String>>,
+    }
+    let listing: Listing = serde_json::from_str(&body).map_err(|e| fail(e.to_string()))?;
+    Ok(listing.tags.unwrap_or_default())
 }
 
 /// The versions of wheel `name` the package index offers for the interpreter `target`

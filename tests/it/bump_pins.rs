@@ -682,3 +682,65 @@ run = ["sh", "-c", "test $(cat /version) != 2 || sleep 600; test $(cat /version)
     assert!(!hanging(), "the smoke container was left running");
     remove_repository(testbed, &repository);
 }
+
+#[test]
+fn bump_base_lists_the_tags_of_the_registry_the_base_comes_from_and_pulls_the_one_chosen() {
+    let testbed = Testbed::get();
+    let config = testbed.config();
+    let run = unique();
+    let dir = tempfile::tempdir().unwrap();
+    let registry = crate::support::OperatorRegistry::start(dir.path());
+    let repository = format!("{}/hm-bump-registry-{run}", registry.address);
+    import_tags(
+        testbed,
+        &repository,
+        &[("v1", "1", None), ("v2", "2", None), ("v3", "3", None)],
+    );
+    for tag in ["v1", "v2", "v3"] {
+        testbed.docker_ok("builder", &["push", &format!("{repository}:{tag}")]);
+    }
+    // The builder keeps v1 only: v2 and v3 are in the registry alone.
+    for tag in ["v2", "v3"] {
+        testbed.docker_ok("builder", &["rmi", &format!("{repository}:{tag}")]);
+    }
+    let project = base_project(&format!("{repository}:v1"), &run);
+    let on_builder = project.with_config(&config);
+    on_builder.run(&["lock", "app"]).success();
+
+    let bumped = on_builder.run(&["bump", "app", "--base"]);
+    bumped.success();
+    assert!(
+        bumped
+            .stderr()
+            .contains(&format!("pulled {repository}:v3 onto the builder")),
+        "{}",
+        bumped.stderr()
+    );
+    assert!(
+        project
+            .read("images/app/image.toml")
+            .contains(&format!("ref = \"{repository}:v3\"")),
+        "{}",
+        project.read("images/app/image.toml")
+    );
+    // Pinned by the registry's digest, as lock pins a pulled base on a classic store.
+    let pins: toml::Value = toml::from_str(&project.read("pins/app.toml")).unwrap();
+    assert_eq!(pins["base"]["kind"].as_str(), Some("repo-digest"), "{pins}");
+    let repo_digest = testbed.docker_ok(
+        "builder",
+        &[
+            "image",
+            "inspect",
+            "--format",
+            "{{index .RepoDigests 0}}",
+            &format!("{repository}:v3"),
+        ],
+    );
+    assert_eq!(
+        Some(repo_digest.rsplit_once('@').unwrap().1),
+        pins["base"]["digest"].as_str(),
+        "{pins}"
+    );
+    on_builder.run(&["check", "app"]).success();
+    remove_repository(testbed, &repository);
+}
