@@ -230,7 +230,11 @@ impl Moving<'_> {
                 node: builder.name.to_string(),
                 endpoint: builder.engine.to_string(),
                 message: format!(
-                    "no tag matches `{glob}` among the tags of `{repository}` the builder holds"
+                    "no tag matches `{glob}` among the tags of `{repository}` the builder holds{}",
+                    match parsed.is_short() {
+                        true => "",
+                        false => " or its registry lists",
+                    }
                 ),
                 hint: Some(
                     "load or pull the base's newer tags on the builder, or name others with --tags"
