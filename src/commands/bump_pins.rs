@@ -95,7 +95,7 @@ pub(super) fn run(settings: &Settings, args: &BumpArgs) -> Result<ExitStatus> {
     };
     let mut tried = Vec::new();
     let search = if args.base {
-        moving.base_candidates(&planned.loaded, args.tags.as_deref(), &runtime, &mut tried)?
+        moving.base_candidates(&planned.loaded, args.tags.as_deref(), &mut tried)?
     } else if let Some(wheel) = &args.wheel {
         moving.wheel_candidates(&planned.loaded, wheel, &mut tried)?
     } else {
@@ -118,10 +118,16 @@ struct Search {
     from: String,
     order: Option<Order>,
     candidates: Vec<Candidate>,
-    /// The newest candidate worth pinning (`None`: nothing to do, with why).
-    newest: std::result::Result<usize, String>,
+    /// The newest candidate worth pinning, or why there is none.
+    newest: Newest,
     /// The newest candidate, already locked (the apt search locks it to know if it moves).
     locked: Option<Proposal>,
+}
+
+/// The candidate to pin (an index into `Search::candidates`), or nothing to do and why.
+enum Newest {
+    At(usize),
+    Nothing(String),
 }
 
 struct Moving<'a> {
@@ -141,7 +147,6 @@ impl Moving<'_> {
         &self,
         loaded: &crate::inputs::spec::LoadedSpec,
         glob: Option<&str>,
-        runtime: &tokio::runtime::Runtime,
         tried: &mut Vec<Tried>,
     ) -> Result<Search> {
         let reference = match loaded.spec.parent() {
@@ -169,7 +174,7 @@ impl Moving<'_> {
             without_tag(other) == without_tag(&parsed)
         };
         let builder = &self.settings.config.builder;
-        let listed = runtime.block_on(async {
+        let listed = self.resolver.runtime.block_on(async {
             let engine = super::connect(self.settings, builder).await?;
             engine.listed_images_named(&[repository.as_str()]).await
         })?;
@@ -246,7 +251,7 @@ impl Moving<'_> {
         let pinned = self.pins()?.base.map(|b| b.digest.to_string());
         // The newest first: a tag naming the pinned image again (`latest` beside `v3`) is no
         // move, the next older one is asked.
-        let mut newest = Err(format!(
+        let mut newest = Newest::Nothing(format!(
             "no tag after `{}` matching `{glob}` names another image than the pin",
             current.tag
         ));
@@ -259,7 +264,7 @@ impl Moving<'_> {
             let same = pinned.as_deref() == Some(pin.digest.as_str());
             tried.push(Tried::seen(&tag.tag, pin.digest.as_str(), same));
             if !same {
-                newest = Ok(i);
+                newest = Newest::At(i);
                 break;
             }
         }
@@ -328,7 +333,7 @@ impl Moving<'_> {
                 .collect(),
         };
         newer.reverse();
-        let mut newest = Err(format!(
+        let mut newest = Newest::Nothing(format!(
             "the package index lists no version of `{wheel_name}` after {current}{}",
             match &python {
                 Some(python) => format!(" for {}", python.describe()),
@@ -347,7 +352,7 @@ impl Moving<'_> {
                 Ok(path) => {
                     let file = path.file_name().map(|f| f.to_string_lossy().into_owned());
                     tried.push(Tried::seen(version, &file.unwrap_or_default(), false));
-                    newest = Ok(i);
+                    newest = Newest::At(i);
                     break;
                 }
                 Err(e @ Error::Wheel { .. }) => {
@@ -404,8 +409,10 @@ impl Moving<'_> {
             from: format!("{} package(s)", old.apt.len()),
             order: None,
             newest: match moved {
-                true => Ok(0),
-                false => Err("the archives serve what is pinned: the apt pins are current".into()),
+                true => Newest::At(0),
+                false => Newest::Nothing(
+                    "the archives serve what is pinned: the apt pins are current".into(),
+                ),
             },
             candidates: vec![candidate],
             locked: Some(proposal),
@@ -574,8 +581,8 @@ impl Moving<'_> {
             broken: None,
         };
         let chosen = match search.newest {
-            Ok(chosen) => chosen,
-            Err(why) => {
+            Newest::At(chosen) => chosen,
+            Newest::Nothing(why) => {
                 show(settings, &tried, &report);
                 settings.output.note(format!("nothing to do: {why}"));
                 return Ok(ExitStatus::Success);
@@ -608,6 +615,11 @@ impl Moving<'_> {
                 return Ok(ExitStatus::Success);
             }
             Err(e @ Error::Interrupted { .. }) => return Err(e),
+            Err(_) if crate::interrupt::requested() => {
+                return Err(Error::Interrupted {
+                    what: "bump, building (the spec and pins are put back)".into(),
+                });
+            }
             Err(failure) => failure.to_string(),
         };
         record(
@@ -631,6 +643,12 @@ impl Moving<'_> {
             let proposal = match self.propose(&candidates[i].edit) {
                 Ok(proposal) => proposal,
                 Err(e @ Error::Interrupted { .. }) => return Err(e),
+                // The pip or engine lock asked was stopped by the signal: not the candidate's.
+                Err(_) if crate::interrupt::requested() => {
+                    return Err(Error::Interrupted {
+                        what: "bump, bisecting (the spec and pins are put back)".into(),
+                    });
+                }
                 // A candidate that cannot be pinned (a version with no wheel for this
                 // Python) is not one to pin: it counts as failed.
                 Err(e) => {
@@ -650,6 +668,10 @@ impl Moving<'_> {
                     Ok(true)
                 }
                 Err(e @ Error::Interrupted { .. }) => Err(e),
+                // A build cut by the signal is not the candidate's failure.
+                Err(_) if crate::interrupt::requested() => Err(Error::Interrupted {
+                    what: "bump, bisecting (the spec and pins are put back)".into(),
+                }),
                 Err(e) => {
                     let e = e.to_string();
                     record(
