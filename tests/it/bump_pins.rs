@@ -519,6 +519,16 @@ fn bump_refuses_what_it_cannot_move_naming_the_image() {
         "{}",
         apt.stderr()
     );
+    // A variant's base is the spec's it varies.
+    project.write("images/var/image.toml", "[variant]\nof = \"base\"\n");
+    project.write("pins/var.toml", &project.read("pins/base.toml"));
+    let variant = project.run(&["bump", "var", "--base"]);
+    assert_eq!(variant.code(), 2, "{}", variant.stderr());
+    assert!(
+        variant.stderr().contains("image `var` is a variant"),
+        "{}",
+        variant.stderr()
+    );
     let mixed = project.run(&["bump", "kid", "--apt", "--source", "x"]);
     assert_eq!(mixed.code(), 2, "{}", mixed.stderr());
     let tags = project.run(&["bump", "kid", "--apt", "--tags", "v*"]);
