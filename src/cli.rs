@@ -164,9 +164,21 @@ pub struct BumpArgs {
     /// The newest commit of the branch to consider (default: its head).
     #[arg(long, value_name = "REV", conflicts_with = "tags")]
     pub to: Option<String>,
-    /// Walk the tags matching GLOB (`v*`), in version order, instead of a branch.
+    /// Walk the tags matching GLOB (`v*`), in version order, instead of a branch; with
+    /// --base, the base's tags on the builder to consider.
     #[arg(long, value_name = "GLOB")]
     pub tags: Option<String>,
+    /// Move the external base (`from.ref`) to the newest tag on the builder whose image
+    /// differs from the pin (version order, else date order), pinned by digest.
+    #[arg(long, conflicts_with_all = ["source", "branch", "to", "wheel", "apt"])]
+    pub base: bool,
+    /// Move this `[[wheel]]` to the newest version the package index offers for the image's
+    /// Python and platform.
+    #[arg(long, value_name = "NAME", conflicts_with_all = ["source", "branch", "to", "apt", "tags"])]
+    pub wheel: Option<String>,
+    /// Lock the image's apt packages again, at what their archives serve now.
+    #[arg(long, conflicts_with_all = ["source", "branch", "to", "tags"])]
+    pub apt: bool,
     /// Say what would be pinned; write nothing.
     #[arg(long, conflicts_with = "build")]
     pub dry_run: bool,

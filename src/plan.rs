@@ -9,6 +9,7 @@ pub mod checksum;
 pub mod compile;
 pub mod fetch;
 pub mod lock;
+pub mod pin_moves;
 pub mod sbom;
 
 use crate::error::{Error, Invalid, Result};

@@ -21,6 +21,9 @@ use serde::Serialize;
 use std::path::Path;
 
 pub(super) fn run(settings: &Settings, args: &BumpArgs) -> Result<ExitStatus> {
+    if args.base || args.wheel.is_some() || args.apt {
+        return super::bump_pins::run(settings, args);
+    }
     if args.bisect && !args.build {
         return Err(Error::usage(
             "--bisect bisects failed builds: it needs --build",

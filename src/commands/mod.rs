@@ -5,6 +5,7 @@ pub mod settings;
 
 mod build;
 mod bump;
+mod bump_pins;
 mod caches;
 mod check;
 mod checksum;
