@@ -21,9 +21,6 @@ use serde::Serialize;
 use std::path::Path;
 
 pub(super) fn run(settings: &Settings, args: &BumpArgs) -> Result<ExitStatus> {
-    if args.base || args.wheel.is_some() || args.apt {
-        return super::bump_pins::run(settings, args);
-    }
     if args.bisect && !args.build {
         return Err(Error::usage(
             "--bisect bisects failed builds: it needs --build",
@@ -31,6 +28,9 @@ pub(super) fn run(settings: &Settings, args: &BumpArgs) -> Result<ExitStatus> {
     }
     // Read the spec and pins only once the turn is ours: another bump may be moving them.
     let _turn = one_bump_at_a_time(settings)?;
+    if args.base || args.wheel.is_some() || args.apt {
+        return super::bump_pins::run(settings, args);
+    }
     let name = settings.project.image_name(&args.image)?;
     let plan = Plan::new(&settings.project, std::slice::from_ref(&name))?;
     let planned = plan.get(&name);

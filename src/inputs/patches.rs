@@ -140,15 +140,7 @@ pub fn parse_series(series_path: &Path, text: &str) -> Result<Vec<SeriesEntry>> 
             location: Location::of_offset(text, at),
         });
     }
-    if entries.is_empty() {
-        return Err(Error::from(Invalid {
-            path: series_path.to_path_buf(),
-            location: None,
-            key: None,
-            message: "the series lists no patches".into(),
-            hint: None,
-        }));
-    }
+    // An empty series is allowed: bump leaves one when every patch went upstream.
     Ok(entries)
 }
 

@@ -3,6 +3,7 @@
 
 mod apt;
 mod assemble;
+mod bump;
 mod bump_pins;
 mod compile;
 mod engine;

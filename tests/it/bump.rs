@@ -1,0 +1,396 @@
+//! `hallmark bump` of a git source on histories that are not monotone: a patch broken over a
+//! window and whole again, a file deleted and added back, a change upstream that a patch
+//! would repeat at an offset. Bump's answer must be a linear scan's, and every tool must
+//! judge a patch alike.
+
+use crate::support;
+
+use serde_json::Value;
+use support::{GitRepo, TestProject, document};
+
+const BASE_DIGEST: &str = "sha256:aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa";
+
+fn numbered(prefix: &str, lines: usize) -> String {
+    (1..=lines)
+        .map(|n| format!("{prefix} line {n}\n"))
+        .collect()
+}
+
+fn with_line(text: &str, line: usize, new: &str) -> String {
+    text.lines()
+        .enumerate()
+        .map(|(i, l)| format!("{}\n", if i + 1 == line { new } else { l }))
+        .collect()
+}
+
+/// The diff git makes from `old` to `new` of `file` (function names in hunk headers).
+fn diff_of(file: &str, old: &str, new: &str) -> String {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("old"), old).unwrap();
+    std::fs::write(dir.path().join("new"), new).unwrap();
+    let out = std::process::Command::new("git")
+        .args(["diff", "--no-index", "--no-prefix", "old", "new"])
+        .current_dir(dir.path())
+        .output()
+        .unwrap();
+    let text = String::from_utf8(out.stdout).unwrap();
+    let body = &text[text.find("@@").unwrap()..];
+    format!("--- a/{file}\n+++ b/{file}\n{body}")
+}
+
+fn project_on(repo: &GitRepo, commit: &str) -> TestProject {
+    let project = TestProject::new();
+    let url = repo.url();
+    project
+        .write(
+            "images/app/image.toml",
+            &format!(
+                "[from]\nref = \"example/base:1\"\n\n[[source]]\nname = \"upstream\"\n\
+                 git = \"{url}\"\nrev = \"main\"\ndest = \"/src/upstream\"\npatches = [\"s\"]\n"
+            ),
+        )
+        .write(
+            "pins/app.toml",
+            &format!(
+                "[base]\nref = \"example/base:1\"\ndigest = \"{BASE_DIGEST}\"\n\n[[source]]\n\
+                 name = \"upstream\"\ngit = \"{url}\"\nrev = \"main\"\ncommit = \"{commit}\"\n"
+            ),
+        );
+    project
+}
+
+const HELPER: &str = "def helper():\n    return \"helped\"\n";
+
+fn module(top: bool) -> String {
+    let mut text = String::from("import os\n\n");
+    if top {
+        text.push_str(HELPER);
+        text.push('\n');
+    }
+    for n in 1..=12 {
+        text.push_str(&format!("def f{n}():\n    return {n}\n\n"));
+    }
+    text
+}
+
+/// 220 commits after the pin. From 100 to 129 a context line of patch 1 is reworded (and
+/// reworded back at 130); at 150 patch 2's file is deleted and at 170 added back as it was;
+/// at 200 upstream takes patch 3's function (at the top of the file, so patch 3 still
+/// applies, at an offset, next to nothing: it would define `helper` twice). Every other
+/// commit touches a file no patch reads.
+fn history(parent: &std::path::Path) -> (GitRepo, Vec<String>) {
+    let repo = GitRepo::new(parent, "upstream");
+    let a = numbered("a", 40);
+    let b = numbered("b", 40);
+    let mut commits = vec![repo.commit(
+        &[
+            ("a.txt", &a),
+            ("b.txt", &b),
+            ("m.py", &module(false)),
+            ("log", ""),
+        ],
+        "commit 0",
+    )];
+    let mut log = String::new();
+    for k in 1..=220 {
+        log.push_str(&format!("change {k}\n"));
+        let mut files: Vec<(&str, String)> = vec![("log", log.clone())];
+        match k {
+            100 => files.push(("a.txt", with_line(&a, 19, "a line 19 reworded"))),
+            130 => files.push(("a.txt", a.clone())),
+            150 => std::fs::remove_file(repo.path.join("b.txt")).unwrap(),
+            170 => files.push(("b.txt", b.clone())),
+            200 => files.push(("m.py", module(true))),
+            _ => {}
+        }
+        let refs: Vec<(&str, &str)> = files.iter().map(|(p, t)| (*p, t.as_str())).collect();
+        commits.push(repo.commit(&refs, &format!("commit {k}")));
+    }
+    (repo, commits)
+}
+
+fn write_series(project: &TestProject) {
+    let a = numbered("a", 40);
+    let b = numbered("b", 40);
+    project.write(
+        "patches/s/0001-a.patch",
+        &diff_of("a.txt", &a, &with_line(&a, 20, "a patched")),
+    );
+    project.write(
+        "patches/s/0002-b.patch",
+        &diff_of("b.txt", &b, &with_line(&b, 20, "b patched")),
+    );
+    let helped = module(false).replacen(
+        "def f6():\n    return 6\n\n",
+        &format!("def f6():\n    return 6\n\n{HELPER}\n"),
+        1,
+    );
+    project.write(
+        "patches/s/0003-helper.patch",
+        &diff_of("m.py", &module(false), &helped),
+    );
+    project.write(
+        "patches/s/series",
+        "0001-a.patch\n0002-b.patch\n0003-helper.patch\n",
+    );
+}
+
+/// The newest of `commits` (oldest first) where `patches report --rev` passes: the answer
+/// a person walking back from the newest by hand finds.
+fn linear_scan(project: &TestProject, commits: &[String]) -> Option<String> {
+    commits
+        .iter()
+        .rev()
+        .find(|c| {
+            project
+                .run(&["patches", "report", "app", "--rev", c])
+                .code()
+                == 0
+        })
+        .cloned()
+}
+
+fn dry_run(project: &TestProject, args: &[&str]) -> Value {
+    let mut all = vec!["--json", "bump", "app", "--dry-run"];
+    all.extend(args);
+    let run = project.run(&all);
+    assert_eq!(run.code(), 0, "{}", run.stderr());
+    serde_json::from_str(&run.stdout()).unwrap()
+}
+
+#[test]
+fn bump_picks_what_a_linear_scan_picks_on_a_history_that_breaks_and_mends() {
+    let parent = tempfile::tempdir().unwrap();
+    let (repo, commits) = history(parent.path());
+    let project = project_on(&repo, &commits[0]);
+    write_series(&project);
+    project.run(&["check", "app"]).success();
+
+    // Up to 160: patch 1 broken over 100-129 and patch 2's file gone from 150: a bisection
+    // that takes a failure to last lands in the window and pins 99.
+    let to = commits[160].clone();
+    let upto = dry_run(&project, &["--to", &to]);
+    let linear = linear_scan(&project, &commits[1..=160]).unwrap();
+    assert_eq!(linear, commits[149]);
+    assert_eq!(upto["bump"]["chosen"]["commit"], linear.as_str(), "{upto}");
+    // Change points at 100, 130, 150: four runs, and the checks only where needed.
+    assert_eq!(upto["bump"]["runs"], 4, "{upto}");
+    assert_eq!(upto["bump"]["checks"], 2, "{upto}");
+    let tried = upto["tried"].as_array().unwrap();
+    let covered: u64 = tried.iter().map(|t| t["covers"].as_u64().unwrap()).sum();
+    assert_eq!(covered, 11 + 20, "{upto}");
+
+    // The whole history: from 200 patch 3 would repeat upstream's `helper`: it is named
+    // `upstream?`, and the newest revision before it is the answer.
+    let all = dry_run(&project, &[]);
+    let linear = linear_scan(&project, &commits[1..]).unwrap();
+    assert_eq!(linear, commits[199]);
+    assert_eq!(all["bump"]["chosen"]["commit"], linear.as_str(), "{all}");
+    let newest = all["tried"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|t| t["through"] == commits[220][..12])
+        .expect("the newest run was checked");
+    assert_eq!(newest["applies"], false, "{newest}");
+    assert_eq!(
+        newest["upstream_maybe"][0], "s/0003-helper.patch",
+        "{newest}"
+    );
+    let report = project.run(&["--json", "patches", "report", "app", "--rev", &commits[220]]);
+    assert_eq!(report.code(), 1);
+    let rows = document(&report.stdout());
+    let helper = &rows[2];
+    assert_eq!(helper["status"], "upstream?", "{rows}");
+    assert!(
+        helper["evidence"].as_str().unwrap().contains("m.py:"),
+        "{rows}"
+    );
+
+    // The real run pins it, says why it went no further, and the tree defines helper once.
+    let bumped = project.run(&["bump", "app"]);
+    assert_eq!(bumped.code(), 0, "{}", bumped.stderr());
+    assert!(
+        bumped
+            .stderr()
+            .contains("s/0003-helper.patch may already be upstream"),
+        "{}",
+        bumped.stderr()
+    );
+    let pins = project.read("pins/app.toml");
+    assert!(pins.contains(&commits[199]), "{pins}");
+    project.run(&["check", "app"]).success();
+    // At the new pin every patch applies as it is: `helper` is defined once.
+    project.run(&["patches", "report", "app"]).success();
+    // Bumping again goes no further: nothing newer applies (exit 1, the pin stays).
+    let again = project.run(&["--json", "bump", "app", "--dry-run"]);
+    assert_eq!(again.code(), 1, "{}", again.stderr());
+    let again: Value = serde_json::from_str(&again.stdout()).unwrap();
+    assert!(again["bump"]["chosen"].is_null(), "{again}");
+}
+
+/// What a tool made of one patch: taken (as is, or refreshed), dropped (upstream), or left
+/// to a person.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Verdict {
+    Take,
+    Drop,
+    Person,
+}
+
+fn from_report(row: &Value) -> Verdict {
+    match (row["status"].as_str().unwrap(), row["doubtful"].is_null()) {
+        ("applies" | "offset" | "empty", true) => Verdict::Take,
+        ("upstream", _) => Verdict::Drop,
+        _ => Verdict::Person,
+    }
+}
+
+/// Report, refresh, bump and check on a series of one patch at a time, each kind a patch
+/// can be at a new upstream revision: they agree on every one.
+#[test]
+fn report_refresh_bump_and_check_judge_every_patch_alike() {
+    let parent = tempfile::tempdir().unwrap();
+    let repo = GitRepo::new(parent.path(), "upstream");
+    let body = "{\n    int y = x;\n    int a = 0;\n    int b = 0;\n    y = y + 1;\n    y = y * 2;\n    return y + a + b;\n}\n";
+    let dup = format!("int f1(int x)\n{body}\nint f2(int x)\n{body}");
+    let text = numbered("t", 30);
+    let files: Vec<(String, String)> = ["plain", "moved", "merged", "upstream", "changed", "edge"]
+        .iter()
+        .map(|n| (format!("{n}.txt"), text.clone()))
+        .chain([
+            ("dup.c".to_string(), dup.clone()),
+            ("m.py".to_string(), module(false)),
+        ])
+        .collect();
+    let refs: Vec<(&str, &str)> = files
+        .iter()
+        .map(|(p, t)| (p.as_str(), t.as_str()))
+        .collect();
+    let pin = repo.commit(&refs, "pin");
+    let helped = module(false).replacen(
+        "def f6():\n    return 6\n\n",
+        &format!("def f6():\n    return 6\n\n{HELPER}\n"),
+        1,
+    );
+    let patches: Vec<(&str, String, Verdict)> = vec![
+        (
+            "plain",
+            diff_of("plain.txt", &text, &with_line(&text, 15, "p")),
+            Verdict::Take,
+        ),
+        (
+            "moved",
+            diff_of("moved.txt", &text, &with_line(&text, 15, "p")),
+            Verdict::Take,
+        ),
+        (
+            "upstream",
+            diff_of("upstream.txt", &text, &with_line(&text, 15, "p")),
+            Verdict::Drop,
+        ),
+        (
+            "changed",
+            diff_of("changed.txt", &text, &with_line(&text, 15, "p")),
+            Verdict::Person,
+        ),
+        (
+            "edge",
+            diff_of("edge.txt", &text, &with_line(&text, 15, "p")),
+            Verdict::Person,
+        ),
+        (
+            "dup",
+            diff_of(
+                "dup.c",
+                &dup,
+                &dup.replacen("y = y + 1;", "y = y + 100;", 1),
+            ),
+            Verdict::Person,
+        ),
+        (
+            "helper",
+            diff_of("m.py", &module(false), &helped),
+            Verdict::Person,
+        ),
+    ];
+    // The new revision: lines on top (an offset), the change taken upstream, the changed
+    // line rewritten (a conflict), a context line at the hunk's edge changed (fuzz), f1
+    // rewritten (dup's hunk lands in f2), `helper` added at the top.
+    let top = format!("new 1\nnew 2\n{text}");
+    let dup_v2 =
+        format!("/* a */\n/* b */\nint f1(int x)\n{{\n    return x;\n}}\n\nint f2(int x)\n{body}");
+    let v2 = repo.commit(
+        &[
+            ("moved.txt", &top),
+            ("upstream.txt", &with_line(&text, 15, "p")),
+            ("changed.txt", &with_line(&text, 15, "rewritten")),
+            ("edge.txt", &with_line(&text, 12, "edge moved")),
+            ("dup.c", &dup_v2),
+            ("m.py", &module(true)),
+        ],
+        "v2",
+    );
+    for (name, patch, expected) in patches {
+        let project = project_on(&repo, &pin);
+        project.write(&format!("patches/s/{name}.patch"), &patch);
+        project.write("patches/s/series", &format!("{name}.patch\n"));
+        let report = project.run(&["--json", "patches", "report", "app", "--rev", &v2]);
+        let reported = from_report(&document(&report.stdout())[0]);
+        assert_eq!(reported, expected, "{name}: report {}", report.stdout());
+        assert_eq!(
+            report.code() == 0,
+            reported == Verdict::Take,
+            "{name}: report's exit"
+        );
+
+        let bumped = project.run(&["--json", "bump", "app", "--dry-run"]);
+        assert!(bumped.code() < 2, "{name}: {}", bumped.stderr());
+        let doc: Value = serde_json::from_str(&bumped.stdout()).unwrap();
+        let row = &doc["tried"][0];
+        let by_bump = match (
+            row["applies"].as_bool().unwrap(),
+            row["statuses"]["upstream"].is_null(),
+        ) {
+            (false, _) => Verdict::Person,
+            (true, false) => Verdict::Drop,
+            (true, true) => Verdict::Take,
+        };
+        assert_eq!(by_bump, expected, "{name}: bump {doc}");
+        assert_eq!(
+            doc["bump"]["chosen"].is_null(),
+            expected == Verdict::Person,
+            "{name}"
+        );
+
+        let refreshed = project.run(&["patches", "refresh", "app", "--rev", &v2]);
+        let said = refreshed.stderr();
+        let by_refresh = if said.contains(&format!("dropped s/{name}.patch")) {
+            Verdict::Drop
+        } else if said.contains("untouched") || said.contains("nothing rewritten") {
+            Verdict::Person
+        } else {
+            Verdict::Take
+        };
+        assert_eq!(by_refresh, expected, "{name}: refresh {said}");
+        assert_eq!(
+            refreshed.code() == 0,
+            expected != Verdict::Person,
+            "{name}: refresh's exit"
+        );
+
+        // At the new revision as the pin (the series as it was): check and report agree.
+        let moved = project_on(&repo, &v2);
+        moved.write(&format!("patches/s/{name}.patch"), &patch);
+        moved.write("patches/s/series", &format!("{name}.patch\n"));
+        let checked = moved.run(&["check", "app"]);
+        let at_pin = moved.run(&["patches", "report", "app"]);
+        assert_eq!(
+            checked.code() == 0,
+            at_pin.code() == 0,
+            "{name}: check {} / report {}",
+            checked.stderr(),
+            at_pin.stdout()
+        );
+    }
+}
