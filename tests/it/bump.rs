@@ -394,3 +394,151 @@ fn report_refresh_bump_and_check_judge_every_patch_alike() {
         );
     }
 }
+
+/// An upstream of `n` commits after commit 0 (a.txt of 20 lines, log noise), `at(k)` giving
+/// more files for commit k.
+fn simple_history(
+    parent: &std::path::Path,
+    n: usize,
+    at: impl Fn(usize) -> Vec<(String, String)>,
+) -> (GitRepo, Vec<String>) {
+    let repo = GitRepo::new(parent, "upstream");
+    let mut commits = vec![repo.commit(&[("a.txt", &numbered("a", 20)), ("log", "")], "0")];
+    for k in 1..=n {
+        let mut files = vec![("log".to_string(), format!("{k}\n"))];
+        files.extend(at(k));
+        let refs: Vec<(&str, &str)> = files
+            .iter()
+            .map(|(p, t)| (p.as_str(), t.as_str()))
+            .collect();
+        commits.push(repo.commit(&refs, &format!("commit {k}")));
+    }
+    (repo, commits)
+}
+
+fn a_patch(project: &TestProject) {
+    let a = numbered("a", 20);
+    project
+        .write(
+            "patches/s/0001-a.patch",
+            &diff_of("a.txt", &a, &with_line(&a, 10, "a patched")),
+        )
+        .write("patches/s/series", "0001-a.patch\n");
+}
+
+/// Tags: only those matching the glob now count (a run with another glob before leaves its
+/// tags out), a glob matching nothing exits 1 saying so, glob characters are matched by
+/// hallmark; `--to` off the first-parent line, a branch that is not there and a `--to` that
+/// names nothing are input errors (exit 2); when every patch went upstream bump leaves an
+/// empty series, which `check` takes, as the dry run said.
+#[test]
+fn bump_edges_tags_globs_to_branch_and_an_empty_series() {
+    let parent = tempfile::tempdir().unwrap();
+    let (repo, commits) = simple_history(parent.path(), 6, |_| Vec::new());
+    repo.git(&["tag", "v1.0", &commits[2]]);
+    repo.git(&["tag", "v1.1", &commits[4]]);
+    repo.git(&["tag", "nightly-6", &commits[6]]);
+    let project = project_on(&repo, &commits[0]);
+    a_patch(&project);
+
+    let nightly = dry_run(&project, &["--tags", "nightly-*"]);
+    assert_eq!(nightly["bump"]["chosen"]["tag"], "nightly-6", "{nightly}");
+    let versions = dry_run(&project, &["--tags", "v1.[0-9]"]);
+    assert_eq!(versions["bump"]["candidates"], 2, "{versions}");
+    assert_eq!(versions["bump"]["chosen"]["tag"], "v1.1", "{versions}");
+    let none = project.run(&["bump", "app", "--tags", "v9*", "--dry-run"]);
+    assert_eq!(none.code(), 1, "{}", none.stderr());
+    assert!(
+        none.stderr().contains("no tag of") && none.stderr().contains("`v9*`"),
+        "{}",
+        none.stderr()
+    );
+
+    // A side branch merged into main: its commit is an ancestor of main, not on its line.
+    repo.git(&["checkout", "-q", "-b", "side", &commits[6]]);
+    let side = repo.commit(&[("side.txt", "side\n")], "side");
+    repo.git(&["checkout", "-q", "main"]);
+    repo.git(&["merge", "-q", "--no-ff", "-m", "merge side", "side"]);
+    let off = project.run(&["bump", "app", "--to", &side, "--dry-run"]);
+    assert_eq!(off.code(), 2, "{}", off.stderr());
+    assert!(off.stderr().contains("first-parent"), "{}", off.stderr());
+    let branch = project.run(&["bump", "app", "--branch", "no-such", "--dry-run"]);
+    assert_eq!(branch.code(), 2, "{}", branch.stderr());
+    assert!(
+        branch.stderr().contains("no branch `no-such`"),
+        "{}",
+        branch.stderr()
+    );
+    let to = project.run(&["bump", "app", "--to", "no-such-rev", "--dry-run"]);
+    assert_eq!(to.code(), 2, "{}", to.stderr());
+    assert!(to.stderr().contains("names no commit"), "{}", to.stderr());
+
+    // Upstream takes the patch: the series goes empty, and stays a set check accepts.
+    let a = numbered("a", 20);
+    let taken = repo.commit(&[("a.txt", &with_line(&a, 10, "a patched"))], "upstream");
+    let dry = dry_run(&project, &[]);
+    assert_eq!(dry["bump"]["chosen"]["commit"], taken.as_str(), "{dry}");
+    let bumped = project.run(&["bump", "app"]);
+    assert_eq!(bumped.code(), 0, "{}", bumped.stderr());
+    let series = project.read("patches/s/series");
+    assert!(
+        series
+            .lines()
+            .all(|l| l.trim().is_empty() || l.starts_with('#')),
+        "{series}"
+    );
+    assert!(!project.root().join("patches/s/0001-a.patch").exists());
+    project.run(&["check", "app"]).success();
+}
+
+/// Two bumps of one project at once, 20 times: the second waits for the first and finds
+/// nothing newer; the files end as one bump leaves them (the offset patch refreshed), never
+/// one bump's work undone by the other.
+#[test]
+fn two_bumps_at_once_take_turns() {
+    let parent = tempfile::tempdir().unwrap();
+    // From commit 7, a.txt has a line on top: the patch applies at an offset, refreshed.
+    let (repo, commits) = simple_history(parent.path(), 10, |k| match k {
+        7 => vec![("a.txt".into(), format!("top\n{}", numbered("a", 20)))],
+        _ => Vec::new(),
+    });
+    for round in 0..20 {
+        let project = project_on(&repo, &commits[0]);
+        a_patch(&project);
+        let bump = || {
+            support::hallmark()
+                .args(["bump", "app"])
+                .current_dir(project.root())
+                .stdout(std::process::Stdio::piped())
+                .stderr(std::process::Stdio::piped())
+                .spawn()
+                .unwrap()
+        };
+        let (first, second) = (bump(), bump());
+        let outputs = [
+            first.wait_with_output().unwrap(),
+            second.wait_with_output().unwrap(),
+        ];
+        for output in &outputs {
+            assert_eq!(
+                output.status.code(),
+                Some(0),
+                "round {round}: {}",
+                String::from_utf8_lossy(&output.stderr)
+            );
+        }
+        let said: String = outputs
+            .iter()
+            .map(|o| String::from_utf8_lossy(&o.stderr).to_string())
+            .collect();
+        assert!(said.contains("nothing to do"), "round {round}: {said}");
+        let pins = project.read("pins/app.toml");
+        assert!(pins.contains(&commits[10]), "round {round}: {pins}");
+        let patch = project.read("patches/s/0001-a.patch");
+        assert!(
+            patch.contains("@@ -8,7 +8,7 @@"),
+            "round {round}: refreshed at the offset: {patch}"
+        );
+        project.run(&["check", "app"]).success();
+    }
+}
