@@ -542,3 +542,172 @@ fn two_bumps_at_once_take_turns() {
         project.run(&["check", "app"]).success();
     }
 }
+
+/// A project whose image copies the source onto the testbed's busybox and smoke-tests it with
+/// `smoke` (a shell line run in /src/upstream).
+fn built_project(repo: &GitRepo, pin: &str, run: &str, smoke: &str) -> TestProject {
+    let project = project_on(repo, pin);
+    a_patch(&project);
+    let image = project.read("images/app/image.toml").replace(
+        "[from]\nref = \"example/base:1\"",
+        "[from]\nref = \"hallmark-testbed/busybox:latest\"",
+    );
+    project.write(
+        "images/app/image.toml",
+        &format!(
+            "[image]\nname = \"bump-{run}\"\n\n{image}\n[[smoke]]\nname = \"tree\"\nrun = [\"sh\", \"-c\", \"cd /src/upstream && {smoke}\"]\n"
+        ),
+    );
+    let pins = project.read("pins/app.toml");
+    let source = pins.split("[[source]]").nth(1).unwrap();
+    project.write(
+        "pins/app.toml",
+        &format!(
+            "{}\n[[source]]{source}",
+            include_str!("../../pins/hello.toml")
+        ),
+    );
+    project
+}
+
+/// `--build --bisect` over a history where the series does not apply for a while (commits
+/// 8-11): bisection steps over those candidates to the nearest it can build (it exited 2
+/// with a `--force` hint bump does not have), and names commit 15, which broke the smoke
+/// test, pinning 14.
+#[test]
+fn bump_bisect_steps_over_candidates_where_the_series_does_not_apply() {
+    let testbed = support::Testbed::get();
+    let config = testbed.config();
+    let run = support::unique();
+    let parent = tempfile::tempdir().unwrap();
+    let a = numbered("a", 20);
+    let (repo, commits) = simple_history(parent.path(), 20, |k| match k {
+        8 => vec![("a.txt".into(), with_line(&a, 9, "a line 9 reworded"))],
+        12 => vec![("a.txt".into(), a.clone())],
+        15 => vec![("broken".into(), "this breaks the smoke test\n".into())],
+        _ => Vec::new(),
+    });
+    let project = built_project(&repo, &commits[0], &run, "test ! -e broken");
+    project
+        .with_config(&config)
+        .run(&["check", "app"])
+        .success();
+    let bumped = project
+        .with_config(&config)
+        .run(&["--json", "bump", "app", "--build", "--bisect"]);
+    assert_eq!(bumped.code(), 1, "{}", bumped.stderr());
+    let report: Value = serde_json::from_str(&bumped.stdout()).unwrap();
+    assert_eq!(
+        report["bump"]["broken"]["commit"],
+        commits[15].as_str(),
+        "{report}"
+    );
+    assert_eq!(
+        report["bump"]["chosen"]["commit"],
+        commits[14].as_str(),
+        "{report}"
+    );
+    let pins = project.read("pins/app.toml");
+    assert!(pins.contains(&commits[14]), "{pins}");
+    project
+        .with_config(&config)
+        .run(&["check", "app"])
+        .success();
+}
+
+/// SIGTERM while `--build --bisect` builds a candidate (its smoke test hangs): bump ends as
+/// interrupted (130), not as that commit's failure, with the spec, pins and series as they
+/// were and no smoke container left.
+#[test]
+fn a_sigterm_during_a_bisect_build_leaves_every_file_as_it_was() {
+    let testbed = support::Testbed::get();
+    let config = testbed.config();
+    let run = support::unique();
+    let parent = tempfile::tempdir().unwrap();
+    let (repo, commits) = simple_history(parent.path(), 20, |k| match k {
+        // Bisection's first build after the newest is commit 10 (candidate 9 of 0..=19).
+        1 | 11 => vec![("hang".into(), "no\n".into())],
+        10 => vec![("hang".into(), "yes\n".into())],
+        15 => vec![("broken".into(), "this breaks the smoke test\n".into())],
+        _ => Vec::new(),
+    });
+    let project = built_project(
+        &repo,
+        &commits[0],
+        &run,
+        &format!("echo {run}; if grep -q yes hang; then sleep 600; fi; test ! -e broken"),
+    );
+    project
+        .with_config(&config)
+        .run(&["check", "app"])
+        .success();
+    let files = |project: &TestProject| {
+        format!(
+            "{}{}{}{}",
+            project.read("images/app/image.toml"),
+            project.read("pins/app.toml"),
+            project.read("patches/s/series"),
+            project.read("patches/s/0001-a.patch")
+        )
+    };
+    let before = files(&project);
+    let mut child = support::spawn(&project, &config, &["bump", "app", "--build", "--bisect"]);
+    // The hanging smoke test: a running container of this run (its command names it) whose
+    // processes are at `sleep 600` (every candidate's smoke test names the run; only the
+    // hanging one sleeps).
+    let hanging = || {
+        let listed = testbed.docker_ok(
+            "builder",
+            &[
+                "ps",
+                "--no-trunc",
+                "--filter",
+                "status=running",
+                "--format",
+                "{{.ID}} {{.Command}}",
+            ],
+        );
+        listed
+            .lines()
+            .filter(|l| l.contains(&run))
+            .filter_map(|l| l.split_whitespace().next())
+            .any(|id| {
+                // A container that ended meanwhile answers nothing.
+                let top = testbed.docker("builder", &["top", id]);
+                String::from_utf8_lossy(&top.stdout).contains("sleep 600")
+            })
+    };
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(300);
+    while !hanging() && child.try_wait().unwrap().is_none() {
+        if std::time::Instant::now() > deadline {
+            let _ = child.kill();
+            let output = child.wait_with_output().unwrap();
+            panic!(
+                "no hanging smoke test: {}",
+                String::from_utf8_lossy(&output.stderr)
+            );
+        }
+        std::thread::sleep(std::time::Duration::from_millis(200));
+    }
+    if child.try_wait().unwrap().is_some() {
+        let output = child.wait_with_output().unwrap();
+        panic!(
+            "bump ended before the hang: {}",
+            String::from_utf8_lossy(&output.stderr)
+        );
+    }
+    let killed = std::process::Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(killed.success());
+    support::wait_for("bump to end after SIGTERM", || {
+        child.try_wait().unwrap().is_some()
+    });
+    let output = child.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(130), "{stderr}");
+    assert!(!stderr.contains("broke the build"), "{stderr}");
+    assert_eq!(files(&project), before, "{stderr}");
+    assert!(!hanging(), "the smoke container was left running");
+}
