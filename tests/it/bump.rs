@@ -509,6 +509,7 @@ fn two_bumps_at_once_take_turns() {
             support::hallmark()
                 .args(["bump", "app"])
                 .current_dir(project.root())
+                .env("HALLMARK_CACHE", project.root().join(".test-cache"))
                 .stdout(std::process::Stdio::piped())
                 .stderr(std::process::Stdio::piped())
                 .spawn()
