@@ -144,6 +144,19 @@ pub fn parse_series(series_path: &Path, text: &str) -> Result<Vec<SeriesEntry>> 
     Ok(entries)
 }
 
+/// Every path the patches of `sets` read or write, as git names them in the source's tree:
+/// both sides of each file diff (a rename's or copy's source too).
+pub fn series_paths(sets: &[PatchSet]) -> Result<std::collections::BTreeSet<String>> {
+    let mut paths = std::collections::BTreeSet::new();
+    for patch in sets.iter().flat_map(|s| &s.patches) {
+        let text = fs_err::read(&patch.path).map_err(|e| Error::io(&patch.path, e))?;
+        for file in diff::parse(&String::from_utf8_lossy(&text)).files {
+            paths.extend(file.paths(patch.strip));
+        }
+    }
+    Ok(paths)
+}
+
 /// Every file a unified or git diff names must stay inside the source tree.
 /// The field a patch refreshed from a doubtful match carries until reviewed
 /// (`patches refresh --accept-fuzz`); `check` warns about every patch that has it.

@@ -4,7 +4,7 @@
 
 use crate::error::{Error, Result};
 use crate::inputs::git::{git, run};
-use crate::inputs::patches::{PatchSet, diff};
+use crate::inputs::patches::PatchSet;
 use crate::inputs::values::GitCommit;
 use std::collections::BTreeSet;
 
@@ -266,14 +266,7 @@ fn tags_after(repo: &Path, pin: &GitCommit) -> Result<Vec<Candidate>> {
 /// of each file diff (a rename's or copy's source too). Only these decide whether the series
 /// applies, so it can only change where one of them changes.
 pub fn touched_paths(sets: &[PatchSet]) -> Result<BTreeSet<String>> {
-    let mut paths = BTreeSet::new();
-    for patch in sets.iter().flat_map(|s| &s.patches) {
-        let text = fs_err::read(&patch.path).map_err(|e| Error::io(&patch.path, e))?;
-        for file in diff::parse(&String::from_utf8_lossy(&text)).files {
-            paths.extend(file.paths(patch.strip));
-        }
-    }
-    Ok(paths)
+    crate::inputs::patches::series_paths(sets)
 }
 
 /// The candidates (oldest first) whose tree differs in `paths` from the one before them (the
