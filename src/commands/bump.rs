@@ -241,7 +241,10 @@ fn bisect(
 fn one_bump_at_a_time(settings: &Settings) -> Result<std::fs::File> {
     let dir = settings.project.root.join("pins");
     fs_err::create_dir_all(&dir).map_err(|e| Error::io(&dir, e))?;
-    let lock = std::fs::File::open(&dir).map_err(|e| Error::io(&dir, e))?;
+    // fs_err opens it (its errors name the path); flock is std's.
+    let lock = fs_err::File::open(&dir)
+        .map_err(|e| Error::io(&dir, e))?
+        .into_file();
     let mut told = false;
     loop {
         match lock.try_lock() {
