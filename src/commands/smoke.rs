@@ -163,15 +163,28 @@ fn junit_xml(
     let mut errors = 0;
     for r in results {
         let name = xml_escape(&r.name);
-        if r.passed {
+        // A served test's process output, as CI tools show a test's output.
+        let logs = match r.logs.is_empty() {
+            true => String::new(),
+            false => format!(
+                "\n      <system-out>{}</system-out>",
+                xml_escape(&r.logs.join("\n"))
+            ),
+        };
+        if r.passed && logs.is_empty() {
             cases.push_str(&format!(
                 "    <testcase classname=\"{image}\" name=\"{name}\" time=\"{:.3}\"/>\n",
+                r.seconds
+            ));
+        } else if r.passed {
+            cases.push_str(&format!(
+                "    <testcase classname=\"{image}\" name=\"{name}\" time=\"{:.3}\">{logs}\n    </testcase>\n",
                 r.seconds
             ));
         } else {
             failures += 1;
             cases.push_str(&format!(
-                "    <testcase classname=\"{image}\" name=\"{name}\" time=\"{:.3}\">\n      <failure message=\"exit {}\">{}</failure>\n    </testcase>\n",
+                "    <testcase classname=\"{image}\" name=\"{name}\" time=\"{:.3}\">\n      <failure message=\"exit {}\">{}</failure>{logs}\n    </testcase>\n",
                 r.seconds,
                 r.exit_code,
                 xml_escape(&r.output)
@@ -219,6 +232,7 @@ mod tests {
             exit_code: 3,
             seconds: 0.5,
             output: "\u{1b}[31mred\u{1b}[0m\u{0}\u{7} a < b & c\r\n".into(),
+            logs: vec!["served <log>".into()],
         };
         let outcome = Err(Error::Interrupted {
             what: "the \u{1b}[1msmoke\u{1b}[0m tests".into(),
@@ -233,6 +247,10 @@ mod tests {
             "{xml:?}"
         );
         assert!(xml.contains("red a &lt; b &amp; c"), "{xml}");
+        assert!(
+            xml.contains("<system-out>served &lt;log&gt;</system-out>"),
+            "{xml}"
+        );
         assert!(
             xml.contains("name=\"quotes &quot;&apos;&lt;&amp;&gt;\""),
             "{xml}"
