@@ -303,10 +303,16 @@ fn smoke_keys_hold(loaded: &LoadedSpec, smoke: &Smoke) -> Result<()> {
     if let Some(expect) = &smoke.expect
         && let Err(e) = regex::Regex::new(expect.get_ref())
     {
+        // regex's own message draws the pattern over three lines: its last says what is wrong.
+        let why = e.to_string();
+        let why = why.lines().last().unwrap_or_default();
         return loaded.invalid(
             expect.span(),
             "smoke.expect",
-            format!("is no regular expression: {e}"),
+            format!(
+                "is no regular expression ({})",
+                why.trim_start_matches("error: ")
+            ),
         );
     }
     if let Some(size) = &smoke.shm_size
