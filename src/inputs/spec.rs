@@ -208,6 +208,10 @@ pub struct Smoke {
     pub ulimits: BTreeMap<String, i64>,
     #[serde(default)]
     pub user: Option<String>,
+    /// Where it runs: `everywhere` (default), `builder` (at build only) or `nodes` (not at
+    /// build: the builder may have no GPU; `smoke --node`/`--all-nodes`).
+    #[serde(default)]
+    pub on: Option<Spanned<String>>,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -227,6 +231,15 @@ pub struct SmokeMount {
 }
 
 impl Smoke {
+    /// Whether the test runs on the builder (`builder: true`) or on a node.
+    pub fn runs_on(&self, builder: bool) -> bool {
+        match self.on.as_ref().map(|o| o.get_ref().as_str()) {
+            Some("builder") => builder,
+            Some("nodes") => !builder,
+            _ => true,
+        }
+    }
+
     /// Whether a process is served and probed (`serve` set, and not `false`).
     pub fn served(&self) -> bool {
         !matches!(
@@ -324,6 +337,18 @@ fn smoke_keys_hold(loaded: &LoadedSpec, smoke: &Smoke) -> Result<()> {
             format!(
                 "`{}` is no size: write bytes, or a number with k, m or g (`16g`)",
                 size.get_ref()
+            ),
+        );
+    }
+    if let Some(on) = &smoke.on
+        && !["everywhere", "builder", "nodes"].contains(&on.get_ref().as_str())
+    {
+        return loaded.invalid(
+            on.span(),
+            "smoke.on",
+            format!(
+                "`{}`: write `everywhere`, `builder` or `nodes`",
+                on.get_ref()
             ),
         );
     }

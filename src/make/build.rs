@@ -466,7 +466,7 @@ impl Job<'_> {
         if let Some(platform) = image.loaded.spec.image.platform.as_deref() {
             check_image_platform(engine, image, &made_image, platform)?;
         }
-        smoke(engine, image, &made.id, &mut record.smoke).await?;
+        smoke(engine, image, &made.id, &mut record.smoke, true).await?;
         let id = match (self.smoked, made.by_hallmark) {
             (false, _) => made.id.clone(),
             (true, true) => {
@@ -787,8 +787,12 @@ pub async fn smoke(
     image: &PlannedImage,
     image_id: &str,
     results: &mut Vec<SmokeResult>,
+    on_builder: bool,
 ) -> Result<()> {
-    if image.loaded.spec.smokes.is_empty() {
+    let tests: Vec<_> = (image.loaded.spec.smokes.iter())
+        .filter(|t| t.runs_on(on_builder))
+        .collect();
+    if tests.is_empty() {
         return Ok(());
     }
     if let Some(inspected) = engine.inspect(image_id).await? {
@@ -801,7 +805,7 @@ pub async fn smoke(
             )));
         }
     }
-    for test in &image.loaded.spec.smokes {
+    for test in tests {
         let started = Instant::now();
         // A program that cannot start (not in the image, not executable) is the engine's
         // refusal to start the container: said with the image, the test and its spec line

@@ -2039,3 +2039,51 @@ fn a_smoke_mount_missing_on_the_node_names_it() {
         "{said}"
     );
 }
+
+/// `on = "nodes"`: a test the builder skips (it may have no GPU) and `smoke --all-nodes` runs
+/// on every node at once, one row and one JUnit suite each, naming the node. Here that test
+/// fails wherever it runs: the build passes (skipped on the builder), every node fails.
+#[test]
+fn a_nodes_only_smoke_test_is_skipped_at_build_and_run_on_every_node() {
+    let testbed = Testbed::get();
+    let config = testbed.config();
+    let body = "[[smoke]]\nname = \"everywhere\"\nrun = [\"true\"]\n\n[[smoke]]\nname = \"on nodes\"\non = \"nodes\"\nrun = [\"sh\", \"-c\", \"echo nodes-only-RUNWORD; exit 7\"]\n";
+    let (project, _, _) = busybox_project("onnodes", "", body);
+    let record = build_json(&project, &config, "onnodes");
+    let smoked = record["smoke"].as_array().unwrap();
+    assert_eq!(smoked.len(), 1, "{record}");
+    assert_eq!(smoked[0]["name"], "everywhere");
+    project
+        .with_config(&config)
+        .run(&["-q", "distribute", "onnodes"])
+        .success();
+    let junit = project.root().join("smoke.xml");
+    let all = project.with_config(&config).run(&[
+        "--json",
+        "smoke",
+        "onnodes",
+        "--all-nodes",
+        "--junit",
+        junit.to_str().unwrap(),
+    ]);
+    assert_eq!(all.code(), 1, "{}", all.stderr());
+    let rows = support::document(&all.stdout());
+    let rows = rows.as_array().unwrap();
+    let xml = std::fs::read_to_string(&junit).unwrap();
+    for node in testbed.nodes() {
+        let failed = rows
+            .iter()
+            .find(|r| r["node"] == node.as_str() && r["name"] == "on nodes")
+            .unwrap_or_else(|| panic!("{node}: no row: {rows:?}"));
+        assert_eq!(failed["exit_code"], 7, "{failed}");
+        assert!(
+            xml.contains(&format!("on {node}\"")),
+            "{node}: no suite: {xml}"
+        );
+    }
+    assert_eq!(
+        xml.matches("<failure").count(),
+        testbed.nodes().len(),
+        "{xml}"
+    );
+}
