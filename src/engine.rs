@@ -656,6 +656,11 @@ impl Engine {
     /// stderr interleaved) and its stdout alone.
     async fn run_created(&self, id: &str) -> Result<(i64, String, String)> {
         self.start_container(id).await?;
+        self.finished(id).await
+    }
+
+    /// Waits for the started container `id` to stop: its exit code, output and stdout.
+    async fn finished(&self, id: &str) -> Result<(i64, String, String)> {
         // Not a document's deadline (60 s): a smoke test may import a framework for minutes.
         let limit = smoke_timeout();
         let exit: ContainerExit = self

@@ -27,6 +27,87 @@ pub struct SmokeRun {
     /// Name, and the soft and hard limit alike.
     pub ulimits: Vec<(String, i64)>,
     pub user: Option<String>,
+    pub gpus: Option<Gpus>,
+}
+
+/// GPUs a test asks for.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Gpus {
+    All,
+    Count(u32),
+    /// CDI device names: `nvidia.com/gpu=0`.
+    Named(Vec<String>),
+}
+
+/// How an engine gives devices.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DeviceWay {
+    /// CDI device names (`DeviceRequests` with driver `cdi`).
+    Cdi,
+    /// The NVIDIA runtime's request (`capabilities [["gpu"]]`): an engine with no CDI.
+    Nvidia,
+}
+
+impl Gpus {
+    /// `HostConfig.DeviceRequests` for this request, the engine giving devices `way`.
+    pub fn device_requests(&self, way: DeviceWay) -> serde_json::Value {
+        match way {
+            DeviceWay::Cdi => {
+                let ids: Vec<String> = match self {
+                    Gpus::All => vec!["nvidia.com/gpu=all".into()],
+                    Gpus::Count(n) => (0..*n).map(|i| format!("nvidia.com/gpu={i}")).collect(),
+                    Gpus::Named(names) => names.clone(),
+                };
+                serde_json::json!([{"Driver": "cdi", "DeviceIDs": ids}])
+            }
+            DeviceWay::Nvidia => {
+                let mut request =
+                    serde_json::json!({"Driver": "nvidia", "Capabilities": [["gpu"]]});
+                match self {
+                    Gpus::All => request["Count"] = (-1).into(),
+                    Gpus::Count(n) => request["Count"] = (*n).into(),
+                    Gpus::Named(names) => {
+                        // The NVIDIA runtime names devices by index or UUID: the part after `=`.
+                        let ids: Vec<&str> = names
+                            .iter()
+                            .map(|n| n.rsplit('=').next().unwrap_or(n))
+                            .collect();
+                        request["DeviceIDs"] = ids.into();
+                    }
+                }
+                serde_json::json!([request])
+            }
+        }
+    }
+
+    pub fn words(&self) -> String {
+        match self {
+            Gpus::All => "all GPUs".into(),
+            Gpus::Count(n) => format!("{n} GPU(s)"),
+            Gpus::Named(names) => names.join(", "),
+        }
+    }
+}
+
+/// What a node lacks, in plain words, from the engine's refusal of a device request.
+pub fn lacking(way: DeviceWay, engine_said: &str) -> String {
+    let said = engine_said.to_ascii_lowercase();
+    match way {
+        DeviceWay::Nvidia if said.contains("could not select device driver") => format!(
+            "no NVIDIA runtime (the engine has no CDI and no `nvidia` device driver): {engine_said}"
+        ),
+        DeviceWay::Cdi if said.contains("unresolvable cdi devices") => {
+            format!("no CDI device of that name: {engine_said}")
+        }
+        DeviceWay::Cdi
+            if said.contains("could not select device driver") || said.contains("cdi") =>
+        {
+            format!(
+                "no CDI (a Docker before 28.3 needs its `cdi` feature and spec dirs): {engine_said}"
+            )
+        }
+        _ => engine_said.to_string(),
+    }
 }
 
 #[derive(Debug, Clone, Default)]
@@ -68,10 +149,38 @@ const READY_EVERY: Duration = Duration::from_secs(1);
 impl Engine {
     /// Runs one smoke test from `image`; the container is removed whatever happens.
     pub async fn run_smoke(&self, image: &str, run: &SmokeRun) -> Result<SmokeOutcome> {
-        let id = self.create_container(create_body(image, run)).await?;
+        let mut body = create_body(image, run);
+        let mut way = None;
+        if let Some(gpus) = &run.gpus {
+            let chosen = self.device_way(gpus).await?;
+            body["HostConfig"]["DeviceRequests"] = gpus.device_requests(chosen);
+            way = Some(chosen);
+        }
+        let id = match (self.create_container(body).await, way, &run.gpus) {
+            (Ok(id), _, _) => id,
+            (Err(crate::error::Error::Engine { message, .. }), Some(way), Some(gpus)) => {
+                return Err(self.error(format!(
+                    "cannot give {}: {}",
+                    gpus.words(),
+                    lacking(way, &message)
+                )));
+            }
+            (Err(e), _, _) => return Err(e),
+        };
+        // Docker checks CDI names only when the container starts: a start refused for devices
+        // is said as what the node lacks.
+        if let Err(e) = self.start_container(&id).await {
+            self.remove_container(&id).await;
+            return Err(match (e, way, &run.gpus) {
+                (crate::error::Error::Engine { message, .. }, Some(way), Some(gpus)) => self.error(
+                    format!("cannot give {}: {}", gpus.words(), lacking(way, &message)),
+                ),
+                (e, _, _) => e,
+            });
+        }
         let outcome = match &run.served {
             None => self
-                .run_created(&id)
+                .finished(&id)
                 .await
                 .map(|(code, output, stdout)| SmokeOutcome {
                     code,
@@ -85,13 +194,31 @@ impl Engine {
         outcome
     }
 
+    /// How this engine gives `gpus`: Podman's Docker-compatible API ignores device requests
+    /// (a test would pass without the device), so it is refused; a Docker engine with the
+    /// NVIDIA runtime and no CDI spec dirs gets the NVIDIA request, any other CDI names.
+    async fn device_way(&self, gpus: &Gpus) -> Result<DeviceWay> {
+        if self.product() == super::kind::Product::Podman {
+            return Err(self.error(format!(
+                "cannot give {}: GPU requests to a Podman node are not supported yet (its Docker-compatible API ignores device requests, and the test would pass without the device)",
+                gpus.words()
+            )));
+        }
+        let info = self.info().await?;
+        Ok(
+            match info.cdi_spec_dirs.is_empty() && info.runtimes.contains_key("nvidia") {
+                true => DeviceWay::Nvidia,
+                false => DeviceWay::Cdi,
+            },
+        )
+    }
+
     async fn serve_and_probe(
         &self,
         id: &str,
         served: &Served,
         probe: &[String],
     ) -> Result<SmokeOutcome> {
-        self.start_container(id).await?;
         let deadline = Instant::now() + served.within;
         if let Some(ready) = &served.ready {
             loop {
@@ -291,4 +418,37 @@ fn create_body(image: &str, run: &SmokeRun) -> serde_json::Value {
         body["User"] = user.as_str().into();
     }
     body
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn gpu_requests_are_cdi_names_or_the_nvidia_runtimes_request() {
+        let cdi = Gpus::Count(2).device_requests(DeviceWay::Cdi);
+        assert_eq!(
+            cdi,
+            serde_json::json!([{"Driver": "cdi", "DeviceIDs": ["nvidia.com/gpu=0", "nvidia.com/gpu=1"]}])
+        );
+        let all = Gpus::All.device_requests(DeviceWay::Nvidia);
+        assert_eq!(
+            all,
+            serde_json::json!([{"Driver": "nvidia", "Count": -1, "Capabilities": [["gpu"]]}])
+        );
+        let named = Gpus::Named(vec!["nvidia.com/gpu=1".into()]).device_requests(DeviceWay::Nvidia);
+        assert_eq!(named[0]["DeviceIDs"], serde_json::json!(["1"]));
+    }
+
+    /// The answers Docker gives (recorded from dockerd 28 and 20.10 here) say what the node
+    /// lacks in plain words.
+    #[test]
+    fn an_engines_refusal_of_devices_says_what_the_node_lacks() {
+        let no_runtime = r#"could not select device driver "nvidia" with capabilities: [[gpu]]"#;
+        assert!(lacking(DeviceWay::Nvidia, no_runtime).starts_with("no NVIDIA runtime"));
+        let no_name = "CDI device injection failed: unresolvable CDI devices nvidia.com/gpu=7";
+        assert!(lacking(DeviceWay::Cdi, no_name).starts_with("no CDI device of that name"));
+        let no_cdi = r#"could not select device driver "cdi" with capabilities: []"#;
+        assert!(lacking(DeviceWay::Cdi, no_cdi).starts_with("no CDI"));
+    }
 }

@@ -212,6 +212,17 @@ pub struct Smoke {
     /// build: the builder may have no GPU; `smoke --node`/`--all-nodes`).
     #[serde(default)]
     pub on: Option<Spanned<String>>,
+    /// `"all"`, a count, or CDI device names (`["nvidia.com/gpu=0"]`).
+    #[serde(default)]
+    pub gpus: Option<Spanned<GpuRequest>>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(untagged)]
+pub enum GpuRequest {
+    Count(u32),
+    All(String),
+    Named(Vec<String>),
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -339,6 +350,21 @@ fn smoke_keys_hold(loaded: &LoadedSpec, smoke: &Smoke) -> Result<()> {
                 size.get_ref()
             ),
         );
+    }
+    if let Some(gpus) = &smoke.gpus {
+        let wrong = match gpus.get_ref() {
+            GpuRequest::Count(0) => Some("asks for no GPU: write a count of 1 or more, \"all\", or device names".to_string()),
+            GpuRequest::All(word) if word != "all" => Some(format!("`{word}`: write \"all\", a count, or CDI device names (`[\"nvidia.com/gpu=0\"]`)")),
+            GpuRequest::Named(names) if names.is_empty() => Some("is empty: name a CDI device (`nvidia.com/gpu=0`)".into()),
+            GpuRequest::Named(names) => names
+                .iter()
+                .find(|n| !n.split_once('=').is_some_and(|(kind, name)| kind.contains('/') && !name.is_empty()))
+                .map(|n| format!("`{n}` is no CDI device name: write `vendor/class=name` (`nvidia.com/gpu=0`)")),
+            _ => None,
+        };
+        if let Some(wrong) = wrong {
+            return loaded.invalid(gpus.span(), "smoke.gpus", wrong);
+        }
     }
     if let Some(on) = &smoke.on
         && !["everywhere", "builder", "nodes"].contains(&on.get_ref().as_str())

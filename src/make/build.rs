@@ -877,7 +877,7 @@ pub async fn smoke(
 
 /// A `[[smoke]]` in the engine's terms.
 fn smoke_run(test: &crate::inputs::spec::Smoke) -> crate::engine::smoke::SmokeRun {
-    use crate::engine::smoke::{Mount, Served, SmokeRun};
+    use crate::engine::smoke::{Gpus, Mount, Served, SmokeRun};
     use crate::inputs::spec::Serve;
     let served = test.served().then(|| Served {
         argv: match test.serve.as_ref().map(|s| s.get_ref()) {
@@ -904,6 +904,11 @@ fn smoke_run(test: &crate::inputs::spec::Smoke) -> crate::engine::smoke::SmokeRu
         ipc: test.ipc.as_ref().map(|i| i.get_ref().clone()),
         ulimits: test.ulimits.iter().map(|(k, v)| (k.clone(), *v)).collect(),
         user: test.user.clone(),
+        gpus: test.gpus.as_ref().map(|g| match g.get_ref() {
+            crate::inputs::spec::GpuRequest::Count(n) => Gpus::Count(*n),
+            crate::inputs::spec::GpuRequest::All(_) => Gpus::All,
+            crate::inputs::spec::GpuRequest::Named(names) => Gpus::Named(names.clone()),
+        }),
     }
 }
 
