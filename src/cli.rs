@@ -92,6 +92,9 @@ pub enum Command {
         image: String,
         #[arg(long, value_name = "NODE")]
         node: Option<String>,
+        /// On every node at once (the tests `on` the nodes), one row each; JUnit names the node.
+        #[arg(long, conflicts_with = "node")]
+        all_nodes: bool,
         /// Write the results as JUnit XML.
         #[arg(long, value_name = "FILE")]
         junit: Option<PathBuf>,

@@ -52,6 +52,7 @@ use transport::{Dial, Transport, escape, with_causes};
 pub use view::ImageView;
 
 pub mod containers;
+pub mod smoke;
 
 /// Up to how many images are listed by name ([`Engine::listed_images_named`]): a filter of
 /// that many names is a few kilobytes of query at most.
@@ -593,7 +594,7 @@ impl Engine {
         .map_err(|e| self.error(format!("creating a container from {image}: {e}")))?;
         let outcome = self.run_created(&id).await;
         self.remove_container(&id).await;
-        outcome
+        outcome.map(|(code, output, _)| (code, output))
     }
 
     async fn remove_container(&self, id: &str) {
@@ -651,8 +652,15 @@ impl Engine {
         self.version.platform()
     }
 
-    async fn run_created(&self, id: &str) -> Result<(i64, String)> {
+    /// Starts the created container and waits for it: its exit code, its output (stdout and
+    /// stderr interleaved) and its stdout alone.
+    async fn run_created(&self, id: &str) -> Result<(i64, String, String)> {
         self.start_container(id).await?;
+        self.finished(id).await
+    }
+
+    /// Waits for the started container `id` to stop: its exit code, output and stdout.
+    async fn finished(&self, id: &str) -> Result<(i64, String, String)> {
         // Not a document's deadline (60 s): a smoke test may import a framework for minutes.
         let limit = smoke_timeout();
         let exit: ContainerExit = self
@@ -669,7 +677,7 @@ impl Engine {
         }
         let options = LogsOptionsBuilder::new().stdout(true).stderr(true).build();
         let mut logs = self.docker.logs(id, Some(options));
-        let mut output = String::new();
+        let (mut output, mut stdout) = (String::new(), String::new());
         // The container has stopped: its whole output is there to read, each chunk within
         // the answer deadline.
         let what = format!("reading the output of container {id}");
@@ -677,9 +685,14 @@ impl Engine {
             .answered(&what, async { logs.next().await.transpose() })
             .await?
         {
+            if let bollard::container::LogOutput::StdOut { message }
+            | bollard::container::LogOutput::Console { message } = &chunk
+            {
+                stdout.push_str(&String::from_utf8_lossy(message));
+            }
             output.push_str(&chunk.to_string());
         }
-        Ok((exit.status_code, output))
+        Ok((exit.status_code, output, stdout))
     }
 }
 

@@ -86,9 +86,18 @@ fn run_verb(settings: &Settings, command: Command) -> Result<ExitStatus> {
             force,
             check_repro,
         } => build::run(settings, &images, force, check_repro),
-        Command::Smoke { image, node, junit } => {
-            smoke::run(settings, &image, node.as_deref(), junit.as_deref())
-        }
+        Command::Smoke {
+            image,
+            node,
+            all_nodes,
+            junit,
+        } => smoke::run(
+            settings,
+            &image,
+            node.as_deref(),
+            all_nodes,
+            junit.as_deref(),
+        ),
         Command::Distribute {
             images,
             all: _, // no image named: all of them

@@ -16,48 +16,97 @@ pub(super) fn run(
     settings: &Settings,
     image: &str,
     node: Option<&str>,
+    all_nodes: bool,
     junit: Option<&std::path::Path>,
 ) -> Result<ExitStatus> {
     let name = settings.project.image_name(image)?;
     let plan = Plan::new(&settings.project, std::slice::from_ref(&name))?;
     let planned = plan.get(&name);
-    let node = settings.node(node)?;
+    let nodes: Vec<&crate::inputs::config::NodeConfig> = match all_nodes {
+        true => settings.config.nodes.iter().collect(),
+        false => vec![settings.node(node)?],
+    };
+    // Every node at once, each with its own engine and deadlines: a stuck node fails alone.
+    let runs = runtime()?.block_on(futures_util::future::join_all(
+        nodes.iter().map(|node| smoke_on(settings, planned, node)),
+    ));
+    // CI reads the report whatever happened: an unreachable node or a missing image is an
+    // `<error>` case in it, not a missing file.
+    if let Some(path) = junit {
+        let xml = junit_xml(&name, &settings.config.builder.name, &nodes, &runs, planned);
+        fs_err::write(path, xml).map_err(|e| Error::io(path, e))?;
+    }
+    if settings.output.json {
+        let rows: Vec<_> = (nodes.iter().zip(&runs))
+            .flat_map(|(node, (results, _))| {
+                results.iter().map(move |r| NodeResult {
+                    node: node.name.to_string(),
+                    result: r,
+                })
+            })
+            .collect();
+        settings.output.json("results", &rows);
+    }
+    let mut failed = Vec::new();
+    for (node, (results, outcome)) in nodes.iter().zip(runs) {
+        for result in &results {
+            let shown = match all_nodes {
+                true => format!("{:<12} {}", node.name, result.name),
+                false => result.name.clone(),
+            };
+            if result.passed {
+                settings
+                    .output
+                    .note(format!("passed  {shown} ({:.1} s)", result.seconds));
+            }
+        }
+        if let Err(e) = outcome {
+            failed.push(e);
+        }
+    }
+    match failed.len() {
+        0 => Ok(ExitStatus::Success),
+        1 => Err(failed.remove(0)),
+        _ => Err(Error::Many(failed)),
+    }
+}
+
+/// A smoke result with the node it ran on (`--json` rows).
+#[derive(serde::Serialize)]
+struct NodeResult<'a> {
+    node: String,
+    #[serde(flatten)]
+    result: &'a build::SmokeResult,
+}
+
+/// The image's smoke tests on `node` (those `on` it: the builder, or the nodes), on the image
+/// hallmark finished there.
+async fn smoke_on(
+    settings: &Settings,
+    planned: &PlannedImage,
+    node: &crate::inputs::config::NodeConfig,
+) -> (Vec<build::SmokeResult>, Result<()>) {
     let mut results = Vec::new();
-    let outcome = runtime()?.block_on(async {
+    let on_builder = node.name == settings.config.builder.name;
+    let outcome = async {
         let engine = connect(settings, node).await?;
-        let builder = match node.name == settings.config.builder.name {
+        let builder = match on_builder {
             true => None,
             false => Some(connect(settings, &settings.config.builder).await?),
         };
         let store = LayerStore::open(&settings.cache);
         let trusted = trusted_image(builder.as_ref(), &engine, &store, planned, settings);
         let id = with_deadline_or_interrupt(&engine, trusted).await?;
-        let work = async { ((), build::smoke(&engine, planned, &id, &mut results).await) };
+        let work = async {
+            (
+                (),
+                build::smoke(&engine, planned, &id, &mut results, on_builder).await,
+            )
+        };
         until_interrupted(&engine, "the smoke tests", work).await.1
-    });
-    // CI reads the report whatever happened: an unreachable node or a missing image is an
-    // `<error>` case in it, not a missing file.
-    if let Some(path) = junit {
-        let declared: Vec<&str> = planned
-            .loaded
-            .spec
-            .smokes
-            .iter()
-            .map(|t| t.name.get_ref().as_str())
-            .collect();
-        let xml = junit_xml(&name, &node.name, &declared, &results, &outcome);
-        fs_err::write(path, xml).map_err(|e| Error::io(path, e))?;
     }
-    if settings.output.json {
-        settings.output.json("results", &results);
-    }
-    outcome?;
-    for result in &results {
-        settings
-            .output
-            .note(format!("passed  {} ({:.1} s)", result.name, result.seconds));
-    }
-    Ok(ExitStatus::Success)
+    .await;
+    (results, outcome)
 }
 
 /// The question before a smoke test, ended by Ctrl-C or SIGTERM like the tests themselves.
@@ -152,6 +201,27 @@ fn xml_escape(text: &str) -> String {
 /// error before or between tests (unreachable node, no such image) is an `<error>` case.
 fn junit_xml(
     image: &Name,
+    builder: &Name,
+    nodes: &[&crate::inputs::config::NodeConfig],
+    runs: &[(Vec<build::SmokeResult>, Result<()>)],
+    planned: &PlannedImage,
+) -> String {
+    let suites: String = (nodes.iter().zip(runs))
+        .map(|(node, (results, outcome))| {
+            let on_builder = node.name == *builder;
+            let declared: Vec<&str> = (planned.loaded.spec.smokes.iter())
+                .filter(|t| t.runs_on(on_builder))
+                .map(|t| t.name.get_ref().as_str())
+                .collect();
+            junit_suite(image, &node.name, &declared, results, outcome)
+        })
+        .collect();
+    format!("<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<testsuites>\n{suites}</testsuites>\n")
+}
+
+/// One node's `<testsuite>`.
+fn junit_suite(
+    image: &Name,
     node: &Name,
     declared: &[&str],
     results: &[build::SmokeResult],
@@ -163,15 +233,28 @@ fn junit_xml(
     let mut errors = 0;
     for r in results {
         let name = xml_escape(&r.name);
-        if r.passed {
+        // A served test's process output, as CI tools show a test's output.
+        let logs = match r.logs.is_empty() {
+            true => String::new(),
+            false => format!(
+                "\n      <system-out>{}</system-out>",
+                xml_escape(&r.logs.join("\n"))
+            ),
+        };
+        if r.passed && logs.is_empty() {
             cases.push_str(&format!(
                 "    <testcase classname=\"{image}\" name=\"{name}\" time=\"{:.3}\"/>\n",
+                r.seconds
+            ));
+        } else if r.passed {
+            cases.push_str(&format!(
+                "    <testcase classname=\"{image}\" name=\"{name}\" time=\"{:.3}\">{logs}\n    </testcase>\n",
                 r.seconds
             ));
         } else {
             failures += 1;
             cases.push_str(&format!(
-                "    <testcase classname=\"{image}\" name=\"{name}\" time=\"{:.3}\">\n      <failure message=\"exit {}\">{}</failure>\n    </testcase>\n",
+                "    <testcase classname=\"{image}\" name=\"{name}\" time=\"{:.3}\">\n      <failure message=\"exit {}\">{}</failure>{logs}\n    </testcase>\n",
                 r.seconds,
                 r.exit_code,
                 xml_escape(&r.output)
@@ -203,7 +286,7 @@ fn junit_xml(
     let tests = results.len() + errors + skipped;
     let node = xml_escape(node.as_str());
     format!(
-        "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<testsuites>\n  <testsuite name=\"hallmark smoke {image} on {node}\" tests=\"{tests}\" failures=\"{failures}\" errors=\"{errors}\" skipped=\"{skipped}\">\n{cases}  </testsuite>\n</testsuites>\n"
+        "  <testsuite name=\"hallmark smoke {image} on {node}\" tests=\"{tests}\" failures=\"{failures}\" errors=\"{errors}\" skipped=\"{skipped}\">\n{cases}  </testsuite>\n"
     )
 }
 
@@ -219,13 +302,14 @@ mod tests {
             exit_code: 3,
             seconds: 0.5,
             output: "\u{1b}[31mred\u{1b}[0m\u{0}\u{7} a < b & c\r\n".into(),
+            logs: vec!["served <log>".into()],
         };
         let outcome = Err(Error::Interrupted {
             what: "the \u{1b}[1msmoke\u{1b}[0m tests".into(),
         });
         let name = Name::try_from("img".to_string()).unwrap();
         let declared = ["quotes \"'<&>", "never ran"];
-        let xml = junit_xml(&name, &name, &declared, &[result], &outcome);
+        let xml = junit_suite(&name, &name, &declared, &[result], &outcome);
         // XML 1.0 allows no control characters but tab, newline and carriage return.
         assert!(
             !xml.chars()
@@ -233,6 +317,10 @@ mod tests {
             "{xml:?}"
         );
         assert!(xml.contains("red a &lt; b &amp; c"), "{xml}");
+        assert!(
+            xml.contains("<system-out>served &lt;log&gt;</system-out>"),
+            "{xml}"
+        );
         assert!(
             xml.contains("name=\"quotes &quot;&apos;&lt;&amp;&gt;\""),
             "{xml}"

@@ -208,6 +208,15 @@ pub struct EngineInfo {
     /// `name=seccomp,profile=builtin`, `name=userns`, `name=rootless`...
     #[serde(rename = "SecurityOptions", default, deserialize_with = "nullable")]
     pub security_options: Vec<String>,
+    /// The runtimes it knows by name (`runc`, `nvidia`...).
+    #[serde(rename = "Runtimes", default, deserialize_with = "nullable")]
+    pub runtimes: std::collections::BTreeMap<String, Value>,
+    /// Where it reads CDI specs (Docker 25+, with CDI on: by default since 28.3).
+    #[serde(rename = "CDISpecDirs", default, deserialize_with = "nullable")]
+    pub cdi_spec_dirs: Vec<String>,
+    /// The CDI devices it found (Docker 28.3+): `{"Source": "cdi", "ID": "nvidia.com/gpu=0"}`.
+    #[serde(rename = "DiscoveredDevices", default, deserialize_with = "nullable")]
+    pub discovered_devices: Vec<Value>,
 }
 
 impl EngineInfo {

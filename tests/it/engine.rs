@@ -1949,3 +1949,141 @@ fn a_smoke_program_that_cannot_start_is_named_with_its_test_and_spec_line() {
     assert!(images_labelled(testbed, "builder", &checksum).is_empty());
     assert!(containers_labelled(testbed, "builder", &pending(&checksum)).is_empty());
 }
+
+/// Issue 39: a served smoke test (a process kept running, probed inside its container over
+/// 127.0.0.1 until ready, then asked, its answer matched) passes on the builder and on every
+/// node of the testbed; one whose service is never ready fails at its timeout with the
+/// process's logs shown and no container left; an `expect` that does not match fails naming
+/// the test. The boot options (environment, a node path mounted read-only, shared memory,
+/// ulimits, user) reach the container.
+#[test]
+fn a_served_smoke_test_passes_everywhere_and_a_never_ready_one_fails_at_its_timeout() {
+    let testbed = Testbed::get();
+    let config = testbed.config();
+    let serve = r#"mkdir -p /tmp/www/v1 && echo '{"data": [{"id": "tiny-RUNWORD"}], "shm": "'$(df -k /dev/shm | tail -1 | tr -s ' ' | cut -d' ' -f2)'", "mem": "'$(ulimit -l)'", "who": "'$(id -u)'", "env": "'$SMOKE_ENV'"}' > /tmp/www/v1/models && exec httpd -f -v -p 127.0.0.1:8080 -h /tmp/www"#;
+    let body = format!(
+        r#"[[smoke]]
+name = "served"
+serve = ["sh", "-c", '''{serve}''']
+ready = ["wget", "-q", "-O", "/dev/null", "http://127.0.0.1:8080/v1/models"]
+run = ["wget", "-q", "-O", "-", "http://127.0.0.1:8080/v1/models"]
+expect = '"id": "tiny-RUNWORD".*"shm": "65536".*"mem": "1024".*"who": "1234".*"env": "set"'
+timeout = 60
+env = {{ SMOKE_ENV = "set" }}
+shm_size = "64m"
+ulimits = {{ memlock = 1048576 }}
+user = "1234"
+"#
+    );
+    let (project, _tag, _checksum) = busybox_project("served", "", &body);
+    project
+        .with_config(&config)
+        .run(&["-q", "build", "served"])
+        .success();
+    project
+        .with_config(&config)
+        .run(&["-q", "distribute", "served"])
+        .success();
+    for node in testbed.nodes() {
+        let smoked = project
+            .with_config(&config)
+            .run(&["smoke", "served", "--node", &node]);
+        assert_eq!(smoked.code(), 0, "{node}: {}", smoked.stderr());
+    }
+
+    // Never ready: the probe asks a port nothing serves; the process says why in its log.
+    let never = "[[smoke]]\nname = \"never ready\"\nserve = [\"sh\", \"-c\", \"echo serving-nothing-RUNWORD; exec sleep 600\"]\nready = [\"wget\", \"-q\", \"-O\", \"/dev/null\", \"http://127.0.0.1:9/\"]\nrun = [\"true\"]\ntimeout = 3\n";
+    let (never_project, _, checksum) = busybox_project("never", "", never);
+    let failed = never_project
+        .with_config(&config)
+        .run(&["--json", "build", "never"]);
+    assert_eq!(failed.code(), 1, "{}", failed.stderr());
+    let said = failed.stderr();
+    assert!(
+        said.contains("never ready") && said.contains("not ready in 3 s"),
+        "{said}"
+    );
+    assert!(
+        said.contains("serving-nothing-"),
+        "the process's log is shown: {said}"
+    );
+    assert!(
+        containers_labelled(testbed, "builder", &checksum).is_empty(),
+        "a smoke container was left"
+    );
+
+    // The answer does not match: the test is named.
+    let mismatch = body.replace("expect = '", "expect = 'no such answer ");
+    let (wrong, _, _) = busybox_project("wrong", "", &mismatch);
+    let failed = wrong.with_config(&config).run(&["build", "wrong"]);
+    assert_eq!(failed.code(), 1, "{}", failed.stderr());
+    assert!(
+        failed.stderr().contains("served") && failed.stderr().contains("does not match"),
+        "{}",
+        failed.stderr()
+    );
+}
+
+/// A smoke test's node path that is not there is a clear error naming the node and the path.
+#[test]
+fn a_smoke_mount_missing_on_the_node_names_it() {
+    let testbed = Testbed::get();
+    let config = testbed.config();
+    let body = "[[smoke]]\nname = \"weights\"\nrun = [\"ls\", \"/engram-local\"]\nmounts = [{ source = \"/var/tmp/no-such-weights-RUNWORD\", target = \"/engram-local\", readonly = true }]\n";
+    let (project, _, _) = busybox_project("mounted", "", body);
+    let failed = project.with_config(&config).run(&["build", "mounted"]);
+    assert_eq!(failed.code(), 1, "{}", failed.stderr());
+    let said = failed.stderr();
+    assert!(
+        said.contains("/var/tmp/no-such-weights-") && said.contains("builder"),
+        "{said}"
+    );
+}
+
+/// `on = "nodes"`: a test the builder skips (it may have no GPU) and `smoke --all-nodes` runs
+/// on every node at once, one row and one JUnit suite each, naming the node. Here that test
+/// fails wherever it runs: the build passes (skipped on the builder), every node fails.
+#[test]
+fn a_nodes_only_smoke_test_is_skipped_at_build_and_run_on_every_node() {
+    let testbed = Testbed::get();
+    let config = testbed.config();
+    let body = "[[smoke]]\nname = \"everywhere\"\nrun = [\"true\"]\n\n[[smoke]]\nname = \"on nodes\"\non = \"nodes\"\nrun = [\"sh\", \"-c\", \"echo nodes-only-RUNWORD; exit 7\"]\n";
+    let (project, _, _) = busybox_project("onnodes", "", body);
+    let record = build_json(&project, &config, "onnodes");
+    let smoked = record["smoke"].as_array().unwrap();
+    assert_eq!(smoked.len(), 1, "{record}");
+    assert_eq!(smoked[0]["name"], "everywhere");
+    project
+        .with_config(&config)
+        .run(&["-q", "distribute", "onnodes"])
+        .success();
+    let junit = project.root().join("smoke.xml");
+    let all = project.with_config(&config).run(&[
+        "--json",
+        "smoke",
+        "onnodes",
+        "--all-nodes",
+        "--junit",
+        junit.to_str().unwrap(),
+    ]);
+    assert_eq!(all.code(), 1, "{}", all.stderr());
+    let rows = support::document(&all.stdout());
+    let rows = rows.as_array().unwrap();
+    let xml = std::fs::read_to_string(&junit).unwrap();
+    for node in testbed.nodes() {
+        let failed = rows
+            .iter()
+            .find(|r| r["node"] == node.as_str() && r["name"] == "on nodes")
+            .unwrap_or_else(|| panic!("{node}: no row: {rows:?}"));
+        assert_eq!(failed["exit_code"], 7, "{failed}");
+        assert!(
+            xml.contains(&format!("on {node}\"")),
+            "{node}: no suite: {xml}"
+        );
+    }
+    assert_eq!(
+        xml.matches("<failure").count(),
+        testbed.nodes().len(),
+        "{xml}"
+    );
+}

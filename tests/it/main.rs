@@ -8,6 +8,7 @@ mod bump_pins;
 mod compile;
 mod engine;
 mod faults;
+mod gpus;
 mod hostile;
 mod malformed;
 mod offline;

@@ -78,6 +78,90 @@ fn corpus() -> Vec<Case> {
             vec!["images/bad/image.toml:5", "`smoke.run`", "blank program"],
         ),
         case(
+            "a smoke probe without serve",
+            vec![
+                spec(&format!(
+                    "{FROM}\n[[smoke]]\nname = \"x\"\nrun = [\"true\"]\nready = [\"true\"]\n"
+                )),
+                pins(&base_pin()),
+            ],
+            vec!["images/bad/image.toml", "`smoke.ready`", "needs `serve`"],
+        ),
+        case(
+            "smoke args with a serve argv",
+            vec![
+                spec(&format!(
+                    "{FROM}\n[[smoke]]\nname = \"x\"\nrun = [\"true\"]\nserve = [\"sleep\", \"9\"]\nargs = [\"x\"]\n"
+                )),
+                pins(&base_pin()),
+            ],
+            vec!["images/bad/image.toml", "`smoke.args`", "serve = true"],
+        ),
+        case(
+            "a smoke expect that is no regex",
+            vec![
+                spec(&format!(
+                    "{FROM}\n[[smoke]]\nname = \"x\"\nrun = [\"true\"]\nexpect = \"(unclosed\"\n"
+                )),
+                pins(&base_pin()),
+            ],
+            vec![
+                "images/bad/image.toml",
+                "`smoke.expect`",
+                "no regular expression",
+            ],
+        ),
+        case(
+            "a smoke shm size that is no size",
+            vec![
+                spec(&format!(
+                    "{FROM}\n[[smoke]]\nname = \"x\"\nrun = [\"true\"]\nshm_size = \"lots\"\n"
+                )),
+                pins(&base_pin()),
+            ],
+            vec!["images/bad/image.toml", "`smoke.shm_size`", "no size"],
+        ),
+        case(
+            "a smoke ipc mode that is none",
+            vec![
+                spec(&format!(
+                    "{FROM}\n[[smoke]]\nname = \"x\"\nrun = [\"true\"]\nipc = \"sideways\"\n"
+                )),
+                pins(&base_pin()),
+            ],
+            vec!["images/bad/image.toml", "`smoke.ipc`", "`host`"],
+        ),
+        case(
+            "a smoke mount with a relative path",
+            vec![
+                spec(&format!(
+                    "{FROM}\n[[smoke]]\nname = \"x\"\nrun = [\"true\"]\nmounts = [{{ source = \"weights\", target = \"/w\" }}]\n"
+                )),
+                pins(&base_pin()),
+            ],
+            vec!["images/bad/image.toml", "`smoke.mounts`", "absolute"],
+        ),
+        case(
+            "a smoke timeout of the wrong type",
+            vec![
+                spec(&format!(
+                    "{FROM}\n[[smoke]]\nname = \"x\"\nrun = [\"true\"]\ntimeout = \"soon\"\n"
+                )),
+                pins(&base_pin()),
+            ],
+            vec!["images/bad/image.toml", "image.toml:7", "timeout"],
+        ),
+        case(
+            "an unknown smoke key",
+            vec![
+                spec(&format!(
+                    "{FROM}\n[[smoke]]\nname = \"x\"\nrun = [\"true\"]\ngpu = \"all\"\n"
+                )),
+                pins(&base_pin()),
+            ],
+            vec!["images/bad/image.toml", "image.toml:7", "gpu"],
+        ),
+        case(
             "an entrypoint whose program is blank",
             vec![
                 spec(&format!("{FROM}\n[container]\nentrypoint = [\"\"]\n")),

@@ -1,0 +1,454 @@
+//! Smoke tests as the operator runs them: a command in a fresh container, or a process kept
+//! running (a served model) with probes run inside it (`docker exec`), against 127.0.0.1, so
+//! no network outside the container is needed. Boot options (environment, node paths, shared
+//! memory, IPC, ulimits, user) go into the container as `docker run` would put them. The
+//! container is removed whatever happens (pass, fail, deadline, Ctrl-C: it is in the live
+//! list from its creation).
+
+use super::Engine;
+use crate::error::Result;
+use bollard::container::LogOutput;
+use bollard::exec::StartExecResults;
+use bollard::query_parameters::LogsOptionsBuilder;
+use futures_util::StreamExt;
+use std::time::{Duration, Instant};
+
+/// What to run, in engine terms (the spec's `[[smoke]]` made concrete by `make`).
+#[derive(Debug, Clone, Default)]
+pub struct SmokeRun {
+    /// The command; with `served`, the probe run once the process is ready.
+    pub command: Vec<String>,
+    pub served: Option<Served>,
+    /// `KEY=value`.
+    pub env: Vec<String>,
+    pub mounts: Vec<Mount>,
+    pub shm_size: Option<i64>,
+    pub ipc: Option<String>,
+    /// Name, and the soft and hard limit alike.
+    pub ulimits: Vec<(String, i64)>,
+    pub user: Option<String>,
+    pub gpus: Option<Gpus>,
+}
+
+/// GPUs a test asks for.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Gpus {
+    All,
+    Count(u32),
+    /// CDI device names: `nvidia.com/gpu=0`.
+    Named(Vec<String>),
+}
+
+/// How an engine gives devices.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DeviceWay {
+    /// CDI device names (`DeviceRequests` with driver `cdi`).
+    Cdi,
+    /// The NVIDIA runtime's request (`capabilities [["gpu"]]`): an engine with no CDI.
+    Nvidia,
+}
+
+impl Gpus {
+    /// `HostConfig.DeviceRequests` for this request, the engine giving devices `way`.
+    pub fn device_requests(&self, way: DeviceWay) -> serde_json::Value {
+        match way {
+            DeviceWay::Cdi => {
+                let ids: Vec<String> = match self {
+                    Gpus::All => vec!["nvidia.com/gpu=all".into()],
+                    Gpus::Count(n) => (0..*n).map(|i| format!("nvidia.com/gpu={i}")).collect(),
+                    Gpus::Named(names) => names.clone(),
+                };
+                serde_json::json!([{"Driver": "cdi", "DeviceIDs": ids}])
+            }
+            DeviceWay::Nvidia => {
+                let mut request =
+                    serde_json::json!({"Driver": "nvidia", "Capabilities": [["gpu"]]});
+                match self {
+                    Gpus::All => request["Count"] = (-1).into(),
+                    Gpus::Count(n) => request["Count"] = (*n).into(),
+                    Gpus::Named(names) => {
+                        // The NVIDIA runtime names devices by index or UUID: the part after `=`.
+                        let ids: Vec<&str> = names
+                            .iter()
+                            .map(|n| n.rsplit('=').next().unwrap_or(n))
+                            .collect();
+                        request["DeviceIDs"] = ids.into();
+                    }
+                }
+                serde_json::json!([request])
+            }
+        }
+    }
+
+    pub fn words(&self) -> String {
+        match self {
+            Gpus::All => "all GPUs".into(),
+            Gpus::Count(n) => format!("{n} GPU(s)"),
+            Gpus::Named(names) => names.join(", "),
+        }
+    }
+}
+
+/// What a node lacks, in plain words, from the engine's refusal of a device request.
+pub fn lacking(way: DeviceWay, engine_said: &str) -> String {
+    let said = engine_said.to_ascii_lowercase();
+    match way {
+        DeviceWay::Nvidia if said.contains("could not select device driver") => format!(
+            "no NVIDIA runtime (the engine has no CDI and no `nvidia` device driver): {engine_said}"
+        ),
+        DeviceWay::Cdi if said.contains("unresolvable cdi devices") => {
+            format!("no CDI device of that name: {engine_said}")
+        }
+        DeviceWay::Cdi
+            if said.contains("could not select device driver") || said.contains("cdi") =>
+        {
+            format!(
+                "no CDI (a Docker before 28.3 needs its `cdi` feature and spec dirs): {engine_said}"
+            )
+        }
+        _ => engine_said.to_string(),
+    }
+}
+
+#[derive(Debug, Clone, Default)]
+pub struct Served {
+    /// The process's argv; `None`: the image's own entrypoint and cmd.
+    pub argv: Option<Vec<String>>,
+    /// With the image's own entrypoint: its cmd replaced by these.
+    pub args: Option<Vec<String>>,
+    /// Run inside until it exits 0.
+    pub ready: Option<Vec<String>>,
+    /// How long the process may take to be ready.
+    pub within: Duration,
+}
+
+#[derive(Debug, Clone)]
+pub struct Mount {
+    pub source: String,
+    pub target: String,
+    pub readonly: bool,
+}
+
+/// How a smoke test ended.
+#[derive(Debug, Clone, Default)]
+pub struct SmokeOutcome {
+    pub code: i64,
+    /// Standard output and error, interleaved.
+    pub output: String,
+    /// Standard output alone (what `expect` matches).
+    pub stdout: String,
+    /// The served process's last 50 lines of output.
+    pub logs: Vec<String>,
+    /// Why it failed before the command ran (never ready, exited early), if it did.
+    pub failure: Option<String>,
+}
+
+/// How long to wait between readiness probes.
+const READY_EVERY: Duration = Duration::from_secs(1);
+
+impl Engine {
+    /// Runs one smoke test from `image`; the container is removed whatever happens.
+    pub async fn run_smoke(&self, image: &str, run: &SmokeRun) -> Result<SmokeOutcome> {
+        let mut body = create_body(image, run);
+        let mut way = None;
+        if let Some(gpus) = &run.gpus {
+            let chosen = self.device_way(gpus).await?;
+            body["HostConfig"]["DeviceRequests"] = gpus.device_requests(chosen);
+            way = Some(chosen);
+        }
+        let id = match (self.create_container(body).await, way, &run.gpus) {
+            (Ok(id), _, _) => id,
+            (Err(crate::error::Error::Engine { message, .. }), Some(way), Some(gpus)) => {
+                return Err(self.error(format!(
+                    "cannot give {}: {}",
+                    gpus.words(),
+                    lacking(way, &message)
+                )));
+            }
+            (Err(e), _, _) => return Err(e),
+        };
+        // Docker checks CDI names only when the container starts: a start refused for devices
+        // is said as what the node lacks.
+        if let Err(e) = self.start_container(&id).await {
+            self.remove_container(&id).await;
+            return Err(match (e, way, &run.gpus) {
+                (crate::error::Error::Engine { message, .. }, Some(way), Some(gpus)) => self.error(
+                    format!("cannot give {}: {}", gpus.words(), lacking(way, &message)),
+                ),
+                (e, _, _) => e,
+            });
+        }
+        let outcome = match &run.served {
+            None => self
+                .finished(&id)
+                .await
+                .map(|(code, output, stdout)| SmokeOutcome {
+                    code,
+                    output,
+                    stdout,
+                    ..SmokeOutcome::default()
+                }),
+            Some(served) => self.serve_and_probe(&id, served, &run.command).await,
+        };
+        self.remove_container(&id).await;
+        outcome
+    }
+
+    /// How this engine gives `gpus`: Podman's Docker-compatible API ignores device requests
+    /// (a test would pass without the device), so it is refused; a Docker engine with the
+    /// NVIDIA runtime and no CDI spec dirs gets the NVIDIA request, any other CDI names.
+    async fn device_way(&self, gpus: &Gpus) -> Result<DeviceWay> {
+        if self.product() == super::kind::Product::Podman {
+            return Err(self.error(format!(
+                "cannot give {}: GPU requests to a Podman node are not supported yet (its Docker-compatible API ignores device requests, and the test would pass without the device)",
+                gpus.words()
+            )));
+        }
+        let info = self.info().await?;
+        Ok(
+            match info.cdi_spec_dirs.is_empty() && info.runtimes.contains_key("nvidia") {
+                true => DeviceWay::Nvidia,
+                false => DeviceWay::Cdi,
+            },
+        )
+    }
+
+    async fn serve_and_probe(
+        &self,
+        id: &str,
+        served: &Served,
+        probe: &[String],
+    ) -> Result<SmokeOutcome> {
+        let deadline = Instant::now() + served.within;
+        if let Some(ready) = &served.ready {
+            loop {
+                if let Some(code) = self.exited(id).await? {
+                    return Ok(self
+                        .failed(
+                            id,
+                            code,
+                            format!("the served process exited with {code} before it was ready"),
+                        )
+                        .await);
+                }
+                let left = deadline.saturating_duration_since(Instant::now());
+                if left.is_zero() {
+                    return Ok(self
+                        .failed(
+                            id,
+                            -1,
+                            format!(
+                                "not ready in {} s: `{}` never exited 0",
+                                served.within.as_secs(),
+                                ready.join(" ")
+                            ),
+                        )
+                        .await);
+                }
+                if let Ok(Ok((0, _, _))) = tokio::time::timeout(left, self.exec(id, ready)).await {
+                    break;
+                }
+                tokio::time::sleep(READY_EVERY.min(left)).await;
+            }
+        }
+        let limit = super::smoke_timeout();
+        let probed = tokio::time::timeout(limit, self.exec(id, probe)).await;
+        let (code, output, stdout) = match probed {
+            Ok(answer) => answer?,
+            Err(_) => {
+                return Ok(self
+                    .failed(
+                        id,
+                        -1,
+                        format!(
+                            "`{}` did not end in {} s ({} sets how long)",
+                            probe.join(" "),
+                            limit.as_secs(),
+                            super::SMOKE_TIMEOUT_ENV
+                        ),
+                    )
+                    .await);
+            }
+        };
+        Ok(SmokeOutcome {
+            code,
+            output,
+            stdout,
+            logs: self.last_lines(id, 50).await,
+            failure: None,
+        })
+    }
+
+    /// The outcome of a served test that failed before its probe: why, and the logs.
+    async fn failed(&self, id: &str, code: i64, why: String) -> SmokeOutcome {
+        SmokeOutcome {
+            code,
+            logs: self.last_lines(id, 50).await,
+            failure: Some(why),
+            ..SmokeOutcome::default()
+        }
+    }
+
+    /// The exit code, when the container has stopped.
+    async fn exited(&self, id: &str) -> Result<Option<i64>> {
+        let inspect = self.docker.inspect_container(
+            id,
+            None::<bollard::query_parameters::InspectContainerOptions>,
+        );
+        let inspected = self
+            .answered(&format!("inspecting container {id}"), inspect)
+            .await?;
+        let state = inspected.state.unwrap_or_default();
+        Ok(match state.running {
+            Some(true) => None,
+            _ => Some(state.exit_code.unwrap_or(-1)),
+        })
+    }
+
+    /// Runs `argv` inside the running container: its exit code, output, and stdout alone.
+    async fn exec(&self, id: &str, argv: &[String]) -> Result<(i64, String, String)> {
+        let config = bollard::models::ExecConfig {
+            cmd: Some(argv.to_vec()),
+            attach_stdout: Some(true),
+            attach_stderr: Some(true),
+            ..Default::default()
+        };
+        let what = format!("running `{}` in container {id}", argv.join(" "));
+        let created = self
+            .answered(&what, self.docker.create_exec(id, config))
+            .await?;
+        let started = self
+            .answered(&what, self.docker.start_exec(&created.id, None))
+            .await?;
+        let (mut output, mut stdout) = (String::new(), String::new());
+        if let StartExecResults::Attached {
+            output: mut stream, ..
+        } = started
+        {
+            // Bounded by the caller's deadline: a probe that hangs is the test's failure.
+            while let Some(chunk) = stream.next().await {
+                let chunk = chunk.map_err(|e| self.error(format!("{what}: {e}")))?;
+                if let LogOutput::StdOut { message } | LogOutput::Console { message } = &chunk {
+                    stdout.push_str(&String::from_utf8_lossy(message));
+                }
+                output.push_str(&chunk.to_string());
+            }
+        }
+        let inspected = self
+            .answered(&what, self.docker.inspect_exec(&created.id))
+            .await?;
+        Ok((inspected.exit_code.unwrap_or(-1), output, stdout))
+    }
+
+    /// The container's last `n` lines of output (none when they cannot be read).
+    async fn last_lines(&self, id: &str, n: usize) -> Vec<String> {
+        let options = LogsOptionsBuilder::new()
+            .stdout(true)
+            .stderr(true)
+            .tail(&n.to_string())
+            .build();
+        let mut logs = self.docker.logs(id, Some(options));
+        let mut text = String::new();
+        let what = format!("reading the output of container {id}");
+        while let Ok(Some(chunk)) = self
+            .answered(&what, async { logs.next().await.transpose() })
+            .await
+        {
+            text.push_str(&chunk.to_string());
+        }
+        text.lines().map(str::to_string).collect()
+    }
+}
+
+/// The create document: `docker run` of the test, no network but the loopback.
+fn create_body(image: &str, run: &SmokeRun) -> serde_json::Value {
+    let mut host = serde_json::json!({"NetworkMode": "none"});
+    if !run.mounts.is_empty() {
+        host["Mounts"] = run
+            .mounts
+            .iter()
+            .map(|m| {
+                serde_json::json!({
+                    "Type": "bind", "Source": m.source, "Target": m.target, "ReadOnly": m.readonly,
+                })
+            })
+            .collect();
+    }
+    if let Some(size) = run.shm_size {
+        host["ShmSize"] = size.into();
+    }
+    if let Some(ipc) = &run.ipc {
+        host["IpcMode"] = ipc.as_str().into();
+    }
+    if !run.ulimits.is_empty() {
+        host["Ulimits"] = run
+            .ulimits
+            .iter()
+            .map(|(name, n)| serde_json::json!({"Name": name, "Soft": n, "Hard": n}))
+            .collect();
+    }
+    let mut body = serde_json::json!({
+        "Image": image,
+        "NetworkDisabled": true,
+        "HostConfig": host,
+    });
+    match &run.served {
+        None => {
+            body["Cmd"] = run.command.clone().into();
+            body["Entrypoint"] = serde_json::json!([]);
+        }
+        Some(Served {
+            argv: Some(argv), ..
+        }) => {
+            body["Cmd"] = argv.clone().into();
+            body["Entrypoint"] = serde_json::json!([]);
+        }
+        Some(Served {
+            argv: None, args, ..
+        }) => {
+            if let Some(args) = args {
+                body["Cmd"] = args.clone().into();
+            }
+        }
+    }
+    if !run.env.is_empty() {
+        body["Env"] = run.env.clone().into();
+    }
+    if let Some(user) = &run.user {
+        body["User"] = user.as_str().into();
+    }
+    body
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn gpu_requests_are_cdi_names_or_the_nvidia_runtimes_request() {
+        let cdi = Gpus::Count(2).device_requests(DeviceWay::Cdi);
+        assert_eq!(
+            cdi,
+            serde_json::json!([{"Driver": "cdi", "DeviceIDs": ["nvidia.com/gpu=0", "nvidia.com/gpu=1"]}])
+        );
+        let all = Gpus::All.device_requests(DeviceWay::Nvidia);
+        assert_eq!(
+            all,
+            serde_json::json!([{"Driver": "nvidia", "Count": -1, "Capabilities": [["gpu"]]}])
+        );
+        let named = Gpus::Named(vec!["nvidia.com/gpu=1".into()]).device_requests(DeviceWay::Nvidia);
+        assert_eq!(named[0]["DeviceIDs"], serde_json::json!(["1"]));
+    }
+
+    /// The answers Docker gives (recorded from dockerd 28 and 20.10 here) say what the node
+    /// lacks in plain words.
+    #[test]
+    fn an_engines_refusal_of_devices_says_what_the_node_lacks() {
+        let no_runtime = r#"could not select device driver "nvidia" with capabilities: [[gpu]]"#;
+        assert!(lacking(DeviceWay::Nvidia, no_runtime).starts_with("no NVIDIA runtime"));
+        let no_name = "CDI device injection failed: unresolvable CDI devices nvidia.com/gpu=7";
+        assert!(lacking(DeviceWay::Cdi, no_name).starts_with("no CDI device of that name"));
+        let no_cdi = r#"could not select device driver "cdi" with capabilities: []"#;
+        assert!(lacking(DeviceWay::Cdi, no_cdi).starts_with("no CDI"));
+    }
+}
