@@ -179,41 +179,41 @@ pub struct Smoke {
     pub run: Spanned<Vec<String>>,
     /// A process to keep running: its argv, or `true` for the image's own entrypoint and
     /// cmd (`args` replacing the cmd).
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub serve: Option<Spanned<Serve>>,
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub args: Option<Spanned<Vec<String>>>,
     /// With `serve`: run inside the container until it exits 0, within `timeout`.
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ready: Option<Spanned<Vec<String>>>,
     /// A regular expression `run`'s standard output must match.
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub expect: Option<Spanned<String>>,
     /// Seconds: how long a served process may take to be ready (default 300).
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub timeout: Option<Spanned<u64>>,
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub env: BTreeMap<String, String>,
     /// Paths of the node the container sees.
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub mounts: Vec<Spanned<SmokeMount>>,
     /// `/dev/shm`'s size: `16g`, `512m`, bytes.
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub shm_size: Option<Spanned<String>>,
     /// `host`, `private`, `shareable` or `none`.
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ipc: Option<Spanned<String>>,
     /// `{ memlock = -1, stack = 67108864 }`: soft and hard limits alike.
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub ulimits: BTreeMap<String, i64>,
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub user: Option<String>,
     /// Where it runs: `everywhere` (default), `builder` (at build only) or `nodes` (not at
     /// build: the builder may have no GPU; `smoke --node`/`--all-nodes`).
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub on: Option<Spanned<String>>,
     /// `"all"`, a count, or CDI device names (`["nvidia.com/gpu=0"]`).
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub gpus: Option<Spanned<GpuRequest>>,
 }
 
