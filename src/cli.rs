@@ -116,6 +116,10 @@ pub enum Command {
         /// Send every layer, as `docker save | docker load` would.
         #[arg(long)]
         full: bool,
+        /// Then run each image's smoke tests on every node it was verified on (those `on` the
+        /// nodes: a served model on the GPUs), the nodes at once.
+        #[arg(long)]
+        smoke: bool,
     },
     /// Exit 0 only if every node holds the expected image (label and content fingerprint).
     Verify {

@@ -22,8 +22,8 @@ pub(super) fn run(
     settings: &Settings,
     images: &[String],
     to: &[String],
-    parallel: bool,
-    full: bool,
+    (parallel, full): (bool, bool),
+    smoke: bool,
 ) -> Result<ExitStatus> {
     // A line every few seconds where stderr is no terminal (CI logs, ssh): the bars are not drawn there.
     let _heartbeat = settings.output.heartbeat("distribute");
@@ -165,6 +165,24 @@ pub(super) fn run(
         .filter(|s| !unplanned.keys().any(|n| n.as_str() == s.image))
         .flat_map(|s| &s.nodes)
         .any(|o| !o.verified());
+    // `--smoke`: each image on each node it was verified on, after every load (a broken
+    // image found here, before the serving nodes boot it).
+    let smoked = match smoke && !crate::interrupt::requested() {
+        false => Ok(()),
+        true => {
+            let verified: Vec<_> = (shipped.iter())
+                .filter(|s| !unplanned.keys().any(|n| n.as_str() == s.image))
+                .flat_map(|s| s.nodes.iter().filter(|o| o.verified()).map(move |o| (s, o)))
+                .filter_map(|(s, o)| {
+                    let name = names.iter().find(|n| n.as_str() == s.image)?;
+                    let node = nodes.iter().find(|n| n.name.as_str() == o.node)?;
+                    Some((plan.get(name), node))
+                })
+                .collect();
+            super::smoke::on_nodes(settings, &verified)
+        }
+    };
+    smoked?;
     // A failed piece of work outranks bad input; bad input alone is exit 2.
     Ok(match (failed, unplanned.is_empty()) {
         (true, _) => ExitStatus::Failure,

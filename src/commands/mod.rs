@@ -104,7 +104,8 @@ fn run_verb(settings: &Settings, command: Command) -> Result<ExitStatus> {
             to,
             parallel,
             full,
-        } => distribute::run(settings, &images, &to, parallel, full),
+            smoke,
+        } => distribute::run(settings, &images, &to, (parallel, full), smoke),
         Command::Verify {
             images,
             nodes,

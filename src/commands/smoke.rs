@@ -71,6 +71,38 @@ pub(super) fn run(
     }
 }
 
+/// The smoke tests of each image on its node, all at once (`distribute --smoke`): a line per
+/// test passed, and the failures together.
+pub(super) fn on_nodes(
+    settings: &Settings,
+    runs: &[(&PlannedImage, &crate::inputs::config::NodeConfig)],
+) -> Result<()> {
+    let outcomes = runtime()?.block_on(futures_util::future::join_all(
+        runs.iter()
+            .map(|(planned, node)| smoke_on(settings, planned, node)),
+    ));
+    let mut failed = Vec::new();
+    for ((planned, node), (results, outcome)) in runs.iter().zip(outcomes) {
+        for result in results.iter().filter(|r| r.passed) {
+            settings.output.note(format!(
+                "smoke passed  {:<12} {} `{}` ({:.1} s)",
+                node.name,
+                planned.name(),
+                result.name,
+                result.seconds
+            ));
+        }
+        if let Err(e) = outcome {
+            failed.push(e);
+        }
+    }
+    match failed.len() {
+        0 => Ok(()),
+        1 => Err(failed.remove(0)),
+        _ => Err(Error::Many(failed)),
+    }
+}
+
 /// A smoke result with the node it ran on (`--json` rows).
 #[derive(serde::Serialize)]
 struct NodeResult<'a> {

@@ -2057,6 +2057,19 @@ fn a_nodes_only_smoke_test_is_skipped_at_build_and_run_on_every_node() {
         .with_config(&config)
         .run(&["-q", "distribute", "onnodes"])
         .success();
+    // `distribute --smoke`: shipped (skipped: the nodes hold it), then tested on each node.
+    let shipped = project
+        .with_config(&config)
+        .run(&["distribute", "onnodes", "--smoke"]);
+    assert_eq!(shipped.code(), 1, "{}", shipped.stderr());
+    for node in testbed.nodes() {
+        assert!(
+            shipped.stderr().contains(&format!("node `{node}`"))
+                && shipped.stderr().contains("on nodes"),
+            "{node}: {}",
+            shipped.stderr()
+        );
+    }
     let junit = project.root().join("smoke.xml");
     let all = project.with_config(&config).run(&[
         "--json",
