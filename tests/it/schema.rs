@@ -170,43 +170,79 @@ fn offline_documents_match_their_schemas() {
 }
 
 /// build, smoke, distribute, verify, status, nodes, caches and bump --wheel on the testbed's
-/// real engines; `lock` prints no document (docs/json.md).
+/// real engines, with a node that cannot be reached (`failed`, `unreachable` and `down`
+/// rows), an image whose build fails (a record with `error`) and one without pins
+/// (`unplanned`); `lock` prints no document (docs/json.md).
 #[test]
 fn engine_documents_match_their_schemas() {
     let testbed = Testbed::get();
-    let config = testbed.config();
     let project = support::ship_project(1, &unique());
+    let run = unique();
+    project
+        .write("pins/broken.toml", &project.read("pins/base.toml"))
+        .write(
+            "images/broken/image.toml",
+            &format!(
+                "[image]\nname = \"broken-{run}\"\n\n[from]\nref = \"hallmark-testbed/busybox:latest\"\n\n[build]\nrun = [\"exit 3\"]\n"
+            ),
+        )
+        .write(
+            "images/loose/image.toml",
+            &format!("[image]\nname = \"loose-{run}\"\n\n[from]\nref = \"hallmark-testbed/busybox:latest\"\n"),
+        );
+    let mut gone = std::fs::read_to_string(testbed.config()).unwrap();
+    gone.push_str("\n[[node]]\nname = \"gone\"\nengine = \"unix:///nonexistent/docker.sock\"\n");
+    let config = project.root().join("with-gone.toml");
+    std::fs::write(&config, gone).unwrap();
     let on = project.with_config(&config);
 
     let build = on.run(&["--json", "build", "wrap"]);
     assert_eq!(build.code(), 0, "{}", build.stderr());
     let records = valid("build", &build);
     assert_eq!(rows(&records, "records").len(), 2, "{records:#}");
+    let failed = on.run(&["--json", "build", "broken"]);
+    assert_eq!(failed.code(), 1, "{}", failed.stderr());
+    let records = valid("build", &failed);
+    assert_eq!(
+        rows(&records, "records")[0]["outcome"],
+        "failed",
+        "{records:#}"
+    );
     let smoke = on.run(&["--json", "smoke", "wrap"]);
     assert_eq!(smoke.code(), 0, "{}", smoke.stderr());
     rows(&valid("smoke", &smoke), "results");
     let distribute = on.run(&["--json", "distribute", "wrap"]);
-    assert_eq!(distribute.code(), 0, "{}", distribute.stderr());
-    rows(&valid("distribute", &distribute), "images");
+    assert_eq!(distribute.code(), 1, "{}", distribute.stderr());
+    let shipped = valid("distribute", &distribute);
+    rows(&shipped, "images");
+    support::assert_fails_alone(&shipped["images"], "gone", None, &[]);
     let verify = on.run(&["--json", "verify", "wrap"]);
-    assert_eq!(verify.code(), 0, "{}", verify.stderr());
+    assert_eq!(verify.code(), 1, "{}", verify.stderr());
     rows(&valid("verify", &verify), "holdings");
-    // `base` was never distributed: `missing` rows beside `current` ones.
+    // `base` was never distributed, `broken` never built, `loose` has no pins: every word
+    // but `stale`, `mismatch` and the interrupted or unsigned ones.
     let status = on.run(&["--json", "status"]);
     assert_eq!(status.code(), 0, "{}", status.stderr());
     let states: std::collections::BTreeSet<String> = rows(&valid("status", &status), "holdings")
         .iter()
         .map(|r| r["state"].as_str().unwrap().to_string())
         .collect();
-    assert!(states.len() >= 2, "{states:?}");
+    let expected = ["current", "missing", "unplanned", "unreachable"];
+    assert!(expected.iter().all(|s| states.contains(*s)), "{states:?}");
     let nodes = on.run(&["--json", "nodes"]);
-    assert_eq!(nodes.code(), 0, "{}", nodes.stderr());
-    rows(&valid("nodes", &nodes), "nodes");
+    assert_eq!(nodes.code(), 1, "{}", nodes.stderr());
+    let nodes = valid("nodes", &nodes);
+    assert_eq!(
+        support::row(&nodes["nodes"], "gone")["reachable"],
+        false,
+        "{nodes:#}"
+    );
     // The builder's compile caches: other tests' (or none); the shape is what is checked.
     let caches = on.run(&["--json", "caches"]);
     assert_eq!(caches.code(), 0, "{}", caches.stderr());
     valid("caches", &caches);
 
+    let config = testbed.config();
     let (project, wheels) = crate::bump_pins::wheel_project(&unique());
     let pip = [
         ("PIP_NO_INDEX", "1"),
