@@ -22,12 +22,9 @@ repo=$PWD
 runs=${1:-3}
 mib=${BENCH_MIB:-2048}
 
-if [[ -n ${HALLMARK_BIN:-} ]]; then
-  hallmark=$HALLMARK_BIN
-else
-  cargo build --release --locked --quiet
-  hallmark=$repo/target/release/hallmark
-fi
+# shellcheck source=scripts/lib/hallmark-bin
+source "$repo/scripts/lib/hallmark-bin"
+hallmark=$(hallmark_bin)
 work=$(mktemp -d)
 tag=$(basename "$work" | tr 'A-Z' 'a-z' | tr -cd 'a-z0-9')
 if [[ -n ${BENCH_TESTBED:-} ]]; then
@@ -132,4 +129,4 @@ for r in rows:
     print(f"| {r['run']} | {hb:.1f} | {db:.1f} | {hb/db:.2f}x | {nb:.1f} | {sb:.1f} | {nb/sb:.2f}x | {lb:.1f} | {nb/(sb+lb):.2f}x | {ns:.1f} | {ss:.1f} | {ns/ss:.2f}x | {st/2**20:.0f} MiB | {ly/2**20:.0f} MiB ({(ly-base)/2**20:.0f}) | {st/ly:.3f}x ({st/(ly-base):.3f}x) | {r['load']} |")
 print("\ntargets (issue 19): build <= 1.3x, normalise <= 1.2x, 16 MiB on it <= 1.0x, store <= 1.05x the image's layers")
 PY
-echo "reproduce: scripts/bench-scale.d/build.sh $runs"
+reproduce "BENCH_MIB=$mib scripts/bench-scale.d/build.sh $runs"

@@ -20,8 +20,9 @@ cd "$(dirname "$0")/../.."
 repo=$PWD
 runs=${RUNS:-3}
 count=${COUNT:-300}
-if [ -z "${HALLMARK_BIN:-}" ]; then cargo build --release --locked --quiet; fi
-hallmark=${HALLMARK_BIN:-$repo/target/release/hallmark}
+# shellcheck source=scripts/lib/hallmark-bin
+source "$repo/scripts/lib/hallmark-bin"
+hallmark=$(hallmark_bin)
 work=$(mktemp -d)
 own=0
 if [ -n "${BENCH_TESTBED:-}" ]; then
@@ -213,4 +214,4 @@ for r, ah, ap, ad, *rest in rows:
     least = (pcpu + pown) / cores
     print(f"| {r} | {dcpu:.1f} | {hcpu:.1f} | {hown:.1f} | {pcpu:.1f} | {pown:.1f} | {ap} | {least:.1f} | {float(ad)/least:.2f}x |")
 PY
-echo "reproduce: RUNS=$runs COUNT=$count scripts/bench-scale.d/ship.sh"
+reproduce "RUNS=$runs COUNT=$count scripts/bench-scale.d/ship.sh"

@@ -1,5 +1,6 @@
-//! `hallmark status`: every image of the project on every node: current, stale, mismatch,
-//! unverified, missing, incomplete, unreachable.
+//! `hallmark status`: every image of the project on every node, in `verify`'s rows and words
+//! (`verify::HoldingRow`, `ship::verify::Holding`: one table, so the two cannot drift; the
+//! words are listed once, in docs/json.md, "Holdings").
 
 use super::verify::{holdings_of_nodes, image_rows, unverified_without_reference, wanted_or_why};
 use super::{connect, connect_all, runtime};

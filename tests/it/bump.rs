@@ -38,7 +38,7 @@ fn diff_of(file: &str, old: &str, new: &str) -> String {
     format!("--- a/{file}\n+++ b/{file}\n{body}")
 }
 
-fn project_on(repo: &GitRepo, commit: &str) -> TestProject {
+pub(crate) fn project_on(repo: &GitRepo, commit: &str) -> TestProject {
     let project = TestProject::new();
     let url = repo.url();
     project
@@ -397,7 +397,7 @@ fn report_refresh_bump_and_check_judge_every_patch_alike() {
 
 /// An upstream of `n` commits after commit 0 (a.txt of 20 lines, log noise), `at(k)` giving
 /// more files for commit k.
-fn simple_history(
+pub(crate) fn simple_history(
     parent: &std::path::Path,
     n: usize,
     at: impl Fn(usize) -> Vec<(String, String)>,
@@ -416,7 +416,7 @@ fn simple_history(
     (repo, commits)
 }
 
-fn a_patch(project: &TestProject) {
+pub(crate) fn a_patch(project: &TestProject) {
     let a = numbered("a", 20);
     project
         .write(

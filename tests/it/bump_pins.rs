@@ -356,7 +356,7 @@ fn sha256_of(path: &Path) -> String {
 
 /// A project with image `py` on the testbed's Python base, wheel `hmbump` 1.0, smoke-testing
 /// its import; and pip's settings for the folder of wheels (no other index).
-fn wheel_project(run: &str) -> (TestProject, std::path::PathBuf) {
+pub(crate) fn wheel_project(run: &str) -> (TestProject, std::path::PathBuf) {
     let project = TestProject::new();
     let wheels = project.root().join("wheelhouse");
     write_wheels(&wheels);

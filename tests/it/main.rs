@@ -17,6 +17,7 @@ mod podman;
 mod provenance;
 mod registry;
 mod sbom;
+mod schema;
 mod secrets;
 mod ship;
 mod signals;

@@ -25,13 +25,13 @@ fn with_line(text: &str, line: usize, new: &str) -> String {
 /// under them: five lines on top of a.txt (0001 and 0005 move), 0002's change merged,
 /// a context line of 0003 changed (a three-way merge takes it), 0004's line changed otherwise
 /// (a conflict). 0005 changes the line after 0001's: it applies only after 0001.
-struct Upstream {
-    repo: GitRepo,
-    v1: String,
-    v2: String,
+pub(crate) struct Upstream {
+    pub(crate) repo: GitRepo,
+    pub(crate) v1: String,
+    pub(crate) v2: String,
 }
 
-fn upstream(parent: &std::path::Path) -> Upstream {
+pub(crate) fn upstream(parent: &std::path::Path) -> Upstream {
     let repo = GitRepo::new(parent, "upstream");
     let (a, b, c, d) = (
         numbered("a", 40),
@@ -72,7 +72,7 @@ fn upstream(parent: &std::path::Path) -> Upstream {
 }
 
 /// An image `app` whose source `upstream` is pinned at `commit` and applies set `dcp`.
-fn project_at(upstream: &Upstream, rev: &str, commit: &str) -> TestProject {
+pub(crate) fn project_at(upstream: &Upstream, rev: &str, commit: &str) -> TestProject {
     let project = TestProject::new();
     write_image(&project, upstream, rev, commit);
     project
