@@ -152,6 +152,38 @@ fn a_podman_node_is_shipped_to_verified_listed_and_smoke_tested() {
         .success();
     testbed.run_container("node1", &wrap, &["test", "-s", "/wrap.bin"]);
 
+    // A served smoke test (issue 39) on the Podman node: the process kept running, probed
+    // inside its container over 127.0.0.1, its answer matched; and a GPU request refused at
+    // once naming the node (Podman's Docker-compatible API ignores device requests: the test
+    // would pass without the device).
+    let served_run = support::unique();
+    project.write(
+        "images/served/image.toml",
+        &format!(
+            "[image]\nname = \"served-{served_run}\"\n\n[from]\nimage = \"base\"\n\n[[smoke]]\nname = \"served\"\nserve = [\"sh\", \"-c\", \"mkdir -p /tmp/www && echo ok-{served_run} > /tmp/www/index.html && exec httpd -f -p 127.0.0.1:8080 -h /tmp/www\"]\nready = [\"wget\", \"-q\", \"-O\", \"/dev/null\", \"http://127.0.0.1:8080/\"]\nrun = [\"wget\", \"-q\", \"-O\", \"-\", \"http://127.0.0.1:8080/\"]\nexpect = \"ok-{served_run}\"\ntimeout = 60\nshm_size = \"64m\"\n\n[[smoke]]\nname = \"gpu\"\non = \"nodes\"\ngpus = \"all\"\nrun = [\"true\"]\n"
+        ),
+    );
+    project
+        .with_config(&config)
+        .run(&["-q", "build", "served"])
+        .success();
+    project
+        .with_config(&config)
+        .run(&["-q", "distribute", "served", "--to", "node1"])
+        .success();
+    let smoked = project
+        .with_config(&config)
+        .run(&["--json", "smoke", "served", "--node", "node1"]);
+    assert_eq!(smoked.code(), 1, "{}", smoked.stderr());
+    let rows = support::document(&smoked.stdout());
+    assert_eq!(rows[0]["name"], "served", "{rows}");
+    assert_eq!(rows[0]["passed"], true, "{rows}");
+    assert!(
+        smoked.stderr().contains("node `node1`") && smoked.stderr().contains("not supported yet"),
+        "{}",
+        smoked.stderr()
+    );
+
     // A Podman engine that freezes during a smoke test (on the container's wait, behind a
     // socket that stops answering): smoke ends within the deadlines, naming the node (issue
     // 42: no wait without a deadline, on every engine kind).
