@@ -2100,3 +2100,42 @@ fn a_nodes_only_smoke_test_is_skipped_at_build_and_run_on_every_node() {
         "{xml}"
     );
 }
+
+/// The repository's served example (images/chat): its stand-in server boots in the image and
+/// answers the operator's probes, a chat answer and a tool call, before the tag moves.
+#[test]
+fn the_served_example_boots_and_answers_a_chat_and_a_tool_call() {
+    let testbed = Testbed::get();
+    let config = testbed.config();
+    let run = unique();
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("images/chat");
+    let project = TestProject::new();
+    for file in ["stand_in.py", "probe.py"] {
+        project.write(
+            &format!("images/chat/{file}"),
+            &std::fs::read_to_string(root.join(file)).unwrap(),
+        );
+    }
+    let spec = std::fs::read_to_string(root.join("image.toml")).unwrap();
+    project.write(
+        "images/chat/image.toml",
+        &format!("[image]\nname = \"chat-{run}\"\n\n{spec}"),
+    );
+    // The base is made on this machine: its digest is locked here.
+    project
+        .with_config(&config)
+        .run(&["lock", "chat"])
+        .success();
+    let record = build_json(&project, &config, "chat");
+    let smoke = &record["smoke"][0];
+    assert_eq!(smoke["name"], "serves a chat and a tool call", "{record}");
+    assert_eq!(smoke["passed"], true, "{record}");
+    assert!(
+        smoke["logs"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|l| l.as_str().unwrap().contains("POST /v1/chat/completions")),
+        "the stand-in's log is kept: {record}"
+    );
+}
