@@ -33,17 +33,36 @@ struct Up {
     driver: Option<String>,
     images: Option<i64>,
     data_root: Option<String>,
+    /// The GPU devices it offers: CDI device names it discovered (Docker 28.3+ lists them).
+    gpus: Vec<String>,
+    /// Whether it reads CDI specs (Docker 25+ with CDI on), and has the NVIDIA runtime: the two
+    /// ways a smoke test's `gpus` are given.
+    cdi: bool,
+    nvidia_runtime: bool,
+}
+
+impl Up {
+    /// The table's `gpus` cell: the devices, else how it could give some, else `-`.
+    fn gpus_cell(&self) -> String {
+        match (self.gpus.is_empty(), self.cdi, self.nvidia_runtime) {
+            (false, _, _) => self.gpus.join(","),
+            (true, true, _) => "cdi (not listed)".into(),
+            (true, false, true) => "nvidia runtime".into(),
+            (true, false, false) => "-".into(),
+        }
+    }
 }
 
 impl Row for NodeRow {
     fn columns() -> Option<&'static [Column]> {
-        const COLUMNS: [Column; 7] = [
+        const COLUMNS: [Column; 8] = [
             Column::left("node", 0),
             Column::left("state", 0),
             Column::left("version", 0),
             Column::left("api", 0),
             Column::left("store", 0),
             Column::right("images", 0),
+            Column::left("gpus", 0),
             Column::left("engine", 0),
         ];
         Some(&COLUMNS)
@@ -58,11 +77,13 @@ impl Row for NodeRow {
                 cell(&up.api),
                 cell(&up.image_store),
                 cell(&up.images),
+                up.gpus_cell(),
                 format!("{} ({})", self.engine, up.via),
             ],
             None => vec![
                 self.node.clone(),
                 "down".into(),
+                String::new(),
                 String::new(),
                 String::new(),
                 String::new(),
@@ -127,6 +148,14 @@ async fn node_row(settings: &Settings, node: &NodeConfig) -> NodeRow {
             driver: info.as_ref().and_then(|i| some(&i.driver)),
             images: info.as_ref().and_then(|i| i.images),
             data_root: info.as_ref().and_then(|i| some(&i.docker_root_dir)),
+            gpus: (info.iter())
+                .flat_map(|i| &i.discovered_devices)
+                .filter_map(|d| d["ID"].as_str().map(str::to_string))
+                .collect(),
+            cdi: info.as_ref().is_some_and(|i| !i.cdi_spec_dirs.is_empty()),
+            nvidia_runtime: info
+                .as_ref()
+                .is_some_and(|i| i.runtimes.contains_key("nvidia")),
         }),
     )
 }

@@ -60,6 +60,34 @@ run = ["test", "-c", "/dev/nvidia0"]
             .run(&["smoke", "gpu", "--node", node])
             .success();
     }
+    // `nodes` says what each offers: Docker 28 lists its CDI devices, 26 reads CDI without
+    // listing them, the ssh node has none.
+    let (_, listed) = support::hallmark_json(&project, &config, &["nodes"]);
+    let offered = |node: &str| {
+        listed
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|r| r["node"] == node)
+            .unwrap_or_else(|| panic!("no row of {node}: {listed}"))
+            .clone()
+    };
+    let node2 = offered("node2");
+    assert!(
+        node2["gpus"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|g| g == "nvidia.com/gpu=0"),
+        "{node2}"
+    );
+    assert_eq!(offered("node1")["cdi"], true, "{listed}");
+    assert_eq!(offered("node3")["cdi"], false, "{listed}");
+    assert_eq!(
+        offered("node3")["gpus"].as_array().unwrap().len(),
+        0,
+        "{listed}"
+    );
     let started = std::time::Instant::now();
     let all = project
         .with_config(&config)
