@@ -35,8 +35,8 @@ struct Up {
     data_root: Option<String>,
     /// The GPU devices it offers: CDI device names it discovered (Docker 28.3+ lists them).
     gpus: Vec<String>,
-    /// Whether it reads CDI specs (Docker 25+ with CDI on), and has the NVIDIA runtime: the two
-    /// ways a smoke test's `gpus` are given.
+    /// Whether it reads CDI specs (Docker 25+ with CDI on, Podman), and has the NVIDIA runtime:
+    /// the ways a smoke test's `gpus` are given.
     cdi: bool,
     nvidia_runtime: bool,
 }
@@ -152,7 +152,10 @@ async fn node_row(settings: &Settings, node: &NodeConfig) -> NodeRow {
                 .flat_map(|i| &i.discovered_devices)
                 .filter_map(|d| d["ID"].as_str().map(str::to_string))
                 .collect(),
-            cdi: info.as_ref().is_some_and(|i| !i.cdi_spec_dirs.is_empty()),
+            // Podman reads CDI specs (from /etc/cdi and /var/run/cdi) without saying so, or
+            // which devices they offer, through its API.
+            cdi: engine.product() == Product::Podman
+                || info.as_ref().is_some_and(|i| !i.cdi_spec_dirs.is_empty()),
             nvidia_runtime: info
                 .as_ref()
                 .is_some_and(|i| i.runtimes.contains_key("nvidia")),

@@ -54,12 +54,24 @@ impl Engine {
     /// Creates a container from `body` (the API's create document), recorded as live before
     /// the creation's future can be dropped; returns its id.
     pub async fn create_container(&self, body: serde_json::Value) -> Result<String> {
-        let (transport, live) = (self.transport.clone(), Arc::clone(&self.live));
         let image = body["Image"].as_str().unwrap_or_default().to_string();
+        self.create_container_at("/containers/create", body, &image)
+            .await
+    }
+
+    /// `create_container` through another endpoint (`path`: Podman's own, for devices).
+    pub async fn create_container_at(
+        &self,
+        path: &'static str,
+        body: serde_json::Value,
+        image: &str,
+    ) -> Result<String> {
+        let (transport, live) = (self.transport.clone(), Arc::clone(&self.live));
+        let image = image.to_string();
         tokio::spawn(async move {
             let mut live = live.lock().await;
             let created: ContainerCreated = transport
-                .post("/containers/create", Some(&body))
+                .post(path, Some(&body))
                 .await?
                 .ok_or_else(|| format!("no such image: {image}"))?;
             live.push(created.id.clone());

@@ -46,19 +46,22 @@ pub enum DeviceWay {
     Cdi,
     /// The NVIDIA runtime's request (`capabilities [["gpu"]]`): an engine with no CDI.
     Nvidia,
+    /// CDI device names in the libpod API's create document (`devices`): Podman, whose
+    /// Docker-compatible API ignores both `DeviceRequests` and CDI names in `Devices` (seen on
+    /// 4.3: the test ran without the device, and an unknown name passed).
+    Libpod,
 }
+
+/// Podman's own create endpoint (the libpod API; 4.x and 5.x answer at this version).
+const LIBPOD_CREATE: &str = "/v4.0.0/libpod/containers/create";
 
 impl Gpus {
     /// `HostConfig.DeviceRequests` for this request, the engine giving devices `way`.
+    /// (`Libpod` takes no device requests: its devices are `cdi_names` in `devices`.)
     pub fn device_requests(&self, way: DeviceWay) -> serde_json::Value {
         match way {
-            DeviceWay::Cdi => {
-                let ids: Vec<String> = match self {
-                    Gpus::All => vec!["nvidia.com/gpu=all".into()],
-                    Gpus::Count(n) => (0..*n).map(|i| format!("nvidia.com/gpu={i}")).collect(),
-                    Gpus::Named(names) => names.clone(),
-                };
-                serde_json::json!([{"Driver": "cdi", "DeviceIDs": ids}])
+            DeviceWay::Cdi | DeviceWay::Libpod => {
+                serde_json::json!([{"Driver": "cdi", "DeviceIDs": self.cdi_names()}])
             }
             DeviceWay::Nvidia => {
                 let mut request =
@@ -80,6 +83,15 @@ impl Gpus {
         }
     }
 
+    /// The CDI device names asked for: `nvidia.com/gpu=all`, `=0`, `=1`...
+    pub fn cdi_names(&self) -> Vec<String> {
+        match self {
+            Gpus::All => vec!["nvidia.com/gpu=all".into()],
+            Gpus::Count(n) => (0..*n).map(|i| format!("nvidia.com/gpu={i}")).collect(),
+            Gpus::Named(names) => names.clone(),
+        }
+    }
+
     pub fn words(&self) -> String {
         match self {
             Gpus::All => "all GPUs".into(),
@@ -96,7 +108,7 @@ pub fn lacking(way: DeviceWay, engine_said: &str) -> String {
         DeviceWay::Nvidia if said.contains("could not select device driver") => format!(
             "no NVIDIA runtime (the engine has no CDI and no `nvidia` device driver): {engine_said}"
         ),
-        DeviceWay::Cdi if said.contains("unresolvable cdi devices") => {
+        DeviceWay::Cdi | DeviceWay::Libpod if said.contains("unresolvable cdi devices") => {
             format!("no CDI device of that name: {engine_said}")
         }
         DeviceWay::Cdi
@@ -149,14 +161,22 @@ const READY_EVERY: Duration = Duration::from_secs(1);
 impl Engine {
     /// Runs one smoke test from `image`; the container is removed whatever happens.
     pub async fn run_smoke(&self, image: &str, run: &SmokeRun) -> Result<SmokeOutcome> {
-        let mut body = create_body(image, run);
-        let mut way = None;
-        if let Some(gpus) = &run.gpus {
-            let chosen = self.device_way(gpus).await?;
-            body["HostConfig"]["DeviceRequests"] = gpus.device_requests(chosen);
-            way = Some(chosen);
-        }
-        let id = match (self.create_container(body).await, way, &run.gpus) {
+        let (created, way) = match &run.gpus {
+            None => (self.create_container(create_body(image, run)).await, None),
+            Some(gpus) => {
+                let way = self.device_way().await?;
+                let created = if way == DeviceWay::Libpod {
+                    let body = libpod_body(image, run, gpus);
+                    self.create_container_at(LIBPOD_CREATE, body, image).await
+                } else {
+                    let mut body = create_body(image, run);
+                    body["HostConfig"]["DeviceRequests"] = gpus.device_requests(way);
+                    self.create_container(body).await
+                };
+                (created, Some(way))
+            }
+        };
+        let id = match (created, way, &run.gpus) {
             (Ok(id), _, _) => id,
             (Err(crate::error::Error::Engine { message, .. }), Some(way), Some(gpus)) => {
                 return Err(self.error(format!(
@@ -194,15 +214,11 @@ impl Engine {
         outcome
     }
 
-    /// How this engine gives `gpus`: Podman's Docker-compatible API ignores device requests
-    /// (a test would pass without the device), so it is refused; a Docker engine with the
-    /// NVIDIA runtime and no CDI spec dirs gets the NVIDIA request, any other CDI names.
-    async fn device_way(&self, gpus: &Gpus) -> Result<DeviceWay> {
+    /// How this engine gives GPUs: Podman through its own API; a Docker engine with the
+    /// NVIDIA runtime and no CDI spec dirs the NVIDIA request, any other CDI names.
+    async fn device_way(&self) -> Result<DeviceWay> {
         if self.product() == super::kind::Product::Podman {
-            return Err(self.error(format!(
-                "cannot give {}: GPU requests to a Podman node are not supported yet (its Docker-compatible API ignores device requests, and the test would pass without the device)",
-                gpus.words()
-            )));
+            return Ok(DeviceWay::Libpod);
         }
         let info = self.info().await?;
         Ok(
@@ -420,6 +436,78 @@ fn create_body(image: &str, run: &SmokeRun) -> serde_json::Value {
     body
 }
 
+/// The libpod API's create document for the test: what `create_body` says, in Podman's own
+/// words (its spec generator's JSON), with the devices as CDI names.
+///
+/// Two differences from the Docker document, both Podman's: the ulimits named replace
+/// containers.conf's `default_ulimits` (Podman then sets `nofile` and `nproc` to its own
+/// defaults unless the test names them), and `shm_size` is left out with `ipc = "host"`
+/// (Podman refuses the pair; Docker ignores the size, the shared memory being the host's).
+fn libpod_body(image: &str, run: &SmokeRun, gpus: &Gpus) -> serde_json::Value {
+    let mut body = serde_json::json!({
+        "image": image,
+        "netns": {"nsmode": "none"},
+        "devices": gpus.cdi_names().iter().map(|path| serde_json::json!({"path": path})).collect::<Vec<_>>(),
+    });
+    // The entrypoint is set to the argv's first word rather than emptied: Podman takes an
+    // empty entrypoint as "the image's".
+    let argv = match &run.served {
+        None => Some(&run.command),
+        Some(Served { argv, args, .. }) => {
+            if let (None, Some(args)) = (argv, args) {
+                body["command"] = args.clone().into();
+            }
+            argv.as_ref()
+        }
+    };
+    if let Some((first, rest)) = argv.and_then(|a| a.split_first()) {
+        body["entrypoint"] = serde_json::json!([first]);
+        body["command"] = rest.to_vec().into();
+    }
+    if !run.env.is_empty() {
+        let env: serde_json::Map<String, serde_json::Value> = (run.env.iter())
+            .map(|kv| kv.split_once('=').unwrap_or((kv, "")))
+            .map(|(k, v)| (k.to_string(), v.into()))
+            .collect();
+        body["env"] = env.into();
+    }
+    if !run.mounts.is_empty() {
+        body["mounts"] = (run.mounts.iter())
+            .map(|m| {
+                let mode = if m.readonly { "ro" } else { "rw" };
+                serde_json::json!({
+                    "type": "bind", "source": m.source, "destination": m.target,
+                    "options": ["rbind", mode],
+                })
+            })
+            .collect();
+    }
+    match (&run.ipc, run.shm_size) {
+        (Some(ipc), _) if ipc == "host" => body["ipcns"] = serde_json::json!({"nsmode": "host"}),
+        (ipc, size) => {
+            if let Some(ipc) = ipc {
+                body["ipcns"] = serde_json::json!({"nsmode": ipc});
+            }
+            if let Some(size) = size {
+                body["shm_size"] = size.into();
+            }
+        }
+    }
+    if !run.ulimits.is_empty() {
+        body["r_limits"] = (run.ulimits.iter())
+            .map(|(name, n)| {
+                // Podman's limits are unsigned: Docker's -1 (unlimited) is RLIM_INFINITY.
+                let n = u64::try_from(*n).unwrap_or(u64::MAX);
+                serde_json::json!({"type": name, "soft": n, "hard": n})
+            })
+            .collect();
+    }
+    if let Some(user) = &run.user {
+        body["user"] = user.as_str().into();
+    }
+    body
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -438,6 +526,63 @@ mod tests {
         );
         let named = Gpus::Named(vec!["nvidia.com/gpu=1".into()]).device_requests(DeviceWay::Nvidia);
         assert_eq!(named[0]["DeviceIDs"], serde_json::json!(["1"]));
+    }
+
+    /// Podman's own create document says what Docker's does, in Podman's words: the argv's
+    /// first word as the entrypoint (an empty one would be the image's), unlimited as
+    /// RLIM_INFINITY, no shm size with the host's IPC (Podman refuses the pair).
+    #[test]
+    fn podmans_create_document_says_what_dockers_does() {
+        let run = SmokeRun {
+            command: vec!["sh".into(), "-c".into(), "probe".into()],
+            served: Some(Served {
+                argv: None,
+                args: Some(vec!["--model".into(), "/m".into()]),
+                ..Served::default()
+            }),
+            env: vec!["A=1=2".into()],
+            mounts: vec![Mount {
+                source: "/var/tmp/w".into(),
+                target: "/w".into(),
+                readonly: true,
+            }],
+            shm_size: Some(1 << 30),
+            ipc: Some("host".into()),
+            ulimits: vec![("memlock".into(), -1), ("stack".into(), 67_108_864)],
+            user: Some("1000".into()),
+            gpus: Some(Gpus::Count(2)),
+        };
+        let body = libpod_body("sha256:abc", &run, run.gpus.as_ref().unwrap());
+        assert_eq!(
+            body,
+            serde_json::json!({
+                "image": "sha256:abc",
+                "netns": {"nsmode": "none"},
+                "devices": [{"path": "nvidia.com/gpu=0"}, {"path": "nvidia.com/gpu=1"}],
+                "command": ["--model", "/m"],
+                "env": {"A": "1=2"},
+                "mounts": [{"type": "bind", "source": "/var/tmp/w", "destination": "/w", "options": ["rbind", "ro"]}],
+                "ipcns": {"nsmode": "host"},
+                "r_limits": [
+                    {"type": "memlock", "soft": u64::MAX, "hard": u64::MAX},
+                    {"type": "stack", "soft": 67_108_864, "hard": 67_108_864},
+                ],
+                "user": "1000",
+            })
+        );
+        let plain = SmokeRun {
+            command: vec!["test".into(), "-c".into(), "/dev/nvidia0".into()],
+            shm_size: Some(64),
+            ..SmokeRun::default()
+        };
+        let body = libpod_body("i", &plain, &Gpus::All);
+        assert_eq!(body["entrypoint"], serde_json::json!(["test"]));
+        assert_eq!(body["command"], serde_json::json!(["-c", "/dev/nvidia0"]));
+        assert_eq!(body["shm_size"], 64);
+        assert_eq!(
+            body["devices"],
+            serde_json::json!([{"path": "nvidia.com/gpu=all"}])
+        );
     }
 
     /// The answers Docker gives (recorded from dockerd 28 and 20.10 here) say what the node

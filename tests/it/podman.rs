@@ -153,9 +153,9 @@ fn a_podman_node_is_shipped_to_verified_listed_and_smoke_tested() {
     testbed.run_container("node1", &wrap, &["test", "-s", "/wrap.bin"]);
 
     // A served smoke test (issue 39) on the Podman node: the process kept running, probed
-    // inside its container over 127.0.0.1, its answer matched; and a GPU request refused at
-    // once naming the node (Podman's Docker-compatible API ignores device requests: the test
-    // would pass without the device).
+    // inside its container over 127.0.0.1, its answer matched; and a GPU request to a node
+    // with no GPU (no CDI spec) fails at once naming the node and the device (Podman's
+    // Docker-compatible API would have run the test without it: hallmark asks its own API).
     let served_run = support::unique();
     project.write(
         "images/served/image.toml",
@@ -179,7 +179,10 @@ fn a_podman_node_is_shipped_to_verified_listed_and_smoke_tested() {
     assert_eq!(rows[0]["name"], "served", "{rows}");
     assert_eq!(rows[0]["passed"], true, "{rows}");
     assert!(
-        smoked.stderr().contains("node `node1`") && smoked.stderr().contains("not supported yet"),
+        smoked.stderr().contains("node `node1`")
+            && smoked
+                .stderr()
+                .contains("cannot give all GPUs: no CDI device of that name"),
         "{}",
         smoked.stderr()
     );
