@@ -20,11 +20,7 @@ impl Turn {
         key: &str,
         waiting: impl FnOnce(&Path),
     ) -> Result<Turn> {
-        use sha2::Digest as _;
-        let dir = cache.join("locks");
-        fs_err::create_dir_all(&dir).map_err(|e| Error::io(&dir, e))?;
-        let hash = hex::encode(sha2::Sha256::digest(key));
-        let path = dir.join(format!("{kind}-{}.lock", &hash[..24]));
+        let path = turn_path(cache, kind, key)?;
         let file = lock_file(&path)?;
         match file.try_lock() {
             Ok(()) => return Ok(Turn { _lock: file }),
@@ -44,6 +40,36 @@ impl Turn {
             }
         }
     }
+
+    /// `take` for code that is not async (the git cache's fetches): the same lock, asked for
+    /// again every quarter second; a stop asked for (Ctrl-C, SIGTERM) ends the wait.
+    pub fn take_blocking(cache: &Path, kind: &str, key: &str, waiting: &str) -> Result<Turn> {
+        let path = turn_path(cache, kind, key)?;
+        let file = lock_file(&path)?;
+        let mut told = false;
+        loop {
+            match file.try_lock() {
+                Ok(()) => return Ok(Turn { _lock: file }),
+                Err(std::fs::TryLockError::Error(e)) => return Err(Error::io(&path, e)),
+                Err(std::fs::TryLockError::WouldBlock) => {}
+            }
+            if !told {
+                tracing::info!(lock = %path.display(), "{waiting}");
+                told = true;
+            }
+            crate::interrupt::check(waiting)?;
+            std::thread::sleep(std::time::Duration::from_millis(250));
+        }
+    }
+}
+
+/// `locks/<kind>-<hash of key>.lock` in the cache, its folder made.
+fn turn_path(cache: &Path, kind: &str, key: &str) -> Result<std::path::PathBuf> {
+    use sha2::Digest as _;
+    let dir = cache.join("locks");
+    fs_err::create_dir_all(&dir).map_err(|e| Error::io(&dir, e))?;
+    let hash = hex::encode(sha2::Sha256::digest(key));
+    Ok(dir.join(format!("{kind}-{}.lock", &hash[..24])))
 }
 
 /// The file at `path`, created if missing and never truncated, to hold an flock on (what it

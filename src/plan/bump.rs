@@ -43,6 +43,8 @@ pub fn candidates(
     along: &Along<'_>,
 ) -> Result<(PathBuf, Vec<Candidate>)> {
     let repo = fetch::ensure_commit(cache, url, pin)?;
+    // The history and tags are fetched into the shared cache repository: one process at a time.
+    let _turn = fetch::fetch_turn(cache, url)?;
     let listed = match along {
         Along::Branch { branch, to } => {
             is_branch(url, branch)?;

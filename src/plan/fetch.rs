@@ -54,8 +54,22 @@ pub fn resolve_rev(url: &str, rev: &str) -> Result<GitCommit> {
 
 /// Makes sure the cache holds `commit` of `url`, fetching only that commit when the server
 /// allows it and every branch and tag otherwise.
+///
+/// Fetches into one cache repository take turns (`git-<url>` in the cache's locks): two at
+/// once collided on git's `shallow.lock`, failing one of them.
 pub fn ensure_commit(cache: &Path, url: &str, commit: &GitCommit) -> Result<PathBuf> {
     let repo = repo_dir(cache, url);
+    let has_commit = |repo: &Path| {
+        git(repo)
+            .args(["cat-file", "-e", &format!("{commit}^{{commit}}")])
+            .stderr(Stdio::null())
+            .status()
+            .is_ok_and(|s| s.success())
+    };
+    if repo.join("HEAD").is_file() && has_commit(&repo) {
+        return Ok(repo);
+    }
+    let _turn = fetch_turn(cache, url)?;
     if !repo.join("HEAD").is_file() {
         crate::images::store::mark_cache(cache);
         fs_err::create_dir_all(&repo).map_err(|e| Error::io(&repo, e))?;
@@ -66,13 +80,7 @@ pub fn ensure_commit(cache: &Path, url: &str, commit: &GitCommit) -> Result<Path
             || format!("creating the cache for {url}"),
         )?;
     }
-    let has_commit = |repo: &Path| {
-        git(repo)
-            .args(["cat-file", "-e", &format!("{commit}^{{commit}}")])
-            .stderr(Stdio::null())
-            .status()
-            .is_ok_and(|s| s.success())
-    };
+    // Another process may have fetched it while this one waited.
     if has_commit(&repo) {
         return Ok(repo);
     }
@@ -111,6 +119,16 @@ pub fn ensure_commit(cache: &Path, url: &str, commit: &GitCommit) -> Result<Path
         });
     }
     Ok(repo)
+}
+
+/// The turn to write into `url`'s cache repository (fetches and ref updates).
+pub fn fetch_turn(cache: &Path, url: &str) -> Result<crate::images::turn::Turn> {
+    crate::images::turn::Turn::take_blocking(
+        cache,
+        "git",
+        url,
+        &format!("waiting for another hallmark fetching {url} into the cache"),
+    )
 }
 
 /// Where a failed patch broke: the set, the file and, when git says where, the hunk.

@@ -712,3 +712,41 @@ fn a_sigterm_during_a_bisect_build_leaves_every_file_as_it_was() {
     assert_eq!(files(&project), before, "{stderr}");
     assert!(!hanging(), "the smoke container was left running");
 }
+
+/// Two projects on one upstream and one source cache, fetching at once: they take turns on
+/// the cache repository (they collided on git's `shallow.lock` and one failed).
+#[test]
+fn two_fetches_into_one_cache_repository_take_turns() {
+    let parent = tempfile::tempdir().unwrap();
+    let (repo, commits) = simple_history(parent.path(), 3, |_| Vec::new());
+    for round in 0..20 {
+        let cache = tempfile::tempdir().unwrap();
+        let projects = [
+            project_on(&repo, &commits[1]),
+            project_on(&repo, &commits[2]),
+        ];
+        let reports: Vec<_> = projects
+            .iter()
+            .map(|project| {
+                a_patch(project);
+                support::hallmark()
+                    .args(["patches", "report", "app"])
+                    .current_dir(project.root())
+                    .env("HALLMARK_CACHE", cache.path())
+                    .stdout(std::process::Stdio::piped())
+                    .stderr(std::process::Stdio::piped())
+                    .spawn()
+                    .unwrap()
+            })
+            .collect();
+        for report in reports {
+            let output = report.wait_with_output().unwrap();
+            assert_eq!(
+                output.status.code(),
+                Some(0),
+                "round {round}: {}",
+                String::from_utf8_lossy(&output.stderr)
+            );
+        }
+    }
+}
