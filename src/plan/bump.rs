@@ -8,6 +8,7 @@ use crate::inputs::patches::PatchSet;
 use crate::inputs::values::GitCommit;
 use std::collections::BTreeSet;
 
+pub mod pins;
 pub mod saved;
 pub mod series;
 use crate::plan::fetch;
