@@ -11,6 +11,7 @@ use std::collections::BTreeSet;
 pub mod pins;
 pub mod saved;
 pub mod series;
+pub mod source;
 use crate::plan::fetch;
 use std::path::{Path, PathBuf};
 

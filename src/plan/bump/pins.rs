@@ -219,13 +219,8 @@ impl<'a> Moving<'a> {
                 pins::write(&project.root, self.name, &pins)?;
             }
         }
-        let report = crate::plan::lock::lock(
-            project,
-            self.name,
-            false,
-            self.env.resolver,
-            &self.env.cache,
-        )?;
+        let report =
+            crate::plan::lock::lock(project, self.name, false, self.env.resolver, self.env.cache)?;
         // What `check` would say of the files: the plan loads with them.
         Plan::new(project, std::slice::from_ref(self.name))?;
         let read = |path: &Path| fs_err::read_to_string(path).map_err(|e| Error::io(path, e));

@@ -211,7 +211,7 @@ impl Moving<'_> {
         // A version listed may have no wheel for this Python (an sdist only): the next older.
         for (i, version) in newer.iter().enumerate().rev() {
             match crate::plan::fetch::download_wheel(
-                &self.env.cache,
+                self.env.cache,
                 self.name.as_str(),
                 &wheel_name,
                 version,
