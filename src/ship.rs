@@ -19,8 +19,9 @@ pub mod batch;
 pub mod node;
 pub mod outcome;
 pub mod slots;
+pub mod targets;
 
-pub use outcome::{Action, NodeOutcome, Transfer};
+pub use outcome::{Action, NodeOutcome, Shipped, Transfer};
 
 use crate::engine::Engine;
 use crate::error::{Error, Result};
