@@ -16,6 +16,7 @@ pub mod superseded;
 pub mod verify;
 
 pub mod batch;
+pub mod junit;
 pub mod node;
 pub mod outcome;
 pub mod slots;

@@ -9,6 +9,7 @@ use serde::Serialize;
 
 pub mod provenance;
 pub mod rows;
+pub mod trusted;
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "kebab-case")]
