@@ -9,6 +9,7 @@ pub mod checksum;
 pub mod compile;
 pub mod fetch;
 pub mod lock;
+pub mod patched;
 pub mod pin_moves;
 pub mod sbom;
 
