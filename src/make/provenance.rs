@@ -6,6 +6,10 @@
 //! `[provenance]` names (`images::attest`) when the image is finished, kept in the layer
 //! store by subject and in the project's state by image.
 
+mod signing;
+
+pub use signing::{refuse_unusable_key, sign_provenance};
+
 use crate::error::{Error, Result};
 use crate::images::attest::{self, Envelope};
 use crate::images::store::LayerStore;
