@@ -3,10 +3,12 @@
 
 use super::{connect, connect_all, runtime};
 use crate::commands::settings::Settings;
+use crate::engine::Engine;
 use crate::error::{Error, ExitStatus, Result};
 use crate::images::store::LayerStore;
+use crate::inputs::config::NodeConfig;
 
-use crate::ship::targets::Targets;
+use crate::ship::targets::{Targets, shipped_rows, split_found};
 use crate::ship::{self, NodeOutcome, ShipSettings, Shipped};
 use futures_util::StreamExt as _;
 
@@ -45,114 +47,29 @@ pub(super) fn run(
     };
     let shipped = runtime()?.block_on(async {
         let work = async {
-            // Two distributes to one node take turns (both sent everything, the second's loads
-            // wasted): each node's turn, held for the run, taken in one order so that no two runs
-            // wait on each other; the second then finds what the first sent.
-            let mut endpoints: Vec<String> = nodes.iter().map(|n| n.engine.to_string()).collect();
-            endpoints.sort();
-            endpoints.dedup();
-            let mut turns = Vec::new();
-            for endpoint in &endpoints {
-                let turn = crate::images::turn::Turn::take(
-                    &settings.cache,
-                    "distribute",
-                    endpoint,
-                    |path| {
-                        settings.output.note(format!(
-                            "waiting for another hallmark distributing to {endpoint} (lock {})",
-                            path.display()
-                        ));
-                    },
-                );
-                turns.push(turn.await?);
-            }
+            let _turns = take_turns(settings, &nodes).await?;
             let builder = connect(settings, &settings.config.builder).await?;
             let targets = Targets::group(
                 &settings.config,
                 &nodes,
                 connect_all(settings, &nodes).await,
             );
-            let found = futures_util::stream::iter(names.iter().map(|name| {
-                let (builder, store, plan) = (&builder, &store, &plan);
-                let why = unplanned.get(name).cloned();
-                async move {
-                    match why {
-                        Some(why) => Err(Error::Usage {
-                            message: why,
-                            hint: None,
-                        }),
-                        None => {
-                            let image = plan.get(name);
-                            ship::planned_shipment(
-                                builder,
-                                store,
-                                plan,
-                                image,
-                                &settings.checksum_label,
-                            )
-                            .await
-                        }
-                    }
-                }
-            }))
-            .buffered(8)
-            .collect::<Vec<_>>()
-            .await;
+            let found =
+                find_shipments(settings, &builder, &store, &plan, (&names, &unplanned)).await;
             // An image the builder cannot give (not built, another checksum, changed by hand)
             // fails on every node, with why; the others are shipped.
-            let mut shipments = Vec::new();
-            let found: Vec<std::result::Result<String, String>> = found
-                .into_iter()
-                .map(|found| {
-                    let shipment = found.map_err(|e| e.to_string())?;
-                    let reference = shipment.reference.clone();
-                    shipments.push(shipment);
-                    Ok(reference)
-                })
-                .collect();
-            let references: Vec<&str> = shipments.iter().map(|s| s.reference.as_str()).collect();
-            // What each node may call an image this run ships.
-            let shipping = shipments
-                .iter()
-                .flat_map(|s| s.wanted(&store).ids)
-                .collect();
-            let before = targets
-                .named_ids(&settings.state_dir, &references, &shipping)
-                .await;
-            let outcomes = targets
-                .ship(
-                    &settings.config,
-                    &builder,
-                    &store,
-                    &shipments,
-                    &ship_settings,
-                )
-                .await?;
-            targets
-                .remove_superseded(
-                    &settings.state_dir,
-                    &settings.output,
-                    &references,
-                    before,
-                    &outcomes,
-                )
-                .await;
-            let mut outcomes = outcomes.into_iter();
-            let rows = names.iter().zip(found).map(|(name, found)| match found {
-                Ok(reference) => Shipped {
-                    image: name.to_string(),
-                    nodes: outcomes.next().expect("an outcome per image shipped"),
-                    reference,
-                },
-                Err(error) => Shipped {
-                    image: name.to_string(),
-                    nodes: (nodes.iter())
-                        .map(|node| NodeOutcome::failed(node.name.as_str(), error.clone()))
-                        .collect(),
-                    reference: reference(name),
-                },
-            });
-            Ok::<_, Error>(rows.collect::<Vec<_>>())
+            let (shipments, found) = split_found(found);
+            let outcomes = ship_and_prune(
+                settings,
+                &targets,
+                &builder,
+                &store,
+                &shipments,
+                &ship_settings,
+            )
+            .await?;
+            let rows = shipped_rows(&names, found, outcomes, &nodes, &reference);
+            Ok::<_, Error>(rows)
         };
         // Ctrl-C or SIGTERM drops the transfers (an engine ends a load whose stream closed,
         // tagging nothing) and removes nothing superseded: every row says `interrupted`.
@@ -179,26 +96,121 @@ pub(super) fn run(
         .any(|o| !o.verified());
     // `--smoke`: each image on each node it was verified on, after every load (a broken
     // image found here, before the serving nodes boot it).
-    let smoked = match smoke && !crate::interrupt::requested() {
-        false => Ok(()),
-        true => {
-            let verified: Vec<_> = (shipped.iter())
-                .filter(|s| !unplanned.keys().any(|n| n.as_str() == s.image))
-                .flat_map(|s| s.nodes.iter().filter(|o| o.verified()).map(move |o| (s, o)))
-                .filter_map(|(s, o)| {
-                    let name = names.iter().find(|n| n.as_str() == s.image)?;
-                    let node = nodes.iter().find(|n| n.name.as_str() == o.node)?;
-                    Some((plan.get(name), node))
-                })
-                .collect();
-            super::smoke::on_nodes(settings, &verified)
-        }
-    };
-    smoked?;
+    if smoke && !crate::interrupt::requested() {
+        smoke_verified(settings, &shipped, (&names, &nodes), &plan, &unplanned)?;
+    }
     // A failed piece of work outranks bad input; bad input alone is exit 2.
     Ok(match (failed, unplanned.is_empty()) {
         (true, _) => ExitStatus::Failure,
         (false, false) => ExitStatus::BadInput,
         (false, true) => ExitStatus::Success,
     })
+}
+
+/// Two distributes to one node take turns (both sent everything, the second's loads
+/// wasted): each node's turn, held for the run, taken in one order so that no two runs wait
+/// on each other; the second then finds what the first sent.
+async fn take_turns(
+    settings: &Settings,
+    nodes: &[NodeConfig],
+) -> Result<Vec<crate::images::turn::Turn>> {
+    let mut endpoints: Vec<String> = nodes.iter().map(|n| n.engine.to_string()).collect();
+    endpoints.sort();
+    endpoints.dedup();
+    let mut turns = Vec::new();
+    for endpoint in &endpoints {
+        let turn =
+            crate::images::turn::Turn::take(&settings.cache, "distribute", endpoint, |path| {
+                settings.output.note(format!(
+                    "waiting for another hallmark distributing to {endpoint} (lock {})",
+                    path.display()
+                ));
+            });
+        turns.push(turn.await?);
+    }
+    Ok(turns)
+}
+
+/// The smoke tests of each image shipped, on each node it was verified on.
+fn smoke_verified(
+    settings: &Settings,
+    shipped: &[Shipped],
+    (names, nodes): (&[crate::inputs::values::Name], &[NodeConfig]),
+    plan: &crate::plan::Plan,
+    unplanned: &std::collections::BTreeMap<crate::inputs::values::Name, String>,
+) -> Result<()> {
+    let verified: Vec<_> = (shipped.iter())
+        .filter(|s| !unplanned.keys().any(|n| n.as_str() == s.image))
+        .flat_map(|s| s.nodes.iter().filter(|o| o.verified()).map(move |o| (s, o)))
+        .filter_map(|(s, o)| {
+            let name = names.iter().find(|n| n.as_str() == s.image)?;
+            let node = nodes.iter().find(|n| n.name.as_str() == o.node)?;
+            Some((plan.get(name), node))
+        })
+        .collect();
+    super::smoke::on_nodes(settings, &verified)
+}
+
+/// Each image's shipment from the builder, or why it cannot be shipped (not planned, or
+/// not what hallmark finished there).
+async fn find_shipments(
+    settings: &Settings,
+    builder: &Engine,
+    store: &Arc<LayerStore>,
+    plan: &crate::plan::Plan,
+    (names, unplanned): (
+        &[crate::inputs::values::Name],
+        &std::collections::BTreeMap<crate::inputs::values::Name, String>,
+    ),
+) -> Vec<Result<ship::Shipment>> {
+    futures_util::stream::iter(names.iter().map(|name| {
+        let why = unplanned.get(name).cloned();
+        async move {
+            match why {
+                Some(why) => Err(Error::Usage {
+                    message: why,
+                    hint: None,
+                }),
+                None => {
+                    let image = plan.get(name);
+                    ship::planned_shipment(builder, store, plan, image, &settings.checksum_label)
+                        .await
+                }
+            }
+        }
+    }))
+    .buffered(8)
+    .collect::<Vec<_>>()
+    .await
+}
+
+/// Ships `shipments` to the targets, then removes what they superseded there: per image,
+/// the outcomes in the cluster file's order.
+async fn ship_and_prune(
+    settings: &Settings,
+    targets: &Targets<'_>,
+    builder: &Engine,
+    store: &Arc<LayerStore>,
+    shipments: &[ship::Shipment],
+    ship_settings: &ShipSettings<'_>,
+) -> Result<Vec<Vec<NodeOutcome>>> {
+    let references: Vec<&str> = shipments.iter().map(|s| s.reference.as_str()).collect();
+    // What each node may call an image this run ships.
+    let shipping = shipments.iter().flat_map(|s| s.wanted(store).ids).collect();
+    let before = targets
+        .named_ids(&settings.state_dir, &references, &shipping)
+        .await;
+    let outcomes = targets
+        .ship(&settings.config, builder, store, shipments, ship_settings)
+        .await?;
+    targets
+        .remove_superseded(
+            &settings.state_dir,
+            &settings.output,
+            &references,
+            before,
+            &outcomes,
+        )
+        .await;
+    Ok(outcomes)
 }

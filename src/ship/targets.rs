@@ -10,7 +10,7 @@ use crate::inputs::config::{Config, NodeConfig, Transport};
 use crate::output::Output;
 use crate::ship::registry;
 use crate::ship::superseded;
-use crate::ship::{self, NodeOutcome, ShipSettings};
+use crate::ship::{self, NodeOutcome, ShipSettings, Shipped};
 use std::collections::HashMap;
 use std::path::Path;
 use std::sync::Arc;
@@ -143,4 +143,51 @@ impl<'a> Targets<'a> {
         }
         Ok(outcomes)
     }
+}
+
+/// The shipments found, and for each image its reference or why it cannot be shipped.
+pub fn split_found(
+    found: Vec<Result<ship::Shipment>>,
+) -> (
+    Vec<ship::Shipment>,
+    Vec<std::result::Result<String, String>>,
+) {
+    let mut shipments = Vec::new();
+    let found = found
+        .into_iter()
+        .map(|found| {
+            let shipment = found.map_err(|e| e.to_string())?;
+            let reference = shipment.reference.clone();
+            shipments.push(shipment);
+            Ok(reference)
+        })
+        .collect();
+    (shipments, found)
+}
+
+/// One row per image: the outcomes of those shipped, in order; a failure on every node for
+/// one that could not be, with why.
+pub fn shipped_rows(
+    names: &[crate::inputs::values::Name],
+    found: Vec<std::result::Result<String, String>>,
+    outcomes: Vec<Vec<NodeOutcome>>,
+    nodes: &[NodeConfig],
+    reference: &dyn Fn(&crate::inputs::values::Name) -> String,
+) -> Vec<Shipped> {
+    let mut outcomes = outcomes.into_iter();
+    let rows = names.iter().zip(found).map(|(name, found)| match found {
+        Ok(reference) => Shipped {
+            image: name.to_string(),
+            nodes: outcomes.next().expect("an outcome per image shipped"),
+            reference,
+        },
+        Err(error) => Shipped {
+            image: name.to_string(),
+            nodes: (nodes.iter())
+                .map(|node| NodeOutcome::failed(node.name.as_str(), error.clone()))
+                .collect(),
+            reference: reference(name),
+        },
+    });
+    rows.collect()
 }
