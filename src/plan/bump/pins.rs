@@ -284,22 +284,15 @@ impl<'a> Moving<'a> {
         (self.env.build)()
     }
 
-    pub fn bump(&self, args: &Asked, search: Search, mut tried: Vec<Tried>) -> Result<ExitStatus> {
+    pub fn bump(
+        &self,
+        args: &Asked,
+        mut search: Search,
+        mut tried: Vec<Tried>,
+    ) -> Result<ExitStatus> {
         let settings = &self.env;
         let candidates = &search.candidates;
-        settings.output.note(format!(
-            "{} {} `{}`: {} candidate(s) after {}{}",
-            self.name,
-            search.what,
-            search.subject,
-            candidates.len(),
-            search.from,
-            match search.order {
-                Some(Order::Version) => ", in version order",
-                Some(Order::Date) => ", in date order (their created labels)",
-                None => "",
-            }
-        ));
+        self.say_search(&search);
         let mut report = Report {
             what: search.what,
             subject: search.subject.clone(),
@@ -319,7 +312,7 @@ impl<'a> Moving<'a> {
                 return Ok(ExitStatus::Success);
             }
         };
-        let proposal = match search.locked {
+        let proposal = match search.locked.take() {
             Some(proposal) => proposal,
             None => self.propose(&candidates[chosen].edit)?,
         };
@@ -365,54 +358,82 @@ impl<'a> Moving<'a> {
             ));
             return Ok(ExitStatus::Failure);
         }
-        // The newest candidate before the chosen one that builds and passes its smoke tests,
-        // by bisection, the old pin taken to be good.
+        self.bisect(&search, tried, report, (chosen, failure))
+    }
+
+    /// One step of the bisection: candidate `i` locked, written and built; `Ok(true)` when
+    /// it builds (its proposal kept in `good`), `Ok(false)` when it cannot be pinned or
+    /// fails (why in `failures`).
+    fn try_candidate(
+        &self,
+        i: usize,
+        candidates: &[Candidate],
+        tried: &mut Vec<Tried>,
+        (failures, good_proposal): (&mut BTreeMap<usize, String>, &mut Option<(usize, Proposal)>),
+    ) -> Result<bool> {
+        crate::interrupt::check("bump, bisecting (the spec and pins are put back)")?;
+        let proposal = match self.propose(&candidates[i].edit) {
+            Ok(proposal) => proposal,
+            Err(e @ Error::Interrupted { .. }) => return Err(e),
+            // The pip or engine lock asked was stopped by the signal: not the candidate's.
+            Err(_) if crate::interrupt::requested() => {
+                return Err(Error::Interrupted {
+                    what: "bump, bisecting (the spec and pins are put back)".into(),
+                });
+            }
+            // A candidate that cannot be pinned (a version with no wheel for this
+            // Python) is not one to pin: it counts as failed.
+            Err(e) => {
+                record(tried, Tried::unpinned(&candidates[i].name, &e));
+                failures.insert(i, e.to_string());
+                return Ok(false);
+            }
+        };
+        self.write(&proposal)?;
+        match self.build() {
+            Ok(()) => {
+                record(tried, Tried::built(&candidates[i].name, &proposal, None));
+                *good_proposal = Some((i, proposal));
+                Ok(true)
+            }
+            Err(e @ Error::Interrupted { .. }) => Err(e),
+            // A build cut by the signal is not the candidate's failure.
+            Err(_) if crate::interrupt::requested() => Err(Error::Interrupted {
+                what: "bump, bisecting (the spec and pins are put back)".into(),
+            }),
+            Err(e) => {
+                let e = e.to_string();
+                record(
+                    tried,
+                    Tried::built(&candidates[i].name, &proposal, Some(&e)),
+                );
+                failures.insert(i, e);
+                Ok(false)
+            }
+        }
+    }
+
+    /// `--bisect`: the chosen candidate (`chosen`, with its failure) builds badly; the
+    /// newest one before it that builds and passes its smoke tests, by bisection, the old
+    /// pin taken to be good.
+    fn bisect(
+        &self,
+        search: &Search,
+        mut tried: Vec<Tried>,
+        mut report: Report,
+        (chosen, failure): (usize, String),
+    ) -> Result<ExitStatus> {
+        let settings = &self.env;
+        let candidates = &search.candidates;
         let mut failures: BTreeMap<usize, String> = BTreeMap::from([(chosen, failure)]);
         let mut good_proposal = None;
         let good = pin_moves::newest_holding(chosen, |i| {
-            crate::interrupt::check("bump, bisecting (the spec and pins are put back)")?;
-            let proposal = match self.propose(&candidates[i].edit) {
-                Ok(proposal) => proposal,
-                Err(e @ Error::Interrupted { .. }) => return Err(e),
-                // The pip or engine lock asked was stopped by the signal: not the candidate's.
-                Err(_) if crate::interrupt::requested() => {
-                    return Err(Error::Interrupted {
-                        what: "bump, bisecting (the spec and pins are put back)".into(),
-                    });
-                }
-                // A candidate that cannot be pinned (a version with no wheel for this
-                // Python) is not one to pin: it counts as failed.
-                Err(e) => {
-                    record(&mut tried, Tried::unpinned(&candidates[i].name, &e));
-                    failures.insert(i, e.to_string());
-                    return Ok(false);
-                }
-            };
-            self.write(&proposal)?;
-            match self.build() {
-                Ok(()) => {
-                    record(
-                        &mut tried,
-                        Tried::built(&candidates[i].name, &proposal, None),
-                    );
-                    good_proposal = Some((i, proposal));
-                    Ok(true)
-                }
-                Err(e @ Error::Interrupted { .. }) => Err(e),
-                // A build cut by the signal is not the candidate's failure.
-                Err(_) if crate::interrupt::requested() => Err(Error::Interrupted {
-                    what: "bump, bisecting (the spec and pins are put back)".into(),
-                }),
-                Err(e) => {
-                    let e = e.to_string();
-                    record(
-                        &mut tried,
-                        Tried::built(&candidates[i].name, &proposal, Some(&e)),
-                    );
-                    failures.insert(i, e);
-                    Ok(false)
-                }
-            }
+            self.try_candidate(
+                i,
+                candidates,
+                &mut tried,
+                (&mut failures, &mut good_proposal),
+            )
         })?;
         let first_bad = good.map_or(0, |g| g + 1);
         match good {
@@ -451,5 +472,22 @@ impl<'a> Moving<'a> {
             }
         ));
         Ok(ExitStatus::Failure)
+    }
+
+    /// What was found: how many candidates after what, in which order.
+    fn say_search(&self, search: &Search) {
+        self.env.output.note(format!(
+            "{} {} `{}`: {} candidate(s) after {}{}",
+            self.name,
+            search.what,
+            search.subject,
+            search.candidates.len(),
+            search.from,
+            match search.order {
+                Some(Order::Version) => ", in version order",
+                Some(Order::Date) => ", in date order (their created labels)",
+                None => "",
+            }
+        ));
     }
 }

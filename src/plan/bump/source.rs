@@ -43,17 +43,7 @@ pub fn run(env: &Env<'_>, name: &Name, args: &Asked<'_>) -> Result<ExitStatus> {
     let index = source_index(planned, name, args.source)?;
     let spec_source = &planned.loaded.spec.sources[index];
     let pin = &planned.pins.sources[index];
-    let along = match (args.tags, args.branch) {
-        (Some(glob), _) => Along::Tags(glob),
-        (None, Some(branch)) => Along::Branch {
-            branch,
-            to: args.to,
-        },
-        (None, None) => Along::Branch {
-            branch: &spec_source.rev,
-            to: args.to,
-        },
-    };
+    let along = along(args, &spec_source.rev);
     let (repo, candidates) = bump::candidates(env.cache, &pin.git, &pin.commit, &along)?;
     crate::interrupt::check("bump, after fetching (no file was written)")?;
     let sets = &planned.patches[index].sets;
@@ -104,26 +94,7 @@ pub fn run(env: &Env<'_>, name: &Name, args: &Asked<'_>) -> Result<ExitStatus> {
         show(env, &series.tried, &mut report);
         return Ok(ExitStatus::Success);
     }
-    let bumping = Bumping {
-        env,
-        name,
-        index,
-        spec_path: &planned.loaded.path,
-        spec_rev: &spec_source.rev,
-        branch: match &along {
-            Along::Branch { branch, .. } => Some(*branch),
-            Along::Tags(_) => None,
-        },
-        sets,
-        original: Saved::of(&{
-            let mut files = vec![
-                planned.loaded.path.clone(),
-                pins::path_for(&env.project.root, name),
-            ];
-            files.extend(sets.iter().map(|s| s.dir.clone()));
-            files
-        })?,
-    };
+    let bumping = bumping(env, name, planned, (index, &along))?;
     bumping.write(&candidates[chosen], &scratch)?;
     report.written = true;
     if !args.build {
@@ -515,4 +486,51 @@ impl Bumping<'_> {
     fn build(&self) -> Result<()> {
         (self.env.build)()
     }
+}
+
+/// What the candidates come from: the tags `--tags` matches, else the branch `--branch`
+/// names, else the spec's `rev`.
+fn along<'a>(args: &Asked<'a>, spec_rev: &'a str) -> Along<'a> {
+    match (args.tags, args.branch) {
+        (Some(glob), _) => Along::Tags(glob),
+        (None, Some(branch)) => Along::Branch {
+            branch,
+            to: args.to,
+        },
+        (None, None) => Along::Branch {
+            branch: spec_rev,
+            to: args.to,
+        },
+    }
+}
+
+/// The source at `index` of `planned` to be moved along `along`: its files as they are.
+fn bumping<'a>(
+    env: &'a Env<'a>,
+    name: &'a Name,
+    planned: &'a crate::plan::PlannedImage,
+    (index, along): (usize, &Along<'a>),
+) -> Result<Bumping<'a>> {
+    let sets = &planned.patches[index].sets;
+    let spec_source = &planned.loaded.spec.sources[index];
+    Ok(Bumping {
+        env,
+        name,
+        index,
+        spec_path: &planned.loaded.path,
+        spec_rev: &spec_source.rev,
+        branch: match along {
+            Along::Branch { branch, .. } => Some(*branch),
+            Along::Tags(_) => None,
+        },
+        sets,
+        original: Saved::of(&{
+            let mut files = vec![
+                planned.loaded.path.clone(),
+                pins::path_for(&env.project.root, name),
+            ];
+            files.extend(sets.iter().map(|s| s.dir.clone()));
+            files
+        })?,
+    })
 }

@@ -34,69 +34,9 @@ impl Moving<'_> {
         let parsed = crate::oci::Reference::parse(reference).map_err(Error::usage)?;
         let glob = glob.unwrap_or("*");
         let repository = parsed.name().to_string();
-        let same_repository = |other: &crate::oci::Reference| {
-            let without_tag = |r: &crate::oci::Reference| {
-                let q = r.qualified();
-                q.rsplit_once(':').map(|(n, _)| n.to_string()).unwrap_or(q)
-            };
-            without_tag(other) == without_tag(&parsed)
-        };
         let builder = &self.env.builder;
-        let listed = self.env.runtime.block_on(async {
-            let engine = self.env.connect().await?;
-            engine.listed_images_named(&[repository.as_str()]).await
-        })?;
-        crate::interrupt::check("bump, listing the base's tags (no file was written)")?;
-        let mut tags = Vec::new();
-        let mut current = Tag {
-            tag: parsed.tag_or_latest().to_string(),
-            created: None,
-        };
-        for image in &listed {
-            for named in &image.repo_tags {
-                let Ok(other) = crate::oci::Reference::parse(named) else {
-                    continue;
-                };
-                if !same_repository(&other) {
-                    continue;
-                }
-                let tag = Tag {
-                    tag: other.tag_or_latest().to_string(),
-                    created: image
-                        .labels
-                        .get("org.opencontainers.image.created")
-                        .cloned(),
-                };
-                if tag.tag == current.tag {
-                    current.created = tag.created.clone();
-                }
-                if !tags.iter().any(|t: &Tag| t.tag == tag.tag) {
-                    tags.push(tag);
-                }
-            }
-        }
-        // A base named with its registry: that registry's tags too, pulled onto the builder
-        // when one is asked for (lock reads bases there).
-        if !parsed.is_short() {
-            let qualified = parsed.qualified();
-            let name = qualified
-                .rsplit_once(':')
-                .map_or(qualified.as_str(), |(n, _)| n);
-            if let Some((host, path)) = name.split_once('/') {
-                match pin_moves::registry_tags(host, path) {
-                    Ok(listed) => {
-                        for tag in listed {
-                            if !tags.iter().any(|t| t.tag == tag) {
-                                tags.push(Tag { tag, created: None });
-                            }
-                        }
-                    }
-                    Err(e) => self.env.output.note(format!(
-                        "warning: {e}; only the builder's tags of `{repository}` are considered"
-                    )),
-                }
-            }
-        }
+        let (mut tags, current) = self.builder_tags(&parsed, &repository)?;
+        self.add_registry_tags(&mut tags, &parsed, &repository);
         let (ordered, order) = pin_moves::ordered_tags(tags, glob, &repository)?;
         if ordered.is_empty() {
             return Err(Error::Engine {
@@ -162,27 +102,7 @@ impl Moving<'_> {
         wheel: &str,
         tried: &mut Vec<Tried>,
     ) -> Result<Search> {
-        let spec_wheel = loaded
-            .spec
-            .wheels
-            .iter()
-            .find(|w| wheel_stem(w.name.get_ref().as_str()) == wheel_stem(wheel))
-            .ok_or_else(|| {
-                let names: Vec<String> = loaded
-                    .spec
-                    .wheels
-                    .iter()
-                    .map(|w| format!("`{}`", w.name.get_ref()))
-                    .collect();
-                Error::usage(format!(
-                    "image `{}` has no wheel `{wheel}`{}",
-                    self.name,
-                    match names.is_empty() {
-                        true => " (it has no `[[wheel]]`)".to_string(),
-                        false => format!(" (its wheels: {})", names.join(", ")),
-                    }
-                ))
-            })?;
+        let spec_wheel = self.spec_wheel(loaded, wheel)?;
         let wheel_name = spec_wheel.name.get_ref().to_string();
         let current = spec_wheel.version.clone();
         let python = self.pins()?.python;
@@ -288,5 +208,115 @@ impl Moving<'_> {
             candidates: vec![candidate],
             locked: Some(proposal),
         })
+    }
+
+    /// The tags of the base's repository the builder holds (each with its created label),
+    /// and the pinned one among them.
+    fn builder_tags(
+        &self,
+        parsed: &crate::oci::Reference,
+        repository: &str,
+    ) -> Result<(Vec<Tag>, Tag)> {
+        let same_repository = |other: &crate::oci::Reference| {
+            let without_tag = |r: &crate::oci::Reference| {
+                let q = r.qualified();
+                q.rsplit_once(':').map(|(n, _)| n.to_string()).unwrap_or(q)
+            };
+            without_tag(other) == without_tag(parsed)
+        };
+        let listed = self.env.runtime.block_on(async {
+            let engine = self.env.connect().await?;
+            engine.listed_images_named(&[repository]).await
+        })?;
+        crate::interrupt::check("bump, listing the base's tags (no file was written)")?;
+        let mut tags = Vec::new();
+        let mut current = Tag {
+            tag: parsed.tag_or_latest().to_string(),
+            created: None,
+        };
+        for image in &listed {
+            for named in &image.repo_tags {
+                let Ok(other) = crate::oci::Reference::parse(named) else {
+                    continue;
+                };
+                if !same_repository(&other) {
+                    continue;
+                }
+                let tag = Tag {
+                    tag: other.tag_or_latest().to_string(),
+                    created: image
+                        .labels
+                        .get("org.opencontainers.image.created")
+                        .cloned(),
+                };
+                if tag.tag == current.tag {
+                    current.created = tag.created.clone();
+                }
+                if !tags.iter().any(|t: &Tag| t.tag == tag.tag) {
+                    tags.push(tag);
+                }
+            }
+        }
+        Ok((tags, current))
+    }
+
+    /// A base named with its registry: that registry's tags too, pulled onto the builder
+    /// when one is asked for (lock reads bases there).
+    fn add_registry_tags(
+        &self,
+        tags: &mut Vec<Tag>,
+        parsed: &crate::oci::Reference,
+        repository: &str,
+    ) {
+        if !parsed.is_short() {
+            let qualified = parsed.qualified();
+            let name = qualified
+                .rsplit_once(':')
+                .map_or(qualified.as_str(), |(n, _)| n);
+            if let Some((host, path)) = name.split_once('/') {
+                match pin_moves::registry_tags(host, path) {
+                    Ok(listed) => {
+                        for tag in listed {
+                            if !tags.iter().any(|t| t.tag == tag) {
+                                tags.push(Tag { tag, created: None });
+                            }
+                        }
+                    }
+                    Err(e) => self.env.output.note(format!(
+                        "warning: {e}; only the builder's tags of `{repository}` are considered"
+                    )),
+                }
+            }
+        }
+    }
+
+    /// The spec's `[[wheel]]` named `wheel` (PEP 427 normalised), or a usage error naming
+    /// the wheels it has.
+    fn spec_wheel<'s>(
+        &self,
+        loaded: &'s crate::inputs::spec::LoadedSpec,
+        wheel: &str,
+    ) -> Result<&'s crate::inputs::spec::Wheel> {
+        loaded
+            .spec
+            .wheels
+            .iter()
+            .find(|w| wheel_stem(w.name.get_ref().as_str()) == wheel_stem(wheel))
+            .ok_or_else(|| {
+                let names: Vec<String> = loaded
+                    .spec
+                    .wheels
+                    .iter()
+                    .map(|w| format!("`{}`", w.name.get_ref()))
+                    .collect();
+                Error::usage(format!(
+                    "image `{}` has no wheel `{wheel}`{}",
+                    self.name,
+                    match names.is_empty() {
+                        true => " (it has no `[[wheel]]`)".to_string(),
+                        false => format!(" (its wheels: {})", names.join(", ")),
+                    }
+                ))
+            })
     }
 }
