@@ -115,6 +115,15 @@ pub fn byte_size(text: &str) -> Option<i64> {
 /// empty argv, a regular expression that does not compile, a size, an IPC mode or a mount
 /// that is not one.
 pub(super) fn smoke_keys_hold(loaded: &LoadedSpec, smoke: &Smoke) -> Result<()> {
+    serve_keys_hold(loaded, smoke)?;
+    limits_hold(loaded, smoke)?;
+    gpus_hold(loaded, smoke)?;
+    placement_holds(loaded, smoke)
+}
+
+/// `serve`, `ready` and `args`: a probe or argument only with a served process, no empty
+/// argv.
+fn serve_keys_hold(loaded: &LoadedSpec, smoke: &Smoke) -> Result<()> {
     let served = smoke.served();
     if let Some(serve) = &smoke.serve
         && matches!(serve.get_ref(), Serve::Argv(argv) if argv.is_empty())
@@ -149,6 +158,11 @@ pub(super) fn smoke_keys_hold(loaded: &LoadedSpec, smoke: &Smoke) -> Result<()> 
     {
         return loaded.invalid(args.span(), "smoke.args", "goes with `serve = true` (the image's own entrypoint): with an argv, write them in `serve`".into());
     }
+    Ok(())
+}
+
+/// `timeout`, `expect` and `shm_size`: a second at least, a regular expression, a size.
+fn limits_hold(loaded: &LoadedSpec, smoke: &Smoke) -> Result<()> {
     if let Some(timeout) = &smoke.timeout
         && *timeout.get_ref() == 0
     {
@@ -185,6 +199,11 @@ pub(super) fn smoke_keys_hold(loaded: &LoadedSpec, smoke: &Smoke) -> Result<()> 
             ),
         );
     }
+    Ok(())
+}
+
+/// `gpus`: a count of 1 or more, "all", or CDI device names.
+fn gpus_hold(loaded: &LoadedSpec, smoke: &Smoke) -> Result<()> {
     if let Some(gpus) = &smoke.gpus {
         let wrong = match gpus.get_ref() {
             GpuRequest::Count(0) => Some("asks for no GPU: write a count of 1 or more, \"all\", or device names".to_string()),
@@ -200,6 +219,11 @@ pub(super) fn smoke_keys_hold(loaded: &LoadedSpec, smoke: &Smoke) -> Result<()> 
             return loaded.invalid(gpus.span(), "smoke.gpus", wrong);
         }
     }
+    Ok(())
+}
+
+/// `on`, `ipc` and `mounts`: one of the words each takes, absolute paths.
+fn placement_holds(loaded: &LoadedSpec, smoke: &Smoke) -> Result<()> {
     if let Some(on) = &smoke.on
         && !["everywhere", "builder", "nodes"].contains(&on.get_ref().as_str())
     {

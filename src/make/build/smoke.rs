@@ -19,64 +19,9 @@ pub async fn smoke(
     if tests.is_empty() {
         return Ok(());
     }
-    if let Some(inspected) = engine.inspect(image_id).await? {
-        let node = engine.platform();
-        let made = inspected.platform();
-        if !same_platform(&node, &made) {
-            return Err(engine.error(format!(
-                "cannot run the smoke tests of `{}`: the image is {made} and the engine is {node}",
-                image.name()
-            )));
-        }
-    }
+    refuse_foreign_platform(engine, image, image_id).await?;
     for test in tests {
-        let started = Instant::now();
-        // A program that cannot start (not in the image, not executable) is the engine's
-        // refusal to start the container: said with the image, the test and its spec line
-        // (a bare "400 Bad Request" named none of them).
-        let line =
-            crate::error::Location::of_offset(&image.loaded.text, test.name.span().start).line;
-        let ran = engine
-            .run_smoke(image_id, &smoke_run(test))
-            .await
-            .map_err(|e| {
-                let words = match e {
-                    Error::Engine { message, .. } => message,
-                    other => other.to_string(),
-                };
-                engine.error(format!(
-                    "smoke test `{}` of `{}` ({}:{line}) could not run `{}`: {words}",
-                    test.name.get_ref(),
-                    image.name(),
-                    image.loaded.path.display(),
-                    test.run.get_ref().join(" "),
-                ))
-            })?;
-        let mut output = crate::error::plain_text(&ran.output);
-        let expected = test.expect.as_ref().map(|e| e.get_ref());
-        let matched = expected.is_none_or(|pattern| {
-            regex::Regex::new(pattern).is_ok_and(|re| re.is_match(&ran.stdout))
-        });
-        if let Some(why) = &ran.failure {
-            output = format!("{why}\n{output}");
-        } else if ran.code == 0 && !matched {
-            output = format!(
-                "its output does not match `{}`\n{output}",
-                expected.map(String::as_str).unwrap_or_default()
-            );
-        }
-        let result = SmokeResult {
-            name: test.name.get_ref().clone(),
-            passed: ran.failure.is_none() && ran.code == 0 && matched,
-            exit_code: ran.code,
-            seconds: started.elapsed().as_secs_f64(),
-            output,
-            logs: ran
-                .logs
-                .iter()
-                .map(|l| crate::error::plain_text(l))
-                .collect(),
-        };
+        let result = run_one(engine, image, image_id, test).await?;
         results.push(result.clone());
         if !result.passed {
             let mut output = result.output;
@@ -97,6 +42,81 @@ pub async fn smoke(
         }
     }
     Ok(())
+}
+
+/// A foreign-platform image is refused before any container starts: the engine could not
+/// run it, or would emulate it.
+async fn refuse_foreign_platform(
+    engine: &Engine,
+    image: &PlannedImage,
+    image_id: &str,
+) -> Result<()> {
+    if let Some(inspected) = engine.inspect(image_id).await? {
+        let node = engine.platform();
+        let made = inspected.platform();
+        if !same_platform(&node, &made) {
+            return Err(engine.error(format!(
+                "cannot run the smoke tests of `{}`: the image is {made} and the engine is {node}",
+                image.name()
+            )));
+        }
+    }
+    Ok(())
+}
+
+/// One smoke test run in a container from `image_id`: its result, passed or not; an error
+/// only when the engine could not run it.
+async fn run_one(
+    engine: &Engine,
+    image: &PlannedImage,
+    image_id: &str,
+    test: &crate::inputs::spec::Smoke,
+) -> Result<SmokeResult> {
+    let started = Instant::now();
+    // A program that cannot start (not in the image, not executable) is the engine's
+    // refusal to start the container: said with the image, the test and its spec line
+    // (a bare "400 Bad Request" named none of them).
+    let line = crate::error::Location::of_offset(&image.loaded.text, test.name.span().start).line;
+    let ran = engine
+        .run_smoke(image_id, &smoke_run(test))
+        .await
+        .map_err(|e| {
+            let words = match e {
+                Error::Engine { message, .. } => message,
+                other => other.to_string(),
+            };
+            engine.error(format!(
+                "smoke test `{}` of `{}` ({}:{line}) could not run `{}`: {words}",
+                test.name.get_ref(),
+                image.name(),
+                image.loaded.path.display(),
+                test.run.get_ref().join(" "),
+            ))
+        })?;
+    let mut output = crate::error::plain_text(&ran.output);
+    let expected = test.expect.as_ref().map(|e| e.get_ref());
+    let matched = expected
+        .is_none_or(|pattern| regex::Regex::new(pattern).is_ok_and(|re| re.is_match(&ran.stdout)));
+    if let Some(why) = &ran.failure {
+        output = format!("{why}\n{output}");
+    } else if ran.code == 0 && !matched {
+        output = format!(
+            "its output does not match `{}`\n{output}",
+            expected.map(String::as_str).unwrap_or_default()
+        );
+    }
+    Ok(SmokeResult {
+        name: test.name.get_ref().clone(),
+        passed: ran.failure.is_none() && ran.code == 0 && matched,
+        exit_code: ran.code,
+        seconds: started.elapsed().as_secs_f64(),
+        output,
+        logs: ran
+            .logs
+            .iter()
+            .map(|l| crate::error::plain_text(l))
+            .collect(),
+    })
 }
 
 /// A `[[smoke]]` in the engine's terms.
