@@ -96,19 +96,7 @@ pub fn lock(
         new.wheels.push(pin);
     }
     let (chain, platform) = parent_chain(project, &loaded, &store, &mut locking.changes)?;
-    let needs_lines =
-        !loaded.spec.build.apt.is_empty() || loaded.spec.compiles.iter().any(|s| !s.apt.is_empty());
-    let parent_line = match (needs_lines, loaded.spec.parent()) {
-        (false, _) => String::new(),
-        (true, Parent::External(reference)) => {
-            let base = new.base.as_ref().expect("pinned above");
-            format!("base {reference} {}", base.digest)
-        }
-        (true, Parent::Image(parent)) => {
-            let planned = crate::plan::Plan::new(project, std::slice::from_ref(parent))?;
-            format!("parent {parent} {}", planned.get(parent).checksum)
-        }
-    };
+    let parent_line = parent_line(project, &loaded, &new)?;
     if !loaded.spec.build.apt.is_empty() {
         let build_apt = &loaded.spec.build.apt;
         let target = (None, parent_line.as_str());
@@ -118,27 +106,14 @@ pub fn lock(
             .insert(pins::apt_target(None), parent_line.clone());
     }
     for stage in loaded.spec.compiles.iter().filter(|s| !s.apt.is_empty()) {
-        let (into, line) = match (&stage.toolchain, &stage.toolchain_image) {
-            (Some(reference), _) => {
-                let pin = new
-                    .toolchains
-                    .iter()
-                    .find(|t| t.reference == reference.get_ref().as_str())
-                    .expect("pinned above");
-                let line = format!("toolchain {} {}", pin.reference, pin.digest);
-                (vec![Link::external(reference.get_ref().as_str())], line)
-            }
-            (None, Some(name)) => {
-                let name = name.get_ref();
-                let toolchain = project.load_spec(name)?;
-                let planned = crate::plan::Plan::new(project, std::slice::from_ref(name))?;
-                let line = format!("toolchain image {name} {}", planned.get(name).checksum);
-                let mut into = built(project, &toolchain, &store, &mut locking.changes);
-                into.extend(parent_chain(project, &toolchain, &store, &mut locking.changes)?.0);
-                (into, line)
-            }
-            (None, None) => (chain.clone(), format!("toolchain {parent_line}")),
-        };
+        let (into, line) = stage_target(
+            project,
+            stage,
+            &new,
+            (&chain, &parent_line),
+            &store,
+            &mut locking.changes,
+        )?;
         let name = stage.name.get_ref();
         let target = (Some(name), line.as_str());
         let pins = locking.apt(target, &into, &stage.apt, platform.as_deref(), cache)?;
@@ -153,6 +128,58 @@ pub fn lock(
     Ok(LockReport {
         image: image.clone(),
         changes: locking.changes,
+    })
+}
+
+/// What the apt pins of `[build]` are resolved against, as the pins file records it: the
+/// base and its digest, or the parent and its checksum; empty when nothing needs it.
+fn parent_line(project: &Project, loaded: &LoadedSpec, new: &Pins) -> Result<String> {
+    let needs_lines =
+        !loaded.spec.build.apt.is_empty() || loaded.spec.compiles.iter().any(|s| !s.apt.is_empty());
+    Ok(match (needs_lines, loaded.spec.parent()) {
+        (false, _) => String::new(),
+        (true, Parent::External(reference)) => {
+            let base = new.base.as_ref().expect("pinned above");
+            format!("base {reference} {}", base.digest)
+        }
+        (true, Parent::Image(parent)) => {
+            let planned = crate::plan::Plan::new(project, std::slice::from_ref(parent))?;
+            format!("parent {parent} {}", planned.get(parent).checksum)
+        }
+    })
+}
+
+/// What a compile stage's apt pins are resolved against: its toolchain (pinned above, or an
+/// image of the project and its chain), else the image's parent chain; and the line the
+/// pins file records for it.
+fn stage_target(
+    project: &Project,
+    stage: &crate::inputs::spec::compile::CompileStage,
+    new: &Pins,
+    (chain, parent_line): (&[Link], &str),
+    store: &LayerStore,
+    changes: &mut Vec<String>,
+) -> Result<(Vec<Link>, String)> {
+    Ok(match (&stage.toolchain, &stage.toolchain_image) {
+        (Some(reference), _) => {
+            let pin = new
+                .toolchains
+                .iter()
+                .find(|t| t.reference == reference.get_ref().as_str())
+                .expect("pinned above");
+            let line = format!("toolchain {} {}", pin.reference, pin.digest);
+            (vec![Link::external(reference.get_ref().as_str())], line)
+        }
+        (None, Some(name)) => {
+            let name = name.get_ref();
+            let toolchain = project.load_spec(name)?;
+            let planned = crate::plan::Plan::new(project, std::slice::from_ref(name))?;
+            let line = format!("toolchain image {name} {}", planned.get(name).checksum);
+            let mut into = built(project, &toolchain, store, changes);
+            into.extend(parent_chain(project, &toolchain, store, changes)?.0);
+            (into, line)
+        }
+        (None, None) => (chain.to_vec(), format!("toolchain {parent_line}")),
     })
 }
 
