@@ -385,24 +385,7 @@ impl Locking<'_> {
             .iter()
             .filter(|p| p.stage.as_ref() == stage)
             .collect();
-        let wanted: std::collections::BTreeSet<(String, Option<String>)> = requested
-            .iter()
-            .map(|r| {
-                let r = Requested::parse(r);
-                (r.name, r.version)
-            })
-            .collect();
-        let kept: std::collections::BTreeSet<(String, Option<String>)> = old
-            .iter()
-            .filter(|p| p.wanted)
-            .map(|p| {
-                let asked = wanted
-                    .iter()
-                    .find(|(name, _)| *name == p.name)
-                    .and_then(|(_, version)| version.clone());
-                (p.name.clone(), asked.filter(|v| *v == p.version))
-            })
-            .collect();
+        let (wanted, kept) = wanted_and_kept(requested, &old);
         let target = match stage {
             None => "[build]".to_string(),
             Some(stage) => format!("compile stage `{stage}`"),
@@ -468,26 +451,8 @@ impl Locking<'_> {
                 hint: None,
             },
         )?;
-        let needed = pins.iter().filter(|p| !p.wanted).count();
-        self.changes.push(format!(
-            "apt {target}: {} for {architecture} from {}, and {needed} more {} that `{into}` lacks",
-            pins.iter()
-                .filter(|p| p.wanted)
-                .map(AptPin::describe)
-                .collect::<Vec<_>>()
-                .join(" "),
-            system
-                .sources
-                .iter()
-                .map(|s| format!("{} {}", s.uri, s.suite))
-                .collect::<Vec<_>>()
-                .join(", "),
-            if needed == 1 {
-                "package it needs"
-            } else {
-                "packages they need"
-            },
-        ));
+        self.changes
+            .push(resolved(&target, architecture, (&pins, &system), into));
         Ok(pins)
     }
 }
@@ -687,4 +652,60 @@ fn check_wheel_fits(
         })),
         _ => Ok(()),
     }
+}
+
+/// Apt packages by name and the version asked for, if one is.
+type AskedPackages = std::collections::BTreeSet<(String, Option<String>)>;
+
+/// The packages asked for, and those the old pins hold as asked.
+fn wanted_and_kept(requested: &[String], old: &[&AptPin]) -> (AskedPackages, AskedPackages) {
+    let wanted: std::collections::BTreeSet<(String, Option<String>)> = requested
+        .iter()
+        .map(|r| {
+            let r = Requested::parse(r);
+            (r.name, r.version)
+        })
+        .collect();
+    let kept: std::collections::BTreeSet<(String, Option<String>)> = old
+        .iter()
+        .filter(|p| p.wanted)
+        .map(|p| {
+            let asked = wanted
+                .iter()
+                .find(|(name, _)| *name == p.name)
+                .and_then(|(_, version)| version.clone());
+            (p.name.clone(), asked.filter(|v| *v == p.version))
+        })
+        .collect();
+    (wanted, kept)
+}
+
+/// What `lock` says of apt packages it resolved: those asked for, for which architecture,
+/// from which archives, and how many more they need.
+fn resolved(
+    target: &str,
+    architecture: &str,
+    (pins, system): (&[AptPin], &crate::plan::apt::System),
+    into: &str,
+) -> String {
+    let needed = pins.iter().filter(|p| !p.wanted).count();
+    format!(
+        "apt {target}: {} for {architecture} from {}, and {needed} more {} that `{into}` lacks",
+        pins.iter()
+            .filter(|p| p.wanted)
+            .map(AptPin::describe)
+            .collect::<Vec<_>>()
+            .join(" "),
+        system
+            .sources
+            .iter()
+            .map(|s| format!("{} {}", s.uri, s.suite))
+            .collect::<Vec<_>>()
+            .join(", "),
+        if needed == 1 {
+            "package it needs"
+        } else {
+            "packages they need"
+        },
+    )
 }
