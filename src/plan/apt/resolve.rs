@@ -4,6 +4,9 @@
 
 use super::*;
 
+/// The packages chosen so far, by name: the candidate, and whether the spec asked for it.
+type Chosen = BTreeMap<String, (Candidate, bool)>;
+
 /// Resolves `requested` against `index` for what `system` has installed: the packages to
 /// pin, sorted by name. An error names the package that cannot be had and why.
 pub fn resolve(
@@ -11,71 +14,14 @@ pub fn resolve(
     index: &Index,
     requested: &[Requested],
 ) -> std::result::Result<Vec<AptPin>, String> {
-    let mut chosen: BTreeMap<String, (Candidate, bool)> = BTreeMap::new();
-    let mut queue: VecDeque<String> = VecDeque::new();
     let sources = index.sources.join(", ");
-    for wanted in requested {
-        if let Some(arch) = wanted.arch.as_ref().filter(|a| **a != system.architecture) {
-            return Err(format!(
-                "`{}:{arch}`: hallmark pins the packages of the image's own architecture ({}); another architecture's is not supported",
-                wanted.name, system.architecture
-            ));
-        }
-        let candidate = index
-            .best(&wanted.name, |v| {
-                wanted.version.as_deref().is_none_or(|w| w == v)
-            })
-            .ok_or_else(|| match &wanted.version {
-                Some(version) => format!(
-                    "no package `{}` at version {version} for {} in {sources}",
-                    wanted.name, system.architecture
-                ),
-                None => format!(
-                    "no package `{}` for {} in {sources}",
-                    wanted.name, system.architecture
-                ),
-            })?;
-        chosen.insert(wanted.name.clone(), (candidate.clone(), true));
-        queue.push_back(wanted.name.clone());
-    }
+    let (mut chosen, mut queue) = chosen_as_asked(system, index, requested, &sources)?;
     loop {
         drain(system, index, &sources, &mut chosen, &mut queue)?;
         // What is chosen replaces what the image has of the same name: an installed package
         // that needs the old version exactly (`libfoo-dev (= 1.2-3)`) must move with it, and
         // nothing may move back (apt refuses both, at the build, after the lock said yes).
-        let mut moved = Vec::new();
-        for (name, (candidate, _)) in &chosen {
-            let Some(installed) = system.installed.iter().find(|i| &i.name == name) else {
-                continue;
-            };
-            if version(&candidate.version) < version(&installed.version) {
-                return Err(format!(
-                    "{name} {} would replace the image's newer {name} {}: the image's apt sources ({sources}) do not offer what it has installed (add the suite it came from, such as the security or updates suite, to its sources)",
-                    candidate.version, installed.version
-                ));
-            }
-            for user in system
-                .installed
-                .iter()
-                .filter(|u| !chosen.contains_key(&u.name))
-            {
-                let needs = relations(&user.depends).unwrap_or_default();
-                let broken = needs.iter().any(|dependency| {
-                    dependency.iter().any(|alt| &alt.name == name)
-                        && !dependency.iter().any(|alt| {
-                            &alt.name == name
-                                && alt
-                                    .constraint
-                                    .as_ref()
-                                    .is_none_or(|c| c.allows(&candidate.version))
-                        })
-                        && !satisfied(system, &chosen, dependency)
-                });
-                if broken {
-                    moved.push((user.name.clone(), name.clone(), candidate.version.clone()));
-                }
-            }
-        }
+        let moved = moved_with(system, &chosen, &sources)?;
         if moved.is_empty() {
             break;
         }
@@ -115,6 +61,87 @@ pub fn resolve(
             })
         })
         .collect()
+}
+
+/// The packages asked for, each at its best version (or the one asked), marked wanted;
+/// and the queue of those whose dependencies are to be met.
+fn chosen_as_asked(
+    system: &System,
+    index: &Index,
+    requested: &[Requested],
+    sources: &str,
+) -> std::result::Result<(Chosen, VecDeque<String>), String> {
+    let mut chosen: BTreeMap<String, (Candidate, bool)> = BTreeMap::new();
+    let mut queue: VecDeque<String> = VecDeque::new();
+    for wanted in requested {
+        if let Some(arch) = wanted.arch.as_ref().filter(|a| **a != system.architecture) {
+            return Err(format!(
+                "`{}:{arch}`: hallmark pins the packages of the image's own architecture ({}); another architecture's is not supported",
+                wanted.name, system.architecture
+            ));
+        }
+        let candidate = index
+            .best(&wanted.name, |v| {
+                wanted.version.as_deref().is_none_or(|w| w == v)
+            })
+            .ok_or_else(|| match &wanted.version {
+                Some(version) => format!(
+                    "no package `{}` at version {version} for {} in {sources}",
+                    wanted.name, system.architecture
+                ),
+                None => format!(
+                    "no package `{}` for {} in {sources}",
+                    wanted.name, system.architecture
+                ),
+            })?;
+        chosen.insert(wanted.name.clone(), (candidate.clone(), true));
+        queue.push_back(wanted.name.clone());
+    }
+    Ok((chosen, queue))
+}
+
+/// The installed packages that must move with what is chosen (they need the old version
+/// exactly): (the package, because of which, to what version); an error when a choice
+/// would move a package back.
+fn moved_with(
+    system: &System,
+    chosen: &Chosen,
+    sources: &str,
+) -> std::result::Result<Vec<(String, String, String)>, String> {
+    let mut moved = Vec::new();
+    for (name, (candidate, _)) in chosen {
+        let Some(installed) = system.installed.iter().find(|i| &i.name == name) else {
+            continue;
+        };
+        if version(&candidate.version) < version(&installed.version) {
+            return Err(format!(
+                "{name} {} would replace the image's newer {name} {}: the image's apt sources ({sources}) do not offer what it has installed (add the suite it came from, such as the security or updates suite, to its sources)",
+                candidate.version, installed.version
+            ));
+        }
+        for user in system
+            .installed
+            .iter()
+            .filter(|u| !chosen.contains_key(&u.name))
+        {
+            let needs = relations(&user.depends).unwrap_or_default();
+            let broken = needs.iter().any(|dependency| {
+                dependency.iter().any(|alt| &alt.name == name)
+                    && !dependency.iter().any(|alt| {
+                        &alt.name == name
+                            && alt
+                                .constraint
+                                .as_ref()
+                                .is_none_or(|c| c.allows(&candidate.version))
+                    })
+                    && !satisfied(system, chosen, dependency)
+            });
+            if broken {
+                moved.push((user.name.clone(), name.clone(), candidate.version.clone()));
+            }
+        }
+    }
+    Ok(moved)
 }
 
 /// Chooses, for each package in `queue`, what its dependencies need that neither the image
