@@ -60,7 +60,7 @@ pub(super) fn validate_image(loaded: &LoadedSpec) -> Result<()> {
                 );
             }
             if let Err(why) = Reference::parse(reference) {
-                return loaded.invalid(spec.from.span(), "from.ref", why);
+                return loaded.invalid(spec.from.span(), "from.ref", why.to_string());
             }
         }
         _ => {}
