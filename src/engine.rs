@@ -228,11 +228,11 @@ impl Engine {
         &self.address
     }
 
-    pub fn error(&self, message: impl Into<String>) -> Error {
+    pub fn error(&self, message: impl std::fmt::Display) -> Error {
         Error::Engine {
             node: self.node.clone(),
             endpoint: self.endpoint.clone(),
-            message: message.into(),
+            message: message.to_string(),
             hint: None,
         }
     }

@@ -290,9 +290,9 @@ impl Error {
         }
     }
 
-    pub fn usage(message: impl Into<String>) -> Error {
+    pub fn usage(message: impl std::fmt::Display) -> Error {
         Error::Usage {
-            message: message.into(),
+            message: message.to_string(),
             hint: None,
         }
     }

@@ -9,6 +9,7 @@ pub mod checksum;
 pub mod compile;
 pub mod fetch;
 pub mod lock;
+pub mod patched;
 pub mod pin_moves;
 pub mod sbom;
 
@@ -323,29 +324,7 @@ fn plan_one(
 ) -> Result<PlannedImage> {
     let all_pins = pins::read(&project.root, &loaded.name)?;
     let pins = pins::check(&loaded, &project.root, &all_pins)?;
-    let mut patches = Vec::new();
-    for source in &loaded.spec.sources {
-        let mut sets = Vec::new();
-        for set in &source.patches {
-            let set_dir = project.patches_dir().join(set.get_ref().as_str());
-            if !set_dir.join("series").is_file() {
-                return loaded.invalid(
-                    set.span(),
-                    "source.patches",
-                    format!(
-                        "patch set `{}` has no series file ({} is missing)",
-                        set.get_ref(),
-                        set_dir.join("series").display()
-                    ),
-                );
-            }
-            sets.push(patches::read_set(&project.patches_dir(), set.get_ref())?);
-        }
-        patches.push(SourcePatches {
-            source: source.name.get_ref().clone(),
-            sets,
-        });
-    }
+    let patches = patch_sets(project, &loaded)?;
     let files = collect_files(&loaded, hashes)?;
     let template = template_for(&loaded)?;
 
@@ -403,6 +382,35 @@ fn plan_one(
         files,
         template,
     })
+}
+
+/// Each source's patch sets, read from the project's `patches/`; a set without a series
+/// file is refused at its line.
+fn patch_sets(project: &Project, loaded: &LoadedSpec) -> Result<Vec<SourcePatches>> {
+    let mut patches = Vec::new();
+    for source in &loaded.spec.sources {
+        let mut sets = Vec::new();
+        for set in &source.patches {
+            let set_dir = project.patches_dir().join(set.get_ref().as_str());
+            if !set_dir.join("series").is_file() {
+                return loaded.invalid(
+                    set.span(),
+                    "source.patches",
+                    format!(
+                        "patch set `{}` has no series file ({} is missing)",
+                        set.get_ref(),
+                        set_dir.join("series").display()
+                    ),
+                );
+            }
+            sets.push(patches::read_set(&project.patches_dir(), set.get_ref())?);
+        }
+        patches.push(SourcePatches {
+            source: source.name.get_ref().clone(),
+            sets,
+        });
+    }
+    Ok(patches)
 }
 
 /// `[[file]]` entries, folders expanded to their files in sorted order.

@@ -16,11 +16,13 @@ pub mod superseded;
 pub mod verify;
 
 pub mod batch;
+pub mod junit;
 pub mod node;
 pub mod outcome;
 pub mod slots;
+pub mod targets;
 
-pub use outcome::{Action, NodeOutcome, Transfer};
+pub use outcome::{Action, NodeOutcome, Shipped, Transfer};
 
 use crate::engine::Engine;
 use crate::error::{Error, Result};

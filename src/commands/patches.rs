@@ -4,17 +4,17 @@
 use crate::cli::PatchesCommand;
 use crate::commands::settings::Settings;
 use crate::error::{Error, ExitStatus, Result};
-use crate::inputs::patches::report::{self, PatchStatus, Status, Target};
+use crate::inputs::patches::report::{PatchStatus, Status};
 use crate::inputs::values::Name;
 use crate::output::{Row, cell};
-use crate::plan::Plan;
-use crate::plan::fetch;
+use crate::plan::patched::{examine, images_using};
 
 pub(super) fn run(settings: &Settings, command: &PatchesCommand) -> Result<ExitStatus> {
     match command {
         PatchesCommand::Report { image, rev, source } => {
             let rows = examine(
-                settings,
+                &settings.project,
+                &settings.cache,
                 image.as_deref(),
                 rev.as_deref(),
                 source.as_deref(),
@@ -135,98 +135,6 @@ fn print_report(settings: &Settings, rows: &[PatchStatus]) -> ExitStatus {
     ExitStatus::from_success(failing == 0)
 }
 
-/// Every patched source of the images asked for, examined at its pin or at `rev`.
-fn examine(
-    settings: &Settings,
-    image: Option<&str>,
-    rev: Option<&str>,
-    source: Option<&str>,
-    keep_trees: bool,
-) -> Result<Vec<PatchStatus>> {
-    let names = match image {
-        Some(image) => vec![settings.project.image_name(image)?],
-        None => settings.project.all_images()?,
-    };
-    let plan = Plan::new(&settings.project, &names)?;
-    let mut rows = Vec::new();
-    let mut examined = 0;
-    for name in &names {
-        let planned = plan.get(name);
-        let patched: Vec<_> = (planned.pins.sources.iter().zip(&planned.patches))
-            .filter(|(pin, p)| !p.sets.is_empty() && source.is_none_or(|s| pin.name.as_str() == s))
-            .collect();
-        if rev.is_some() && patched.len() > 1 {
-            return Err(Error::usage(format!(
-                "image `{name}` has {} patched sources: name the one `--rev` is for with `--source`",
-                patched.len()
-            )));
-        }
-        for (pin, patches) in patched {
-            let repo = fetch::ensure_commit(&settings.cache, &pin.git, &pin.commit)?;
-            let commit = match rev {
-                Some(rev) => candidate(settings, &pin.git, rev)?,
-                None => pin.commit.clone(),
-            };
-            rows.extend(report::examine(
-                &Target {
-                    image: name.as_str(),
-                    source: pin.name.as_str(),
-                    repo: &repo,
-                    commit: &commit,
-                    pin: &pin.commit,
-                    sets: &patches.sets,
-                },
-                report::Asked {
-                    trees: keep_trees,
-                    after: true,
-                },
-            )?);
-            examined += 1;
-        }
-    }
-    if examined == 0 {
-        return Err(nothing_patched(image, source));
-    }
-    Ok(rows)
-}
-
-/// The commit `rev` names in `url`, fetched into the cache. A rev that names nothing there
-/// is bad input (exit 2), not failed work: git answered, and said no.
-fn candidate(
-    settings: &Settings,
-    url: &str,
-    rev: &str,
-) -> Result<crate::inputs::values::GitCommit> {
-    let named_nothing = |error: Error| match error {
-        Error::Command {
-            context: Some(context),
-            stderr,
-            ..
-        } if stderr.is_empty() => Error::Usage {
-            message: format!("--rev `{rev}`: {context}"),
-            hint: Some(
-                "--rev takes a tag, branch or 40-hex commit of the source's repository".into(),
-            ),
-        },
-        other => other,
-    };
-    let commit = fetch::resolve_rev(url, rev).map_err(named_nothing)?;
-    fetch::ensure_commit(&settings.cache, url, &commit).map_err(named_nothing)?;
-    Ok(commit)
-}
-
-fn nothing_patched(image: Option<&str>, source: Option<&str>) -> Error {
-    let what = match (image, source) {
-        (Some(image), Some(source)) => format!("image `{image}` has no patched source `{source}`"),
-        (Some(image), None) => format!("image `{image}` applies no patch sets"),
-        (None, _) => "no image of the project applies patch sets".into(),
-    };
-    Error::Usage {
-        message: what,
-        hint: Some("a `[[source]]` lists its sets as `patches = [\"<set>\"]`".into()),
-    }
-}
-
 fn import(
     settings: &Settings,
     set: &str,
@@ -252,7 +160,7 @@ fn import(
     // wrong) is said on stderr and left out; `--json` always prints the report document, empty
     // when no image applies the set yet (it printed nothing, and a missing pin exited 2 after
     // the set was written).
-    let users = images_using(settings, &set)?;
+    let users = images_using(&settings.project, &set)?;
     if users.is_empty() {
         settings.output.note(format!(
             "no image applies `{set}` yet: add it to a `[[source]]`'s `patches`, then run `hallmark patches report`"
@@ -260,7 +168,7 @@ fn import(
     }
     let mut rows = Vec::new();
     for image in &users {
-        match examine(settings, Some(image.as_str()), None, None, false) {
+        match examine(&settings.project, &settings.cache, Some(image.as_str()), None, None, false) {
             Ok(found) => rows.extend(found),
             Err(e) => settings.output.note(format!(
                 "warning: `{image}` applies `{set}` but was not examined: {e}; run `hallmark patches report {image}` once it plans (`hallmark lock {image}` for its pins)"
@@ -270,23 +178,6 @@ fn import(
     Ok(print_report(settings, &rows))
 }
 
-/// The images whose sources list patch set `set`.
-fn images_using(settings: &Settings, set: &Name) -> Result<Vec<Name>> {
-    let mut users = Vec::new();
-    for name in settings.project.image_names()? {
-        let loaded = settings.project.load_spec(&name)?;
-        if loaded
-            .spec
-            .sources
-            .iter()
-            .any(|s| s.patches.iter().any(|p| p.get_ref() == set))
-        {
-            users.push(name);
-        }
-    }
-    Ok(users)
-}
-
 fn refresh(
     settings: &Settings,
     image: Option<&str>,
@@ -294,7 +185,14 @@ fn refresh(
     source: Option<&str>,
     (force, accept_fuzz): (bool, bool),
 ) -> Result<ExitStatus> {
-    let rows = examine(settings, image, Some(rev), source, true)?;
+    let rows = examine(
+        &settings.project,
+        &settings.cache,
+        image,
+        Some(rev),
+        source,
+        true,
+    )?;
     let outcome = crate::inputs::patches::refresh::refresh(&rows, force, accept_fuzz)?;
     let status = print_report(settings, &rows);
     for line in outcome.lines() {

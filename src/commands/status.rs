@@ -1,13 +1,16 @@
 //! `hallmark status`: every image of the project on every node, in `verify`'s rows and words
-//! (`verify::HoldingRow`, `ship::verify::Holding`: one table, so the two cannot drift; the
+//! (`ship::verify::rows::HoldingRow`, `ship::verify::Holding`: one table, so the two cannot drift; the
 //! words are listed once, in docs/json.md, "Holdings").
 
-use super::verify::{holdings_of_nodes, image_rows, unverified_without_reference, wanted_or_why};
 use super::{connect, connect_all, runtime};
 use crate::commands::settings::Settings;
 use crate::error::{Error, ExitStatus, Result};
 use crate::inputs::values::Name;
 use crate::ship;
+use crate::ship::verify::rows::{
+    holdings_of_nodes, image_rows, rows_until_interrupted, unverified_without_reference,
+    wanted_or_why, with_unplanned,
+};
 use futures_util::StreamExt as _;
 
 pub(super) fn run(settings: &Settings) -> Result<ExitStatus> {
@@ -23,7 +26,7 @@ pub(super) fn run(settings: &Settings) -> Result<ExitStatus> {
         .collect();
     let nodes = settings.config.nodes.clone();
     let label = &settings.checksum_label;
-    let rows = runtime()?.block_on(super::verify::rows_until_interrupted(&names, &nodes, async {
+    let rows = runtime()?.block_on(rows_until_interrupted(&names, &nodes, async {
         let connected = connect_all(settings, &nodes).await;
         let builder = match connect(settings, &settings.config.builder).await {
             Ok(builder) => Some(builder),
@@ -56,7 +59,7 @@ pub(super) fn run(settings: &Settings) -> Result<ExitStatus> {
             .zip(found)
             .map(|(name, found)| wanted_or_why(plan.get(name), store, found))
             .unzip();
-        let mut columns = holdings_of_nodes(settings, &nodes, &connected, &wanted).await;
+        let mut columns = holdings_of_nodes(label, &nodes, &connected, &wanted).await;
         // Said once per image, not on each of its nodes' rows.
         // Said even with `-q`: the rows refer to it.
         for (i, (name, why)) in names.iter().zip(&unchecked).enumerate() {
@@ -73,7 +76,7 @@ pub(super) fn run(settings: &Settings) -> Result<ExitStatus> {
         unverified_without_reference(&mut columns, &unchecked, !settings.output.json);
         Ok::<_, Error>(image_rows(&names, columns))
     }))?;
-    let rows = super::verify::with_unplanned(&all, rows, &unplanned, &nodes);
+    let rows = with_unplanned(&all, rows, &unplanned, &nodes);
     settings.output.table("holdings", &rows);
     Ok(ExitStatus::Success)
 }

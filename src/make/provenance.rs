@@ -6,6 +6,10 @@
 //! `[provenance]` names (`images::attest`) when the image is finished, kept in the layer
 //! store by subject and in the project's state by image.
 
+mod signing;
+
+pub use signing::{refuse_unusable_key, sign_provenance};
+
 use crate::error::{Error, Result};
 use crate::images::attest::{self, Envelope};
 use crate::images::store::LayerStore;
@@ -29,86 +33,7 @@ pub fn statement(
     checksum_label: &str,
 ) -> Value {
     let hex = subject.strip_prefix("sha256:").unwrap_or(subject);
-    let file = |path: &Path| fs_err::read(path).map(|bytes| sha256_hex(&bytes)).ok();
-    let root = image
-        .loaded
-        .path
-        .parent()
-        .and_then(Path::parent)
-        .and_then(Path::parent);
-    let relative = |path: &Path| {
-        root.and_then(|r| path.strip_prefix(r).ok())
-            .unwrap_or(path)
-            .display()
-            .to_string()
-    };
-    let mut dependencies = Vec::new();
-    let mut files = vec![image.loaded.path.clone()];
-    files.extend(root.map(|root| crate::inputs::pins::path_for(root, image.name())));
-    for path in files {
-        if let Some(sha256) = file(&path) {
-            dependencies.push(json!({"name": relative(&path), "digest": {"sha256": sha256}}));
-        }
-    }
-    if let Some(parent) = &image.parent {
-        let below = plan.get(parent);
-        dependencies.push(json!({
-            "name": below.loaded.reference(),
-            "digest": {"hallmarkChecksum": below.checksum.to_string()},
-        }));
-    }
-    if let Some(base) = &image.pins.base {
-        let digest = base.digest.to_string();
-        let (algorithm, value) = digest.split_once(':').unwrap_or(("sha256", &digest));
-        dependencies
-            .push(json!({"name": base.reference.to_string(), "digest": {algorithm: value}}));
-    }
-    for (pin, patches) in image.pins.sources.iter().zip(&image.patches) {
-        // Credentials never reach the Statement; a local path is no URI (and is the builder's).
-        let git = crate::inputs::values::redact_url(&pin.git);
-        let mut source = json!({
-            "name": pin.name.to_string(),
-            "digest": {"gitCommit": pin.commit.to_string()},
-        });
-        if git.contains("://") {
-            source["uri"] = json!(format!("git+{git}@{}", pin.commit));
-        }
-        dependencies.push(source);
-        for set in &patches.sets {
-            for patch in &set.patches {
-                dependencies.push(json!({
-                    "name": format!("patches/{}/{}", set.name, patch.file),
-                    "digest": {"sha256": patch.sha256},
-                }));
-            }
-        }
-    }
-    for file in &image.files {
-        dependencies.push(json!({"name": file.dest, "digest": {"sha256": file.sha256}}));
-    }
-    for wheel in &image.pins.wheels {
-        dependencies.push(json!({
-            "name": wheel.file,
-            "uri": format!("pkg:pypi/{}@{}", wheel.name.as_str().to_lowercase().replace(['_', '.'], "-"), wheel.version),
-            "digest": {"sha256": wheel.sha256.to_string()},
-        }));
-    }
-    for pin in &image.pins.apt {
-        dependencies.push(json!({
-            "name": match &pin.stage {
-                None => pin.describe(),
-                Some(stage) => format!("{} (compile stage {stage})", pin.describe()),
-            },
-            "uri": format!("{}/{}", pin.archive, pin.path),
-            "digest": {"sha256": pin.sha256.to_string()},
-        }));
-    }
-    for stage in &image.compiles {
-        dependencies.push(json!({
-            "name": format!("compile stage {}", stage.name),
-            "digest": {"hallmarkChecksum": stage.checksum.to_string()},
-        }));
-    }
+    let dependencies = dependencies(plan, image);
     json!({
         "_type": "https://in-toto.io/Statement/v1",
         "subject": [{"name": image.loaded.reference(), "digest": {"sha256": hex}}],
@@ -135,6 +60,106 @@ pub fn statement(
             },
         },
     })
+}
+
+/// What the image was made from, in the Statement's order: its spec and pins files, the
+/// parent or base, the sources and patches, the files, wheels, apt packages and compile
+/// stages.
+fn dependencies(plan: &Plan, image: &PlannedImage) -> Vec<Value> {
+    let mut dependencies = spec_files(image);
+    if let Some(parent) = &image.parent {
+        let below = plan.get(parent);
+        dependencies.push(json!({
+            "name": below.loaded.reference(),
+            "digest": {"hallmarkChecksum": below.checksum.to_string()},
+        }));
+    }
+    if let Some(base) = &image.pins.base {
+        let digest = base.digest.to_string();
+        let (algorithm, value) = digest.split_once(':').unwrap_or(("sha256", &digest));
+        dependencies
+            .push(json!({"name": base.reference.to_string(), "digest": {algorithm: value}}));
+    }
+    dependencies.extend(sources(image));
+    for file in &image.files {
+        dependencies.push(json!({"name": file.dest, "digest": {"sha256": file.sha256}}));
+    }
+    for wheel in &image.pins.wheels {
+        dependencies.push(json!({
+            "name": wheel.file,
+            "uri": format!("pkg:pypi/{}@{}", wheel.name.as_str().to_lowercase().replace(['_', '.'], "-"), wheel.version),
+            "digest": {"sha256": wheel.sha256.to_string()},
+        }));
+    }
+    for pin in &image.pins.apt {
+        dependencies.push(json!({
+            "name": match &pin.stage {
+                None => pin.describe(),
+                Some(stage) => format!("{} (compile stage {stage})", pin.describe()),
+            },
+            "uri": format!("{}/{}", pin.archive, pin.path),
+            "digest": {"sha256": pin.sha256.to_string()},
+        }));
+    }
+    for stage in &image.compiles {
+        dependencies.push(json!({
+            "name": format!("compile stage {}", stage.name),
+            "digest": {"hallmarkChecksum": stage.checksum.to_string()},
+        }));
+    }
+    dependencies
+}
+
+/// The spec and pins files, by sha256, named relative to the project.
+fn spec_files(image: &PlannedImage) -> Vec<Value> {
+    let file = |path: &Path| fs_err::read(path).map(|bytes| sha256_hex(&bytes)).ok();
+    let root = image
+        .loaded
+        .path
+        .parent()
+        .and_then(Path::parent)
+        .and_then(Path::parent);
+    let relative = |path: &Path| {
+        root.and_then(|r| path.strip_prefix(r).ok())
+            .unwrap_or(path)
+            .display()
+            .to_string()
+    };
+    let mut dependencies = Vec::new();
+    let mut files = vec![image.loaded.path.clone()];
+    files.extend(root.map(|root| crate::inputs::pins::path_for(root, image.name())));
+    for path in files {
+        if let Some(sha256) = file(&path) {
+            dependencies.push(json!({"name": relative(&path), "digest": {"sha256": sha256}}));
+        }
+    }
+    dependencies
+}
+
+/// Each source at its commit (its URL without credentials), and its patches.
+fn sources(image: &PlannedImage) -> Vec<Value> {
+    let mut dependencies = Vec::new();
+    for (pin, patches) in image.pins.sources.iter().zip(&image.patches) {
+        // Credentials never reach the Statement; a local path is no URI (and is the builder's).
+        let git = crate::inputs::values::redact_url(&pin.git);
+        let mut source = json!({
+            "name": pin.name.to_string(),
+            "digest": {"gitCommit": pin.commit.to_string()},
+        });
+        if git.contains("://") {
+            source["uri"] = json!(format!("git+{git}@{}", pin.commit));
+        }
+        dependencies.push(source);
+        for set in &patches.sets {
+            for patch in &set.patches {
+                dependencies.push(json!({
+                    "name": format!("patches/{}/{}", set.name, patch.file),
+                    "digest": {"sha256": patch.sha256},
+                }));
+            }
+        }
+    }
+    dependencies
 }
 
 /// Where the store keeps the envelope of `subject`, shared by projects.

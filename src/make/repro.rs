@@ -208,3 +208,29 @@ fn config_difference(store: &LayerStore, a: &StoredImage, b: &StoredImage) -> Re
         .collect();
     Ok(format!("the config differs in: {}", keys.join(", ")))
 }
+
+/// `--check-repro` of each named image: its records (two builds each) and, in `differences`,
+/// what differed, prefixed with the image's name.
+pub async fn repro_all(
+    engine: &crate::engine::Engine,
+    plan: &Plan,
+    names: &[crate::inputs::values::Name],
+    build_settings: &BuildSettings<'_>,
+    differences: &mut Vec<String>,
+) -> (Vec<build::BuildRecord>, Result<()>) {
+    let mut records = Vec::new();
+    for name in names {
+        let (mut pair, found) =
+            match crate::make::repro::check(engine, plan, name, build_settings).await {
+                Ok(done) => done,
+                Err(error) => return (records, Err(error)),
+            };
+        for record in &mut pair {
+            record.reproducible = Some(found.is_empty());
+            record.differences = found.clone();
+        }
+        differences.extend(found.into_iter().map(|d| format!("{name}: {d}")));
+        records.extend(pair);
+    }
+    (records, Ok(()))
+}

@@ -352,6 +352,8 @@ mod tests {
     /// Issue 14 item 9: pip installs `cp39-abi3` on a newer Python and `py311-none-any`, and
     /// refuses a `manylinux_2_99` on glibc 2.36; hallmark said the opposite of each.
     #[test]
+    // A table of pip's answers, one case a line: split, it would read worse.
+    #[allow(clippy::too_many_lines)]
     fn wheel_tags_match_as_pip_matches_them() {
         let glibc311 = interpreter("3.11", "cp311", "x86_64", "glibc 2.36");
         let glibc312 = interpreter("3.12", "cp312", "x86_64", "glibc 2.36");

@@ -57,21 +57,26 @@ pub fn hex_of(id: &str) -> &str {
     id.strip_prefix(PREFIX).unwrap_or(id)
 }
 
+/// A text that is not a digest.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("`{value}` is not a digest: expected `sha256:` and 64 lowercase hex digits")]
+pub struct BadDigest {
+    pub value: String,
+}
+
 impl TryFrom<String> for Digest {
-    type Error = String;
-    fn try_from(value: String) -> Result<Self, String> {
+    type Error = BadDigest;
+    fn try_from(value: String) -> Result<Self, BadDigest> {
         match value.strip_prefix(PREFIX) {
             Some(hex) if is_hex64(hex) => Ok(Digest(value)),
-            _ => Err(format!(
-                "`{value}` is not a digest: expected `sha256:` and 64 lowercase hex digits"
-            )),
+            _ => Err(BadDigest { value }),
         }
     }
 }
 
 impl TryFrom<&str> for Digest {
-    type Error = String;
-    fn try_from(value: &str) -> Result<Self, String> {
+    type Error = BadDigest;
+    fn try_from(value: &str) -> Result<Self, BadDigest> {
         Digest::try_from(value.to_string())
     }
 }

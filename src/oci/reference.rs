@@ -112,12 +112,26 @@ pub struct Reference {
     repository: String,
 }
 
+/// A text that is not an image reference, and what is wrong with it.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("`{reference}` is not an image reference: {why}")]
+pub struct BadReference {
+    pub reference: String,
+    pub why: String,
+}
+
 impl Reference {
     /// Parses `reference`; the error says what is wrong with it.
-    pub fn parse(reference: &str) -> Result<Reference, String> {
-        let bad = |why: &str| format!("`{reference}` is not an image reference: {why}");
+    pub fn parse(reference: &str) -> Result<Reference, BadReference> {
+        let bad = |why: &str| BadReference {
+            reference: reference.to_string(),
+            why: why.to_string(),
+        };
         let (named, digest) = match reference.split_once('@') {
-            Some((named, digest)) => (named, Some(Digest::try_from(digest).map_err(|e| bad(&e))?)),
+            Some((named, digest)) => (
+                named,
+                Some(Digest::try_from(digest).map_err(|e| bad(&e.to_string()))?),
+            ),
             None => (reference, None),
         };
         let (name, tag) = match named.rsplit_once(':') {
@@ -144,7 +158,7 @@ impl Reference {
     }
 
     /// `repository:tag` for an image hallmark names (both checked by the spec reader).
-    pub fn tagged(repository: &str, tag: &str) -> Result<Reference, String> {
+    pub fn tagged(repository: &str, tag: &str) -> Result<Reference, BadReference> {
         Reference::parse(&format!("{repository}:{tag}"))
     }
 
@@ -183,7 +197,7 @@ impl Reference {
     }
 
     /// `localhost/hello:latest` for `hello`: the name Podman tries first for a short one.
-    pub fn on_localhost(&self) -> Result<Reference, String> {
+    pub fn on_localhost(&self) -> Result<Reference, BadReference> {
         Reference::tagged(&format!("localhost/{}", self.name), self.tag_or_latest())
     }
 
@@ -274,15 +288,15 @@ impl PartialEq<&str> for Reference {
 }
 
 impl std::str::FromStr for Reference {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, String> {
+    type Err = BadReference;
+    fn from_str(s: &str) -> Result<Self, BadReference> {
         Reference::parse(s)
     }
 }
 
 impl TryFrom<String> for Reference {
-    type Error = String;
-    fn try_from(value: String) -> Result<Self, String> {
+    type Error = BadReference;
+    fn try_from(value: String) -> Result<Self, BadReference> {
         Reference::parse(&value)
     }
 }
@@ -365,6 +379,7 @@ mod tests {
         assert!(
             Reference::parse("Hello:1")
                 .unwrap_err()
+                .to_string()
                 .contains("lowercase")
         );
     }

@@ -8,8 +8,10 @@ use crate::inputs::patches::PatchSet;
 use crate::inputs::values::GitCommit;
 use std::collections::BTreeSet;
 
+pub mod pins;
 pub mod saved;
 pub mod series;
+pub mod source;
 use crate::plan::fetch;
 use std::path::{Path, PathBuf};
 

@@ -354,3 +354,17 @@ fn lints_under(image: &PlannedImage, inherited: Option<Vec<String>>) -> Vec<Erro
     }
     found
 }
+
+/// The lints cost nothing and a wrong ENTRYPOINT costs a deployment: refused before building.
+pub fn refuse_lint_problems(plan: &Plan) -> Result<()> {
+    let mut problems: Vec<Error> = plan
+        .order
+        .iter()
+        .flat_map(|n| lints(plan, plan.get(n)))
+        .collect();
+    match problems.len() {
+        0 => Ok(()),
+        1 => Err(problems.remove(0)),
+        _ => Err(Error::Many(problems)),
+    }
+}

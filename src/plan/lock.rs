@@ -96,19 +96,7 @@ pub fn lock(
         new.wheels.push(pin);
     }
     let (chain, platform) = parent_chain(project, &loaded, &store, &mut locking.changes)?;
-    let needs_lines =
-        !loaded.spec.build.apt.is_empty() || loaded.spec.compiles.iter().any(|s| !s.apt.is_empty());
-    let parent_line = match (needs_lines, loaded.spec.parent()) {
-        (false, _) => String::new(),
-        (true, Parent::External(reference)) => {
-            let base = new.base.as_ref().expect("pinned above");
-            format!("base {reference} {}", base.digest)
-        }
-        (true, Parent::Image(parent)) => {
-            let planned = crate::plan::Plan::new(project, std::slice::from_ref(parent))?;
-            format!("parent {parent} {}", planned.get(parent).checksum)
-        }
-    };
+    let parent_line = parent_line(project, &loaded, &new)?;
     if !loaded.spec.build.apt.is_empty() {
         let build_apt = &loaded.spec.build.apt;
         let target = (None, parent_line.as_str());
@@ -118,27 +106,14 @@ pub fn lock(
             .insert(pins::apt_target(None), parent_line.clone());
     }
     for stage in loaded.spec.compiles.iter().filter(|s| !s.apt.is_empty()) {
-        let (into, line) = match (&stage.toolchain, &stage.toolchain_image) {
-            (Some(reference), _) => {
-                let pin = new
-                    .toolchains
-                    .iter()
-                    .find(|t| t.reference == reference.get_ref().as_str())
-                    .expect("pinned above");
-                let line = format!("toolchain {} {}", pin.reference, pin.digest);
-                (vec![Link::external(reference.get_ref().as_str())], line)
-            }
-            (None, Some(name)) => {
-                let name = name.get_ref();
-                let toolchain = project.load_spec(name)?;
-                let planned = crate::plan::Plan::new(project, std::slice::from_ref(name))?;
-                let line = format!("toolchain image {name} {}", planned.get(name).checksum);
-                let mut into = built(project, &toolchain, &store, &mut locking.changes);
-                into.extend(parent_chain(project, &toolchain, &store, &mut locking.changes)?.0);
-                (into, line)
-            }
-            (None, None) => (chain.clone(), format!("toolchain {parent_line}")),
-        };
+        let (into, line) = stage_target(
+            project,
+            stage,
+            &new,
+            (&chain, &parent_line),
+            &store,
+            &mut locking.changes,
+        )?;
         let name = stage.name.get_ref();
         let target = (Some(name), line.as_str());
         let pins = locking.apt(target, &into, &stage.apt, platform.as_deref(), cache)?;
@@ -153,6 +128,58 @@ pub fn lock(
     Ok(LockReport {
         image: image.clone(),
         changes: locking.changes,
+    })
+}
+
+/// What the apt pins of `[build]` are resolved against, as the pins file records it: the
+/// base and its digest, or the parent and its checksum; empty when nothing needs it.
+fn parent_line(project: &Project, loaded: &LoadedSpec, new: &Pins) -> Result<String> {
+    let needs_lines =
+        !loaded.spec.build.apt.is_empty() || loaded.spec.compiles.iter().any(|s| !s.apt.is_empty());
+    Ok(match (needs_lines, loaded.spec.parent()) {
+        (false, _) => String::new(),
+        (true, Parent::External(reference)) => {
+            let base = new.base.as_ref().expect("pinned above");
+            format!("base {reference} {}", base.digest)
+        }
+        (true, Parent::Image(parent)) => {
+            let planned = crate::plan::Plan::new(project, std::slice::from_ref(parent))?;
+            format!("parent {parent} {}", planned.get(parent).checksum)
+        }
+    })
+}
+
+/// What a compile stage's apt pins are resolved against: its toolchain (pinned above, or an
+/// image of the project and its chain), else the image's parent chain; and the line the
+/// pins file records for it.
+fn stage_target(
+    project: &Project,
+    stage: &crate::inputs::spec::compile::CompileStage,
+    new: &Pins,
+    (chain, parent_line): (&[Link], &str),
+    store: &LayerStore,
+    changes: &mut Vec<String>,
+) -> Result<(Vec<Link>, String)> {
+    Ok(match (&stage.toolchain, &stage.toolchain_image) {
+        (Some(reference), _) => {
+            let pin = new
+                .toolchains
+                .iter()
+                .find(|t| t.reference == reference.get_ref().as_str())
+                .expect("pinned above");
+            let line = format!("toolchain {} {}", pin.reference, pin.digest);
+            (vec![Link::external(reference.get_ref().as_str())], line)
+        }
+        (None, Some(name)) => {
+            let name = name.get_ref();
+            let toolchain = project.load_spec(name)?;
+            let planned = crate::plan::Plan::new(project, std::slice::from_ref(name))?;
+            let line = format!("toolchain image {name} {}", planned.get(name).checksum);
+            let mut into = built(project, &toolchain, store, changes);
+            into.extend(parent_chain(project, &toolchain, store, changes)?.0);
+            (into, line)
+        }
+        (None, None) => (chain.to_vec(), format!("toolchain {parent_line}")),
     })
 }
 
@@ -358,24 +385,7 @@ impl Locking<'_> {
             .iter()
             .filter(|p| p.stage.as_ref() == stage)
             .collect();
-        let wanted: std::collections::BTreeSet<(String, Option<String>)> = requested
-            .iter()
-            .map(|r| {
-                let r = Requested::parse(r);
-                (r.name, r.version)
-            })
-            .collect();
-        let kept: std::collections::BTreeSet<(String, Option<String>)> = old
-            .iter()
-            .filter(|p| p.wanted)
-            .map(|p| {
-                let asked = wanted
-                    .iter()
-                    .find(|(name, _)| *name == p.name)
-                    .and_then(|(_, version)| version.clone());
-                (p.name.clone(), asked.filter(|v| *v == p.version))
-            })
-            .collect();
+        let (wanted, kept) = wanted_and_kept(requested, &old);
         let target = match stage {
             None => "[build]".to_string(),
             Some(stage) => format!("compile stage `{stage}`"),
@@ -441,26 +451,8 @@ impl Locking<'_> {
                 hint: None,
             },
         )?;
-        let needed = pins.iter().filter(|p| !p.wanted).count();
-        self.changes.push(format!(
-            "apt {target}: {} for {architecture} from {}, and {needed} more {} that `{into}` lacks",
-            pins.iter()
-                .filter(|p| p.wanted)
-                .map(AptPin::describe)
-                .collect::<Vec<_>>()
-                .join(" "),
-            system
-                .sources
-                .iter()
-                .map(|s| format!("{} {}", s.uri, s.suite))
-                .collect::<Vec<_>>()
-                .join(", "),
-            if needed == 1 {
-                "package it needs"
-            } else {
-                "packages they need"
-            },
-        ));
+        self.changes
+            .push(resolved(&target, architecture, (&pins, &system), into));
         Ok(pins)
     }
 }
@@ -660,4 +652,60 @@ fn check_wheel_fits(
         })),
         _ => Ok(()),
     }
+}
+
+/// Apt packages by name and the version asked for, if one is.
+type AskedPackages = std::collections::BTreeSet<(String, Option<String>)>;
+
+/// The packages asked for, and those the old pins hold as asked.
+fn wanted_and_kept(requested: &[String], old: &[&AptPin]) -> (AskedPackages, AskedPackages) {
+    let wanted: std::collections::BTreeSet<(String, Option<String>)> = requested
+        .iter()
+        .map(|r| {
+            let r = Requested::parse(r);
+            (r.name, r.version)
+        })
+        .collect();
+    let kept: std::collections::BTreeSet<(String, Option<String>)> = old
+        .iter()
+        .filter(|p| p.wanted)
+        .map(|p| {
+            let asked = wanted
+                .iter()
+                .find(|(name, _)| *name == p.name)
+                .and_then(|(_, version)| version.clone());
+            (p.name.clone(), asked.filter(|v| *v == p.version))
+        })
+        .collect();
+    (wanted, kept)
+}
+
+/// What `lock` says of apt packages it resolved: those asked for, for which architecture,
+/// from which archives, and how many more they need.
+fn resolved(
+    target: &str,
+    architecture: &str,
+    (pins, system): (&[AptPin], &crate::plan::apt::System),
+    into: &str,
+) -> String {
+    let needed = pins.iter().filter(|p| !p.wanted).count();
+    format!(
+        "apt {target}: {} for {architecture} from {}, and {needed} more {} that `{into}` lacks",
+        pins.iter()
+            .filter(|p| p.wanted)
+            .map(AptPin::describe)
+            .collect::<Vec<_>>()
+            .join(" "),
+        system
+            .sources
+            .iter()
+            .map(|s| format!("{} {}", s.uri, s.suite))
+            .collect::<Vec<_>>()
+            .join(", "),
+        if needed == 1 {
+            "package it needs"
+        } else {
+            "packages they need"
+        },
+    )
 }

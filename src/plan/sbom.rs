@@ -202,36 +202,50 @@ fn add_image(inventory: &mut Inventory, plan: &Plan, image: &PlannedImage) -> St
             inventory.link(&me, Relation::DescendantOf, &below);
         }
         (None, Some(base)) => {
-            let digest = base.digest.to_string();
-            let repository = base.reference.name();
-            let base_id = inventory.add(Part {
-                id: id("base", &format!("{}@{digest}", base.reference)),
-                kind: Kind::Base,
-                name: base.reference.to_string(),
-                version: Some(digest.clone()),
-                sha256: digest.strip_prefix("sha256:").map(str::to_string),
-                purl: Some(format!(
-                    "pkg:docker/{}@{}",
-                    repository
-                        .split('/')
-                        .map(purl_encode)
-                        .collect::<Vec<_>>()
-                        .join("/"),
-                    purl_encode(&digest)
-                )),
-                location: None,
-                comment: Some(format!(
-                    "the base image, pinned by its {}",
-                    serde_json::to_value(base.kind)
-                        .ok()
-                        .and_then(|v| v.as_str().map(str::to_string))
-                        .unwrap_or_default()
-                )),
-            });
+            let base_id = inventory.add(base_part(base));
             inventory.link(&me, Relation::DescendantOf, &base_id);
         }
         (None, None) => {}
     }
+    let source_ids = add_sources(inventory, image, &me);
+    add_files(inventory, image, &me);
+    add_stages(inventory, image, &me, &source_ids);
+    me
+}
+
+/// The base image's part: its reference, pinned by digest.
+fn base_part(base: &crate::inputs::pins::BasePin) -> Part {
+    let digest = base.digest.to_string();
+    let repository = base.reference.name();
+    Part {
+        id: id("base", &format!("{}@{digest}", base.reference)),
+        kind: Kind::Base,
+        name: base.reference.to_string(),
+        version: Some(digest.clone()),
+        sha256: digest.strip_prefix("sha256:").map(str::to_string),
+        purl: Some(format!(
+            "pkg:docker/{}@{}",
+            repository
+                .split('/')
+                .map(purl_encode)
+                .collect::<Vec<_>>()
+                .join("/"),
+            purl_encode(&digest)
+        )),
+        location: None,
+        comment: Some(format!(
+            "the base image, pinned by its {}",
+            serde_json::to_value(base.kind)
+                .ok()
+                .and_then(|v| v.as_str().map(str::to_string))
+                .unwrap_or_default()
+        )),
+    }
+}
+
+/// Each source at its commit and the patches applied to it; an image without compile
+/// stages contains them. Returns the sources' ids, in order.
+fn add_sources(inventory: &mut Inventory, image: &PlannedImage, me: &str) -> Vec<String> {
     let spec = &image.loaded.spec;
     let compiled = !spec.compiles.is_empty();
     let mut source_ids = Vec::new();
@@ -271,10 +285,15 @@ fn add_image(inventory: &mut Inventory, plan: &Plan, image: &PlannedImage) -> St
         }
         // Sources a compile stage builds reach the image as wheels, not as a tree.
         if !compiled {
-            inventory.link(&me, Relation::Contains, &source);
+            inventory.link(me, Relation::Contains, &source);
         }
         source_ids.push(source);
     }
+    source_ids
+}
+
+/// The files, wheels and apt packages the image contains.
+fn add_files(inventory: &mut Inventory, image: &PlannedImage, me: &str) {
     for file in &image.files {
         let part = inventory.add(Part {
             id: id("file", &format!("{}@{}", file.dest, file.sha256)),
@@ -286,7 +305,7 @@ fn add_image(inventory: &mut Inventory, plan: &Plan, image: &PlannedImage) -> St
             location: None,
             comment: Some(format!("mode {:04o}", file.mode())),
         });
-        inventory.link(&me, Relation::Contains, &part);
+        inventory.link(me, Relation::Contains, &part);
     }
     for wheel in &image.pins.wheels {
         let part = inventory.add(Part {
@@ -303,12 +322,17 @@ fn add_image(inventory: &mut Inventory, plan: &Plan, image: &PlannedImage) -> St
             location: None,
             comment: Some(wheel.file.clone()),
         });
-        inventory.link(&me, Relation::Contains, &part);
+        inventory.link(me, Relation::Contains, &part);
     }
     for pin in image.pins.apt_for(None) {
         let part = inventory.add(deb_part(pin));
-        inventory.link(&me, Relation::Contains, &part);
+        inventory.link(me, Relation::Contains, &part);
     }
+}
+
+/// Each compile stage, the apt packages it builds with and the wheels it makes from the
+/// sources.
+fn add_stages(inventory: &mut Inventory, image: &PlannedImage, me: &str, source_ids: &[String]) {
     for stage in &image.compiles {
         let stage_id = inventory.add(Part {
             id: id("stage", &format!("{}@{}", stage.name, stage.checksum)),
@@ -342,10 +366,9 @@ fn add_image(inventory: &mut Inventory, plan: &Plan, image: &PlannedImage) -> St
             for &index in &stage.sources {
                 inventory.link(&made, Relation::GeneratedFrom, &source_ids[index]);
             }
-            inventory.link(&me, Relation::Contains, &made);
+            inventory.link(me, Relation::Contains, &made);
         }
     }
-    me
 }
 
 fn inventory(plan: &Plan, image: &PlannedImage) -> Inventory {

@@ -1,5 +1,6 @@
 //! What a distribute did at one node, as `--json` and the table report it.
 
+use crate::output::{self, Column};
 use serde::{Serialize, Serializer};
 
 /// What crossed the wire to a node.
@@ -135,6 +136,46 @@ impl Serialize for NodeOutcome {
             error: self.error(),
         }
         .serialize(serializer)
+    }
+}
+
+/// One image's outcome on every node, in the cluster file's order.
+#[derive(Serialize)]
+pub struct Shipped {
+    pub image: String,
+    pub nodes: Vec<NodeOutcome>,
+    pub reference: String,
+}
+
+impl output::Row for Shipped {
+    fn columns() -> Option<&'static [Column]> {
+        const COLUMNS: [Column; 7] = [
+            Column::left("image", 12),
+            Column::left("node", 10),
+            Column::left("action", 8),
+            Column::right("bytes sent", 12),
+            Column::right("seconds", 8),
+            Column::right("verified", 9),
+            Column::left("error", 0),
+        ];
+        Some(&COLUMNS)
+    }
+
+    fn cells(&self) -> Vec<Vec<String>> {
+        self.nodes
+            .iter()
+            .map(|o| {
+                vec![
+                    self.image.clone(),
+                    o.node.clone(),
+                    o.action.name().to_string(),
+                    o.archive_bytes().to_string(),
+                    format!("{:.2}", o.seconds),
+                    if o.verified() { "yes" } else { "no" }.to_string(),
+                    o.error().unwrap_or("").to_string(),
+                ]
+            })
+            .collect()
     }
 }
 

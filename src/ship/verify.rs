@@ -7,6 +7,10 @@ use crate::images::identity::{fingerprint, inspect_whole, label};
 use crate::oci::Reference;
 use serde::Serialize;
 
+pub mod provenance;
+pub mod rows;
+pub mod trusted;
+
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum Holding {

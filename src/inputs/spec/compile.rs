@@ -200,7 +200,9 @@ fn validate_toolchain(loaded: &LoadedSpec, stage: &CompileStage) -> Result<()> {
         let why = if toolchain.get_ref().contains('@') {
             Some("carries a digest; write the tag here, the digest belongs in pins/ (`hallmark lock`)".to_string())
         } else {
-            Reference::parse(toolchain.get_ref()).err()
+            Reference::parse(toolchain.get_ref())
+                .err()
+                .map(|e| e.to_string())
         };
         if let Some(why) = why {
             return loaded.invalid(

@@ -188,6 +188,44 @@ struct Reading<'a> {
     config: Option<serde_json::Value>,
 }
 
+impl<'a> Reading<'a> {
+    /// A reading of the export of `plan`'s image: the parent's layers named as the legacy
+    /// layout names them, the new ones wanted.
+    fn new(
+        plan: &'a Plan,
+        store: &'a LayerStore,
+        new: &'a std::sync::mpsc::Sender<New>,
+        rewrite: Rewrite<'a>,
+    ) -> Reading<'a> {
+        let passed_over = plan.passed_over();
+        let legacy = legacy_ids(&plan.diff_ids);
+        Reading {
+            plan,
+            store,
+            legacy_parent: legacy
+                .iter()
+                .zip(&plan.diff_ids[..plan.parent_layers])
+                .map(|(id, diff_id)| (format!("{}/layer.tar", id.hex()), diff_id.clone()))
+                .collect(),
+            legacy_ids: legacy.iter().map(|id| id.hex().to_string()).collect(),
+            legacy_names_hold: false,
+            parent_sizes: plan.parent_sizes(),
+            new,
+            rewrite,
+            load_free: true,
+            sent: HashSet::new(),
+            wanted: plan.diff_ids[plan.parent_layers..]
+                .iter()
+                .filter(|d| !passed_over.contains(*d))
+                .cloned()
+                .collect(),
+            handed_small: HashSet::new(),
+            config: None,
+            passed_over,
+        }
+    }
+}
+
 /// Reads the export `archive`, sending each new layer on `new` as soon as it is read: one
 /// known new by its name is rewritten as it streams (`rewrite`), the others spooled.
 pub fn split<'a>(
@@ -197,32 +235,7 @@ pub fn split<'a>(
     new: &'a std::sync::mpsc::Sender<New>,
     rewrite: Rewrite<'a>,
 ) -> std::result::Result<Split, Failure> {
-    let passed_over = plan.passed_over();
-    let legacy = legacy_ids(&plan.diff_ids);
-    let mut reading = Reading {
-        plan,
-        store,
-        legacy_parent: legacy
-            .iter()
-            .zip(&plan.diff_ids[..plan.parent_layers])
-            .map(|(id, diff_id)| (format!("{}/layer.tar", id.hex()), diff_id.clone()))
-            .collect(),
-        legacy_ids: legacy.iter().map(|id| id.hex().to_string()).collect(),
-        legacy_names_hold: false,
-        parent_sizes: plan.parent_sizes(),
-        new,
-        rewrite,
-        load_free: true,
-        sent: HashSet::new(),
-        wanted: plan.diff_ids[plan.parent_layers..]
-            .iter()
-            .filter(|d| !passed_over.contains(*d))
-            .cloned()
-            .collect(),
-        handed_small: HashSet::new(),
-        config: None,
-        passed_over,
-    };
+    let mut reading = Reading::new(plan, store, new, rewrite);
     let invalid = |entry: Option<&str>, message: String| Error::Archive {
         archive: "the builder's export of the built image".into(),
         entry: entry.map(str::to_string),

@@ -60,19 +60,9 @@ fn at_the_epoch(dir: &Path) -> Option<PathBuf> {
         .map(|entry| entry.into_path())
 }
 
-/// Finds the raw image `id` (layers `diff_ids`, the first `parent_layers` its parent's) in
-/// the builder's store on this machine, or says why it cannot be read there. `parent` is
-/// the store's record of the parent's layers, when it has one (no tar-split is read then).
-/// With a `source_date` above 0, a name whose time is the epoch sends the reading to the
-/// export ([`at_the_epoch`]).
-pub async fn locate(
-    builder: &Engine,
-    id: &str,
-    diff_ids: &[Digest],
-    parent_layers: usize,
-    parent: Option<&[StoredLayer]>,
-    source_date: u64,
-) -> std::result::Result<Found, String> {
+/// The builder's root folder, when its layers are overlay2 folders on this machine that
+/// hallmark can read as the engine wrote them; else why not.
+async fn overlay_root(builder: &Engine) -> std::result::Result<String, String> {
     if !builder.reach().is_local() {
         return Err(format!("the builder is reached by {}", builder.reach()));
     }
@@ -97,7 +87,24 @@ pub async fn locate(
     {
         return Err("the builder remaps user ids".into());
     }
-    let root = Path::new(&info.docker_root_dir);
+    Ok(info.docker_root_dir)
+}
+
+/// Finds the raw image `id` (layers `diff_ids`, the first `parent_layers` its parent's) in
+/// the builder's store on this machine, or says why it cannot be read there. `parent` is
+/// the store's record of the parent's layers, when it has one (no tar-split is read then).
+/// With a `source_date` above 0, a name whose time is the epoch sends the reading to the
+/// export ([`at_the_epoch`]).
+pub async fn locate(
+    builder: &Engine,
+    id: &str,
+    diff_ids: &[Digest],
+    parent_layers: usize,
+    parent: Option<&[StoredLayer]>,
+    source_date: u64,
+) -> std::result::Result<Found, String> {
+    let docker_root_dir = overlay_root(builder).await?;
+    let root = Path::new(&docker_root_dir);
     let image_hex = id.strip_prefix("sha256:").unwrap_or(id);
     let config_path = root
         .join("image/overlay2/imagedb/content/sha256")
@@ -259,9 +266,6 @@ pub fn walk(dir: &Path) -> std::io::Result<Walked> {
     let mut opaque = Vec::new();
     let mut files = Vec::new();
     let mut seen: HashMap<(u64, u64), String> = HashMap::new();
-    let failed = |path: &Path, e: std::io::Error| {
-        std::io::Error::new(e.kind(), format!("{}: {e}", path.display()))
-    };
     for entry in walkdir::WalkDir::new(dir).follow_links(false).min_depth(1) {
         let entry = entry.map_err(std::io::Error::from)?;
         let full = entry.path();
@@ -285,19 +289,7 @@ pub fn walk(dir: &Path) -> std::io::Result<Walked> {
         {
             return Err(super::whiteout_named(&path));
         }
-        let mut item = Item {
-            kind: Kind::File,
-            mode: meta.mode() & 0o7777,
-            uid: meta.uid().into(),
-            gid: meta.gid().into(),
-            mtime: meta.mtime().max(0) as u64,
-            size: 0,
-            data: 0,
-            link: None,
-            device: None,
-            capability: attribute(full, "security.capability")?,
-            path,
-        };
+        let mut item = item_of(path, full, &meta)?;
         if kind.is_dir() {
             item.kind = Kind::Dir;
             if attribute(full, "trusted.overlay.opaque")?.as_deref() == Some(b"y") {
@@ -323,22 +315,8 @@ pub fn walk(dir: &Path) -> std::io::Result<Walked> {
             item.size = meta.len();
             item.data = files.len() as u64;
             files.push(full.to_path_buf());
-        } else if kind.is_symlink() {
-            let target = fs_err::read_link(full).map_err(|e| failed(full, e))?;
-            item.kind = Kind::Symlink;
-            item.link = Some(text(std::os::unix::ffi::OsStrExt::as_bytes(
-                target.as_os_str(),
-            )));
-        } else if kind.is_char_device() || kind.is_block_device() {
-            item.kind = if kind.is_char_device() {
-                Kind::Char
-            } else {
-                Kind::Block
-            };
-            let rdev = meta.rdev();
-            item.device = Some((libc::major(rdev), libc::minor(rdev)));
-        } else if kind.is_fifo() {
-            item.kind = Kind::Fifo;
+        } else {
+            special(&mut item, full, &meta)?;
         }
         items.push(item);
     }
@@ -347,6 +325,50 @@ pub fn walk(dir: &Path) -> std::io::Result<Walked> {
         opaque,
         files: Files(files),
     })
+}
+
+/// A walked entry as a regular file's item: its mode, owner, time and file capability.
+fn item_of(path: String, full: &Path, meta: &std::fs::Metadata) -> std::io::Result<Item> {
+    Ok(Item {
+        kind: Kind::File,
+        mode: meta.mode() & 0o7777,
+        uid: meta.uid().into(),
+        gid: meta.gid().into(),
+        mtime: meta.mtime().max(0) as u64,
+        size: 0,
+        data: 0,
+        link: None,
+        device: None,
+        capability: attribute(full, "security.capability")?,
+        path,
+    })
+}
+
+/// What a walked entry that is no file or directory is: a symlink and its target, a device
+/// and its numbers, a fifo.
+fn special(item: &mut Item, full: &Path, meta: &std::fs::Metadata) -> std::io::Result<()> {
+    let kind = meta.file_type();
+    let failed = |path: &Path, e: std::io::Error| {
+        std::io::Error::new(e.kind(), format!("{}: {e}", path.display()))
+    };
+    if kind.is_symlink() {
+        let target = fs_err::read_link(full).map_err(|e| failed(full, e))?;
+        item.kind = Kind::Symlink;
+        item.link = Some(text(std::os::unix::ffi::OsStrExt::as_bytes(
+            target.as_os_str(),
+        )));
+    } else if kind.is_char_device() || kind.is_block_device() {
+        item.kind = if kind.is_char_device() {
+            Kind::Char
+        } else {
+            Kind::Block
+        };
+        let rdev = meta.rdev();
+        item.device = Some((libc::major(rdev), libc::minor(rdev)));
+    } else if kind.is_fifo() {
+        item.kind = Kind::Fifo;
+    }
+    Ok(())
 }
 
 /// An extended attribute of `path` itself (a symlink's own), none where the file system
