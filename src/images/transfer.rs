@@ -410,9 +410,29 @@ async fn load_into(
             }
         })
     };
+    // When the last byte went, for where a load's time goes: sending, then the engine's
+    // unpacking after it (`RUST_LOG=hallmark::images::transfer=info`; scripts/bench-first-copy).
+    let started = std::time::Instant::now();
+    let last_byte = Arc::new(std::sync::OnceLock::new());
+    let body = body.chain({
+        let last_byte = Arc::clone(&last_byte);
+        futures_util::stream::once(async move {
+            let _ = last_byte.set(std::time::Instant::now());
+        })
+        .filter_map(|()| async { None })
+    });
     let load = node.import(body, true);
     let failure = engine::follow(load, drop).await;
     ticker.abort();
+    if let Some(last) = last_byte.get() {
+        tracing::info!(
+            node = %node.node,
+            bytes = sent.load(Ordering::Relaxed),
+            "load: sending_s={:.2} after_s={:.2}",
+            last.duration_since(started).as_secs_f64(),
+            last.elapsed().as_secs_f64()
+        );
+    }
     match failure {
         Some(message) => {
             let link = node.link_ended().await.map(|why| format!(" ({why})"));
