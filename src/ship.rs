@@ -142,7 +142,9 @@ pub async fn distribute(
         bars: progress::bars(settings.progress),
         phases: Phases::start(settings.verbose),
     };
-    let mut stored = transfer::in_store(store, shipment.on_builder());
+    let mut stored =
+        transfer::in_store_completed(builder, store, shipment.on_builder(), &shipment.related)
+            .await;
     let unread = stored
         .is_none()
         .then(|| transfer::export_stream(builder, shipment.on_builder()));
