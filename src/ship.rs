@@ -145,10 +145,19 @@ pub async fn distribute(
         phases: Phases::start(settings.verbose),
     };
     let mut stored = transfer::in_store(store, shipment.on_builder());
-    let unread = stored
-        .is_none()
+    // A record that lacks only its parents' layers is completed once a node needs the image
+    // (the base exported, not the whole image); if it cannot be, the image is exported.
+    let completable = stored.is_none() && store.record(&shipment.image_id).is_some();
+    let unread = (stored.is_none() && !completable)
         .then(|| transfer::export_stream(builder, shipment.on_builder()));
-    let (decisions, export) = run.ask(&full_nodes, unread).await;
+    let (decisions, mut export) = run.ask(&full_nodes, unread).await;
+    if completable && decisions.iter().any(|d| matches!(d, Decision::Send { .. })) {
+        let on_builder = shipment.on_builder();
+        stored = transfer::in_store_completed(builder, store, on_builder, &shipment.related).await;
+        if stored.is_none() {
+            export = Some(transfer::export_stream(builder, on_builder));
+        }
+    }
     run.phases
         .say(format!("asked {} nodes what they hold", nodes.len()));
     let mut outcomes: Vec<Option<NodeOutcome>> = vec![None; nodes.len()];

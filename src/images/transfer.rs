@@ -36,6 +36,60 @@ pub fn in_store(store: &LayerStore, image: OnBuilder<'_>) -> Option<StoredImage>
     store.image(image.id)
 }
 
+/// The image in the layer store, its record completed if need be: a normalised image's record
+/// names its parents' layers, which the store holds only once something exported them (a
+/// `from.ref` base is never exported by the build). Rather than export the whole image (a
+/// 20 GB `docker save`, which Docker 20.10 spools whole on the builder before its first
+/// byte), the smallest of `related` (the image's parents and base, by reference) that the
+/// builder holds with the layers the store lacks is exported. None if no parent will do:
+/// the caller exports the image.
+pub async fn in_store_completed(
+    builder: &Engine,
+    store: &Arc<LayerStore>,
+    image: OnBuilder<'_>,
+    related: &[String],
+) -> Option<StoredImage> {
+    if let Some(stored) = in_store(store, image) {
+        return Some(stored);
+    }
+    let record = store.record(image.id)?;
+    let missing = record
+        .layers
+        .iter()
+        .rposition(|l| !store.blob_path(&l.blob.digest).is_file())?;
+    // The base comes last in `related`, the image itself first: the smallest parent first.
+    for reference in related.iter().rev().filter(|r| *r != image.reference) {
+        let Ok(Some(parent)) = builder.inspect(reference).await else {
+            continue;
+        };
+        let layers = parent.layers();
+        if layers.len() <= missing
+            || layers.len() >= image.diff_ids.len()
+            || layers != &image.diff_ids[..layers.len()]
+        {
+            continue;
+        }
+        let id = parent.id().unwrap_or_default().to_string();
+        let parent = OnBuilder {
+            reference,
+            id: &id,
+            diff_ids: layers,
+        };
+        let (exported, _) =
+            export(builder, store, parent, export_stream(builder, parent), None).await;
+        if let Err(e) = exported {
+            tracing::warn!("exporting {reference} to complete {}: {e}", image.reference);
+            return None;
+        }
+        tracing::info!(
+            "{}: exported its parent {reference} into the layer store, not the whole image",
+            image.reference
+        );
+        return in_store(store, image);
+    }
+    None
+}
+
 /// The builder's `docker save` of the image, by tag.
 pub type ExportStream = futures_util::stream::BoxStream<'static, std::io::Result<bytes::Bytes>>;
 
@@ -410,9 +464,29 @@ async fn load_into(
             }
         })
     };
+    // When the last byte went, for where a load's time goes: sending, then the engine's
+    // unpacking after it (`RUST_LOG=hallmark::images::transfer=info`; scripts/bench-first-copy).
+    let started = std::time::Instant::now();
+    let last_byte = Arc::new(std::sync::OnceLock::new());
+    let body = body.chain({
+        let last_byte = Arc::clone(&last_byte);
+        futures_util::stream::once(async move {
+            let _ = last_byte.set(std::time::Instant::now());
+        })
+        .filter_map(|()| async { None })
+    });
     let load = node.import(body, true);
     let failure = engine::follow(load, drop).await;
     ticker.abort();
+    if let Some(last) = last_byte.get() {
+        tracing::info!(
+            node = %node.node,
+            bytes = sent.load(Ordering::Relaxed),
+            "load: sending_s={:.2} after_s={:.2}",
+            last.duration_since(started).as_secs_f64(),
+            last.elapsed().as_secs_f64()
+        );
+    }
     match failure {
         Some(message) => {
             let link = node.link_ended().await.map(|why| format!(" ({why})"));

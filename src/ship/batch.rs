@@ -231,7 +231,10 @@ async fn stored_images(
             stored.push(None);
             continue;
         }
-        let image = match transfer::in_store(store, shipment.on_builder()) {
+        let on_builder = shipment.on_builder();
+        let completed =
+            transfer::in_store_completed(builder, store, on_builder, &shipment.related).await;
+        let image = match completed {
             Some(image) => Ok(image),
             None => {
                 let stream = transfer::export_stream(builder, shipment.on_builder());

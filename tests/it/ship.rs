@@ -1804,3 +1804,41 @@ fn the_reason_an_image_is_unverified_is_said_once() {
         testbed.docker_ok(node, &["rmi", &tag]);
     }
 }
+
+/// Issue 40: the first distribute after a build exported the whole image from the builder
+/// again (a `docker save` that Docker 20.10 spools whole on the builder before its first
+/// byte; 1 GiB of 4 in the first-copy bench), because a normalised image's record names its
+/// `from.ref` base's layers, which nothing had put into the layer store. Now only the base is
+/// exported, and the image goes from the layer store; a node that lacks all of it gets it all.
+#[test]
+fn the_first_distribute_after_a_build_exports_the_base_not_the_whole_image() {
+    let testbed = Testbed::get();
+    let config = testbed.config();
+    let project = project(8, "first");
+    let wrap = reference(&project, "wrap");
+    let configured = project.with_config(&config);
+    configured.run(&["-q", "build", "wrap"]).success();
+    let node = testbed.node_of("20", "classic");
+    let shipped = configured.run_with(
+        &["-v", "distribute", "wrap", "--to", &node],
+        &[("RUST_LOG", "hallmark::images::transfer=info")],
+    );
+    shipped.success();
+    let stderr = shipped.stderr();
+    assert!(
+        stderr.contains("exported its parent hallmark-testbed/busybox:latest"),
+        "{stderr}"
+    );
+    assert!(
+        !stderr.contains(&format!("exported {wrap} from the builder")),
+        "{stderr}"
+    );
+    // and the next one needs no export at all: the layer store holds the whole image
+    testbed.docker_ok(&node, &["rmi", "-f", &wrap]);
+    let again = configured.run_with(
+        &["-v", "distribute", "wrap", "--to", &node],
+        &[("RUST_LOG", "hallmark::images::transfer=info")],
+    );
+    again.success();
+    assert!(!again.stderr().contains("exported"), "{}", again.stderr());
+}

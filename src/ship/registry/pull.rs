@@ -164,6 +164,16 @@ impl LayerSource<'_> {
     pub(super) async fn image(&self, shipment: &Shipment) -> Result<StoredImage> {
         let mut stored = self.stored.lock().await;
         if stored.is_none() {
+            let on_builder = shipment.on_builder();
+            *stored = transfer::in_store_completed(
+                self.builder,
+                self.store,
+                on_builder,
+                &shipment.related,
+            )
+            .await;
+        }
+        if stored.is_none() {
             let (_, image) =
                 transfer::stored_image(self.builder, self.store, &shipment.reference).await?;
             *stored = Some(image);
