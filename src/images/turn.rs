@@ -41,25 +41,38 @@ impl Turn {
         }
     }
 
-    /// `take` for code that is not async (the git cache's fetches): the same lock, asked for
-    /// again every quarter second; a stop asked for (Ctrl-C, SIGTERM) ends the wait.
+    /// `take` for code that is not async (the git cache's fetches): the same lock, waited for
+    /// by [`lock_blocking`].
     pub fn take_blocking(cache: &Path, kind: &str, key: &str, waiting: &str) -> Result<Turn> {
         let path = turn_path(cache, kind, key)?;
         let file = lock_file(&path)?;
-        let mut told = false;
-        loop {
-            match file.try_lock() {
-                Ok(()) => return Ok(Turn { _lock: file }),
-                Err(std::fs::TryLockError::Error(e)) => return Err(Error::io(&path, e)),
-                Err(std::fs::TryLockError::WouldBlock) => {}
-            }
-            if !told {
-                tracing::info!(lock = %path.display(), "{waiting}");
-                told = true;
-            }
-            crate::interrupt::check(waiting)?;
-            std::thread::sleep(std::time::Duration::from_millis(250));
+        let told = || tracing::info!(lock = %path.display(), "{waiting}");
+        lock_blocking(&file, &path, told, waiting)?;
+        Ok(Turn { _lock: file })
+    }
+}
+
+/// Takes the flock on `file` (at `path`, named in errors) for code that is not async, asking
+/// again every quarter second; `told` is called once if it must wait. A stop asked for
+/// (Ctrl-C, SIGTERM) ends the wait, `stopping` saying what was waiting.
+pub fn lock_blocking(
+    file: &std::fs::File,
+    path: &Path,
+    told: impl FnOnce(),
+    stopping: &str,
+) -> Result<()> {
+    let mut told = Some(told);
+    loop {
+        match file.try_lock() {
+            Ok(()) => return Ok(()),
+            Err(std::fs::TryLockError::Error(e)) => return Err(Error::io(path, e)),
+            Err(std::fs::TryLockError::WouldBlock) => {}
         }
+        if let Some(told) = told.take() {
+            told();
+        }
+        crate::interrupt::check(stopping)?;
+        std::thread::sleep(std::time::Duration::from_millis(250));
     }
 }
 

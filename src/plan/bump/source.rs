@@ -213,23 +213,15 @@ pub fn one_bump_at_a_time(project: &Project, output: &Output) -> Result<std::fs:
     let lock = fs_err::File::open(&dir)
         .map_err(|e| Error::io(&dir, e))?
         .into_file();
-    let mut told = false;
-    loop {
-        match lock.try_lock() {
-            Ok(()) => return Ok(lock),
-            Err(std::fs::TryLockError::Error(e)) => return Err(Error::io(&dir, e)),
-            Err(std::fs::TryLockError::WouldBlock) => {}
-        }
-        if !told {
-            output.note(format!(
-                "waiting for another bump of this project to finish ({} is locked)",
-                dir.display()
-            ));
-            told = true;
-        }
-        crate::interrupt::check("bump, waiting for another bump (no file was written)")?;
-        std::thread::sleep(std::time::Duration::from_millis(250));
-    }
+    let told = || {
+        output.note(format!(
+            "waiting for another bump of this project to finish ({} is locked)",
+            dir.display()
+        ));
+    };
+    let stopping = "bump, waiting for another bump (no file was written)";
+    crate::images::turn::lock_blocking(&lock, &dir, told, stopping)?;
+    Ok(lock)
 }
 
 /// Says when a newer revision was left because a patch may already be upstream there: the
