@@ -16,6 +16,7 @@ pub mod superseded;
 pub mod verify;
 
 pub mod batch;
+pub mod choose;
 pub mod junit;
 pub mod node;
 pub mod outcome;

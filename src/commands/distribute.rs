@@ -49,7 +49,7 @@ pub(super) fn run(
         let work = async {
             let _turns = take_turns(settings, &nodes).await?;
             let builder = connect(settings, &settings.config.builder).await?;
-            let targets = Targets::group(
+            let mut targets = Targets::group(
                 &settings.config,
                 &nodes,
                 connect_all(settings, &nodes).await,
@@ -61,7 +61,7 @@ pub(super) fn run(
             let (shipments, found) = split_found(found);
             let outcomes = ship_and_prune(
                 settings,
-                &targets,
+                &mut targets,
                 &builder,
                 &store,
                 &shipments,
@@ -184,16 +184,18 @@ async fn find_shipments(
     .await
 }
 
-/// Ships `shipments` to the targets, then removes what they superseded there: per image,
-/// the outcomes in the cluster file's order.
+/// Ships `shipments` to the targets (each `auto` node by the way chosen for it), then
+/// removes what they superseded there: per image, the outcomes in the cluster file's order.
 async fn ship_and_prune(
     settings: &Settings,
-    targets: &Targets<'_>,
+    targets: &mut Targets<'_>,
     builder: &Engine,
     store: &Arc<LayerStore>,
     shipments: &[ship::Shipment],
     ship_settings: &ShipSettings<'_>,
 ) -> Result<Vec<Vec<NodeOutcome>>> {
+    let output = &settings.output;
+    (targets.choose(&settings.config, store, &settings.cache, shipments, output)).await;
     let references: Vec<&str> = shipments.iter().map(|s| s.reference.as_str()).collect();
     // What each node may call an image this run ships.
     let shipping = shipments.iter().flat_map(|s| s.wanted(store).ids).collect();

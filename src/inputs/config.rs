@@ -20,11 +20,10 @@ struct ConfigFile {
     builder: Option<NodeTable>,
     #[serde(default, rename = "node")]
     nodes: Vec<NodeTable>,
-    /// How images reach the nodes unless a node says otherwise.
-    #[serde(default)]
-    transport: Transport,
-    #[serde(default)]
-    registry: RegistryConfig,
+    /// How images reach the nodes unless a node says otherwise (default: `auto` with a
+    /// `[registry]` table, else `stream`).
+    transport: Option<Transport>,
+    registry: Option<RegistryConfig>,
     provenance: Option<ProvenanceConfig>,
 }
 
@@ -49,9 +48,22 @@ pub enum Transport {
     Stream,
     /// Pushed once to a registry, pulled by the nodes concurrently.
     Registry,
+    /// The registry for a node's first copy of what is shipped (it lacks most of it), the
+    /// stream for an update; the stream for a node that cannot pull (`ship/choose.rs`).
+    Auto,
 }
 
-/// `[registry]`: the registry of `transport = "registry"`.
+impl Transport {
+    pub fn name(self) -> &'static str {
+        match self {
+            Transport::Stream => "stream",
+            Transport::Registry => "registry",
+            Transport::Auto => "auto",
+        }
+    }
+}
+
+/// `[registry]`: the registry of `transport = "registry"` and `"auto"`.
 #[derive(Debug, Clone, Default, Deserialize, PartialEq, Eq)]
 #[serde(deny_unknown_fields, rename_all = "kebab-case")]
 pub struct RegistryConfig {
@@ -268,7 +280,14 @@ impl Config {
                 format!("`{label}` is not a label key"),
             ));
         }
-        check_registry(&file.registry, &invalid)?;
+        // A registry written down is one to use: first copies go through it by themselves.
+        let transport = match (file.transport, &file.registry) {
+            (Some(transport), _) => transport,
+            (None, Some(_)) => Transport::Auto,
+            (None, None) => Transport::Stream,
+        };
+        let registry = file.registry.unwrap_or_default();
+        check_registry(&registry, &invalid)?;
         let base = path.parent().unwrap_or(Path::new("."));
         Ok(Config {
             ssh_config: file.ssh_config.map(|p| base.join(p)),
@@ -276,8 +295,8 @@ impl Config {
             checksum_label: label,
             builder,
             nodes,
-            transport: file.transport,
-            registry: file.registry,
+            transport,
+            registry,
             provenance: file.provenance,
         })
     }

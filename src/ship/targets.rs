@@ -8,6 +8,7 @@ use crate::error::{Error, Result};
 use crate::images::store::LayerStore;
 use crate::inputs::config::{Config, NodeConfig, Transport};
 use crate::output::Output;
+use crate::ship::choose;
 use crate::ship::registry;
 use crate::ship::superseded;
 use crate::ship::{self, NodeOutcome, ShipSettings, Shipped};
@@ -29,6 +30,8 @@ pub struct Targets<'a> {
     nodes: &'a [NodeConfig],
     by_stream: Vec<Engine>,
     by_registry: Vec<Engine>,
+    /// `transport = "auto"` nodes, until [`Targets::choose`] puts each with one of the two.
+    by_auto: Vec<Engine>,
     /// Nodes that could not be reached, with why: a failed outcome for every image.
     unreachable: Vec<(String, String)>,
 }
@@ -45,6 +48,7 @@ impl<'a> Targets<'a> {
             nodes,
             by_stream: Vec::new(),
             by_registry: Vec::new(),
+            by_auto: Vec::new(),
             unreachable: Vec::new(),
         };
         for (node, engine) in nodes.iter().zip(connected) {
@@ -55,10 +59,44 @@ impl<'a> Targets<'a> {
                 Ok(engine) => match config.transport_of(node) {
                     Transport::Registry => targets.by_registry.push(engine),
                     Transport::Stream => targets.by_stream.push(engine),
+                    Transport::Auto => targets.by_auto.push(engine),
                 },
             }
         }
         targets
+    }
+
+    /// Puts each `transport = "auto"` node with the stream's or the registry's, by what it
+    /// lacks of `shipments` ([`choose::choose`], all nodes asked at once); `-v` says which
+    /// and why. The table says it too: `pulled` came through the registry.
+    pub async fn choose(
+        &mut self,
+        config: &Config,
+        store: &LayerStore,
+        cache: &Path,
+        shipments: &[ship::Shipment],
+        output: &Output,
+    ) {
+        let auto = std::mem::take(&mut self.by_auto);
+        let choices = futures_util::future::join_all(
+            (auto.iter())
+                .map(|node| choose::choose(node, &config.registry, store, cache, shipments)),
+        )
+        .await;
+        for (node, choice) in auto.into_iter().zip(choices) {
+            if output.verbose {
+                output.note(format!(
+                    "{}: transport auto: {} ({})",
+                    node.node,
+                    choice.transport.name(),
+                    choice.why
+                ));
+            }
+            match choice.transport {
+                Transport::Registry => self.by_registry.push(node),
+                _ => self.by_stream.push(node),
+            }
+        }
     }
 
     /// Every reachable node's images under `references`, noted until

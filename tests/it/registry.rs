@@ -623,3 +623,106 @@ fn the_signed_provenance_goes_beside_the_image_in_the_registry() {
         .unwrap();
     assert_eq!(tag, format!("{}.att", image_link.trim().replace(':', "-")));
 }
+
+/// Issue 40 item 3: with a `[registry]` table and no `transport`, each node takes the
+/// registry for a first copy (it lacks most of the image) and the stream for an update,
+/// unless it cannot pull (a `tcp://` engine does not reach the registry hallmark starts on
+/// this machine's loopback) or the operator pinned its transport; `-v` says which and why,
+/// the table by its action (`pulled` came through the registry).
+#[test]
+fn auto_takes_the_registry_for_a_first_copy_and_the_stream_for_an_update() {
+    let testbed = Testbed::get();
+    let project = ship_project(16, "auto");
+    let run = support::unique();
+    // A base of its own, which no node holds from another test.
+    let spec = project.read("images/base/image.toml");
+    project.write(
+        "images/base/image.toml",
+        &spec.replace("run = [\"", &format!("run = [\"echo {run} > /run.txt && ")),
+    );
+    let node2 = testbed.endpoint("node2");
+    let tcp = format!(
+        "tcp://127.0.0.1:{}",
+        support::tcp_to_unix(node2.strip_prefix("unix://").unwrap())
+    );
+    let text = std::fs::read_to_string(testbed.config()).unwrap();
+    assert!(text.contains(&format!("\"{node2}\"")) && text.contains("name = \"node3\"\n"));
+    let text = text
+        .replace(&format!("\"{node2}\""), &format!("\"{tcp}\""))
+        .replace(
+            "name = \"node3\"\n",
+            "name = \"node3\"\ntransport = \"stream\"\n",
+        );
+    let config = testbed.dir.join(format!("hallmark-auto-{run}.toml"));
+    std::fs::write(
+        &config,
+        format!("{text}\n[registry]\nport = {}\n", free_port()),
+    )
+    .unwrap();
+    project
+        .with_config(&config)
+        .run(&["-q", "build", "wrap"])
+        .success();
+
+    let distribute = |image: &str| {
+        let done = project
+            .with_config(&config)
+            .run(&["-v", "--json", "distribute", image]);
+        assert_eq!(done.code(), 0, "{}", done.stderr());
+        let report: Value = support::document(&done.stdout());
+        let actions: Vec<(String, String)> = (nodes_of(&report).iter())
+            .map(|n| {
+                assert_eq!(n["verified"], true, "{n}");
+                (
+                    n["node"].as_str().unwrap().into(),
+                    n["action"].as_str().unwrap().into(),
+                )
+            })
+            .collect();
+        (actions, report, done.stderr())
+    };
+    let said = |stderr: &str, node: &str, what: &str| {
+        let line = format!("{node}: transport auto: {what}");
+        assert!(stderr.contains(&line), "no `{line}` in:\n{stderr}");
+    };
+
+    // The first copy: node1 (containerd) and node4 (ssh) pull; node2 over tcp:// and the
+    // pinned node3 get it by stream (whole, or thin on a busybox the node holds).
+    let (actions, _, stderr) = distribute("base");
+    let pulled: Vec<&str> = (actions.iter())
+        .filter(|(_, action)| action == "pulled")
+        .map(|(node, _)| node.as_str())
+        .collect();
+    assert_eq!(pulled, ["node1", "node4"], "{actions:?}\n{stderr}");
+    for (node, action) in &actions {
+        assert!(
+            ["pulled", "full", "thin"].contains(&action.as_str()),
+            "{node}: {action}"
+        );
+    }
+    said(&stderr, "node1", "registry (a first copy");
+    said(&stderr, "node4", "registry (a first copy");
+    said(
+        &stderr,
+        "node2",
+        "stream (the registry hallmark starts is on this machine's loopback",
+    );
+    assert!(!stderr.contains("node3: transport auto"), "{stderr}");
+
+    // The update (a 4 MiB layer on the 16 MiB base): every node by stream, only the new layer.
+    let (actions, report, stderr) = distribute("wrap");
+    for (node, action) in &actions {
+        assert_eq!(action, "thin", "{node}: {stderr}");
+    }
+    for node in nodes_of(&report) {
+        let bytes = node["layer_bytes"].as_u64().unwrap();
+        assert!(
+            (4 * MIB..5 * MIB).contains(&bytes),
+            "only the new layer: {node}"
+        );
+    }
+    said(&stderr, "node1", "stream (an update");
+    said(&stderr, "node4", "stream (an update");
+    let (code, report) = hallmark_json(&project, &config, &["verify", "wrap"]);
+    assert_eq!(code, 0, "{report}");
+}

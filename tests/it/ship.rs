@@ -675,40 +675,12 @@ fn nodes_status_and_prune_report_what_is_there() {
     assert_eq!(code, 0, "the store still serves the images the project has");
 }
 
-/// 127.0.0.1:<port> leading to the unix socket `socket`: an engine as a `tcp://` node sees
-/// it. Serves until the test binary ends.
-fn tcp_to_unix(socket: &str) -> u16 {
-    use std::net::Shutdown;
-    let listener = std::net::TcpListener::bind(("127.0.0.1", 0)).unwrap();
-    let port = listener.local_addr().unwrap().port();
-    let socket = socket.to_string();
-    std::thread::spawn(move || {
-        for client in listener.incoming().flatten() {
-            let Ok(engine) = std::os::unix::net::UnixStream::connect(&socket) else {
-                continue;
-            };
-            let (mut from_client, mut to_engine) =
-                (client.try_clone().unwrap(), engine.try_clone().unwrap());
-            std::thread::spawn(move || {
-                let _ = std::io::copy(&mut from_client, &mut to_engine);
-                let _ = to_engine.shutdown(Shutdown::Write);
-            });
-            let (mut from_engine, mut to_client) = (engine, client);
-            std::thread::spawn(move || {
-                let _ = std::io::copy(&mut from_engine, &mut to_client);
-                let _ = to_client.shutdown(Shutdown::Write);
-            });
-        }
-    });
-    port
-}
-
 #[test]
 fn a_tcp_engine_is_reached_loaded_and_verified() {
     let _serial = NODES.lock().unwrap_or_else(|e| e.into_inner());
     let testbed = Testbed::get();
     let unix = testbed.env["HMTB_NODE2"].clone();
-    let port = tcp_to_unix(unix.strip_prefix("unix://").unwrap());
+    let port = support::tcp_to_unix(unix.strip_prefix("unix://").unwrap());
     let config = testbed
         .dir
         .join(format!("hallmark-tcp-{}.toml", support::unique()));

@@ -48,7 +48,7 @@ impl Registry {
             .map_err(|e| Error::io(&config_path, e))?;
         let log_path = root.join("registry.log");
         let log = fs_err::File::create(&log_path).map_err(|e| Error::io(&log_path, e))?;
-        let binary = which(&["docker-registry", "registry"]).ok_or_else(|| Error::Usage {
+        let binary = which(REGISTRY_BINARIES).ok_or_else(|| Error::Usage {
             message: "transport = \"registry\" needs a registry to start, and neither `docker-registry` nor `registry` is on PATH".into(),
             hint: Some("install Debian's docker-registry, or name a running one in hallmark.toml: [registry] address = \"host:port\"".into()),
         })?;
@@ -239,7 +239,7 @@ pub fn collect_garbage(cache: &Path, wait: bool) -> Result<Garbage> {
         return Ok(Garbage::Busy);
     };
     stop_leftover(&root);
-    let binary = which(&["docker-registry", "registry"]).ok_or_else(|| Error::Usage {
+    let binary = which(REGISTRY_BINARIES).ok_or_else(|| Error::Usage {
         message: "cannot collect the registry's garbage: neither `docker-registry` nor `registry` is on PATH".into(),
         hint: None,
     })?;
@@ -324,6 +324,14 @@ fn free_port() -> std::io::Result<u16> {
         .local_addr()?
         .port())
 }
+
+/// Whether a registry can be started here (its binary is on PATH).
+pub fn can_start() -> bool {
+    which(REGISTRY_BINARIES).is_some()
+}
+
+/// Debian's name for distribution's registry, and upstream's.
+const REGISTRY_BINARIES: &[&str] = &["docker-registry", "registry"];
 
 fn which(names: &[&str]) -> Option<PathBuf> {
     let path = std::env::var_os("PATH")?;

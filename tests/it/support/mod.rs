@@ -712,6 +712,34 @@ pub fn wait_for(what: &str, mut ready: impl FnMut() -> bool) {
     }
 }
 
+/// 127.0.0.1:<port> leading to the unix socket `socket`: an engine as a `tcp://` node sees
+/// it. Serves until the test binary ends.
+pub fn tcp_to_unix(socket: &str) -> u16 {
+    use std::net::Shutdown;
+    let listener = std::net::TcpListener::bind(("127.0.0.1", 0)).unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let socket = socket.to_string();
+    std::thread::spawn(move || {
+        for client in listener.incoming().flatten() {
+            let Ok(engine) = std::os::unix::net::UnixStream::connect(&socket) else {
+                continue;
+            };
+            let (mut from_client, mut to_engine) =
+                (client.try_clone().unwrap(), engine.try_clone().unwrap());
+            std::thread::spawn(move || {
+                let _ = std::io::copy(&mut from_client, &mut to_engine);
+                let _ = to_engine.shutdown(Shutdown::Write);
+            });
+            let (mut from_engine, mut to_client) = (engine, client);
+            std::thread::spawn(move || {
+                let _ = std::io::copy(&mut from_engine, &mut to_client);
+                let _ = to_client.shutdown(Shutdown::Write);
+            });
+        }
+    });
+    port
+}
+
 /// A free TCP port on 127.0.0.1 (for a registry).
 pub fn free_port() -> u16 {
     std::net::TcpListener::bind(("127.0.0.1", 0))

@@ -1,0 +1,148 @@
+//! `transport = "auto"` (the default once hallmark.toml has a `[registry]` table): each such
+//! node takes the registry for a first copy, where it lacks most of what this distribute
+//! ships, and the stream for a thin update, where it lacks little.
+//!
+//! Why that way round, from `scripts/bench-first-copy` on the testbed (docs/benchmarks.md):
+//! for a first copy the registry led in every run (1.9-3.0x a parallel `save | load`, the
+//! stream's `--parallel` 1.8-2.6x), because an engine that pulls unpacks each layer as it
+//! arrives, where a load unpacks after the archive's last byte; for a child with one new
+//! layer the stream took 1.8-2.0 s to 4 nodes and the registry 8-9 s (a registry to start
+//! and fill, then four pulls for one layer).
+//!
+//! A node that cannot pull from the registry takes the stream, whatever it lacks: a Podman
+//! node (its pulls are refused, docs/shipping.md says why), a `tcp://` node when the registry
+//! is the one hallmark starts on this machine's loopback, and every node when that registry
+//! cannot be started here (no `docker-registry` on PATH).
+
+use crate::engine::Engine;
+use crate::images::store::LayerStore;
+use crate::images::transfer;
+use crate::inputs::config::{RegistryConfig, Transport};
+use crate::ship::Shipment;
+use std::path::Path;
+
+/// The way one node takes, and why (said with `-v`).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Choice {
+    pub transport: Transport,
+    pub why: String,
+}
+
+/// What a node lacks of the shipments, weighed by layer size where the layer store knows
+/// the sizes (by layer count where it does not).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Lacking {
+    pub missing: u64,
+    pub total: u64,
+}
+
+impl Lacking {
+    /// A first copy: the node lacks more than half of what is shipped.
+    pub fn is_first_copy(&self) -> bool {
+        self.total > 0 && self.missing * 2 > self.total
+    }
+
+    fn percent(&self) -> u64 {
+        (self.missing * 100).checked_div(self.total).unwrap_or(0)
+    }
+}
+
+/// Why `node` cannot pull from the registry `config` describes, if it cannot.
+pub fn cannot_pull(node: &Engine, config: &RegistryConfig) -> Option<String> {
+    if let Some(podman) = node.version.podman() {
+        return Some(format!(
+            "{podman} does not pull from the registry transport"
+        ));
+    }
+    if config.address.is_some() {
+        return None;
+    }
+    if !matches!(
+        node.address().kind(),
+        crate::engine::Kind::Unix(_) | crate::engine::Kind::Ssh { .. }
+    ) {
+        return Some(
+            "the registry hallmark starts is on this machine's loopback, which a tcp:// engine \
+             does not reach ([registry] address names one it does)"
+                .into(),
+        );
+    }
+    if !super::registry::can_start() {
+        return Some("no `docker-registry` on PATH to start a registry with".into());
+    }
+    None
+}
+
+/// What `node` lacks of `shipments`: from the first layer it does not hold on (the layers
+/// a stream would send), weighed by the sizes the layer store has for each image.
+pub async fn lacking(
+    node: &Engine,
+    store: &LayerStore,
+    cache: &Path,
+    shipments: &[Shipment],
+) -> Lacking {
+    let mut lacking = Lacking {
+        missing: 0,
+        total: 0,
+    };
+    for shipment in shipments {
+        let chains = transfer::chain_ids(&shipment.diff_ids);
+        // A node that cannot be asked lacks everything here; the transport says why.
+        let held = transfer::held_prefix(node, cache, &chains, &shipment.related)
+            .await
+            .unwrap_or(0);
+        let sizes: Vec<u64> = match store.record(&shipment.image_id) {
+            Some(image) if image.layers.len() == shipment.diff_ids.len() => {
+                image.layers.iter().map(|l| l.blob.size.max(1)).collect()
+            }
+            _ => vec![1; shipment.diff_ids.len()],
+        };
+        lacking.total += sizes.iter().sum::<u64>();
+        lacking.missing += sizes.iter().skip(held).sum::<u64>();
+    }
+    lacking
+}
+
+/// The way `node` takes: the registry for a first copy where it can pull, else the stream.
+pub async fn choose(
+    node: &Engine,
+    config: &RegistryConfig,
+    store: &LayerStore,
+    cache: &Path,
+    shipments: &[Shipment],
+) -> Choice {
+    if let Some(why) = cannot_pull(node, config) {
+        return Choice {
+            transport: Transport::Stream,
+            why,
+        };
+    }
+    let lacking = lacking(node, store, cache, shipments).await;
+    let percent = lacking.percent();
+    if lacking.is_first_copy() {
+        Choice {
+            transport: Transport::Registry,
+            why: format!("a first copy: it lacks {percent}% of what is shipped"),
+        }
+    } else {
+        Choice {
+            transport: Transport::Stream,
+            why: format!("an update: it lacks {percent}% of what is shipped"),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_first_copy_is_more_than_half_missing() {
+        let of = |missing, total| Lacking { missing, total }.is_first_copy();
+        assert!(of(10, 10));
+        assert!(of(6, 10));
+        assert!(!of(5, 10));
+        assert!(!of(0, 10));
+        assert!(!of(0, 0));
+    }
+}
