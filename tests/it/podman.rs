@@ -1,7 +1,7 @@
 //! Podman as a node: Debian 12's Podman 4.3 (`podman system service`, rootful, its own
 //! storage) on a testbed of its own (`--kind node1=podman`), beside a Docker 20.10 ssh node.
 //! Distribute, verify, status and smoke work on it as on Docker; the registry transport is
-//! refused by name (docs/shipping.md).
+//! refused by name (docs/shipping.md), and `auto` sends it everything by stream.
 
 use crate::support::{self, OwnTestbed, hallmark_json, nodes_of, reference, ship_project};
 
@@ -22,7 +22,8 @@ fn a_podman_node_is_shipped_to_verified_listed_and_smoke_tested() {
     std::fs::write(
         &config,
         format!(
-            "{cluster}\n[provenance]\nkey = \"keys/hallmark\"\ntrusted = [\"keys/hallmark.pub\"]\n"
+            "{cluster}\n[provenance]\nkey = \"keys/hallmark\"\ntrusted = [\"keys/hallmark.pub\"]\n\n[registry]\nport = {}\n",
+            support::free_port()
         ),
     )
     .unwrap();
@@ -78,6 +79,11 @@ fn a_podman_node_is_shipped_to_verified_listed_and_smoke_tested() {
     assert_eq!(rows.len(), 6, "{report}");
     for row in &rows {
         assert_eq!(row["verified"], true, "{row}");
+        // With a `[registry]` table the transport is `auto`: a first copy goes through the
+        // registry where a node can pull, never to Podman (issue 40 item 3).
+        if row["node"] == "node1" {
+            assert_ne!(row["action"], "pulled", "{row}");
+        }
     }
 
     // A `localhost/` name on the node for the wrapper's short name, naming another image
