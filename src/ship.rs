@@ -23,7 +23,7 @@ pub mod outcome;
 pub mod slots;
 pub mod targets;
 
-pub use outcome::{Action, NodeOutcome, Shipped, Transfer};
+pub use outcome::{Action, NodeOutcome, Settled, Shipped, Transfer};
 
 use crate::engine::Engine;
 use crate::error::{Error, Result};
@@ -49,6 +49,8 @@ pub struct ShipSettings<'a> {
     pub progress: bool,
     /// Say on stderr how long each phase took.
     pub verbose: bool,
+    /// Each node's outcome as it is settled, for the report of an interrupted distribute.
+    pub settled: &'a Settled,
 }
 
 /// The image as the builder holds it: what every node must end up with.
@@ -317,6 +319,7 @@ impl Distribute<'_> {
             transfer::remember_loaded(cache, &nodes[i], reference, &stored, id.as_deref()).await;
         }
         outcome.seconds = started.elapsed().as_secs_f64();
+        self.settings.settled.note(&shipment.reference, &outcome);
         Ok((stored, Some((i, outcome))))
     }
 
@@ -370,7 +373,8 @@ impl Distribute<'_> {
             .collect::<Vec<_>>();
         let slots = slots::Slots::new(settings.parallel, self.nodes, &loads).await;
         let work = work.into_iter().map(|(i, work)| (i, slots.hold(i, work)));
-        node::run(work, slots.at_once, &self.phases).await
+        let settled = (settings.settled, shipment.reference.as_str());
+        node::run(work, slots.at_once, &self.phases, settled).await
     }
 }
 

@@ -9,7 +9,7 @@ use crate::images::store::LayerStore;
 use crate::inputs::config::NodeConfig;
 
 use crate::ship::targets::{Targets, shipped_rows, split_found};
-use crate::ship::{self, NodeOutcome, ShipSettings, Shipped};
+use crate::ship::{self, NodeOutcome, Settled, ShipSettings, Shipped};
 use futures_util::StreamExt as _;
 
 use std::sync::Arc;
@@ -39,6 +39,7 @@ pub(super) fn run(
         cache: &settings.cache,
         verbose: settings.output.verbose,
         progress: settings.output.progress(),
+        settled: &Settled::default(),
     };
     let store = Arc::new(LayerStore::open(&settings.cache));
     let reference = |name: &crate::inputs::values::Name| match unplanned.contains_key(name) {
@@ -72,17 +73,14 @@ pub(super) fn run(
             Ok::<_, Error>(rows)
         };
         // Ctrl-C or SIGTERM drops the transfers (an engine ends a load whose stream closed,
-        // tagging nothing) and removes nothing superseded: every row says `interrupted`.
+        // tagging nothing) and removes nothing superseded: the rows of the nodes not yet
+        // settled say `interrupted`.
         tokio::select! {
             biased;
             shipped = work => shipped,
-            () = super::interrupted() => Ok(names.iter().map(|name| Shipped {
-                image: name.to_string(),
-                nodes: (nodes.iter())
-                    .map(|node| NodeOutcome::new(node.name.as_str(), ship::Action::Interrupted))
-                    .collect(),
-                reference: reference(name),
-            }).collect()),
+            () = super::interrupted() => {
+                Ok(interrupted_rows(&names, &nodes, &reference, ship_settings.settled))
+            }
         }
     })?;
     // The table says what was done; with `-q` the exit code alone says whether it worked.
@@ -105,6 +103,31 @@ pub(super) fn run(
         (false, false) => ExitStatus::BadInput,
         (false, true) => ExitStatus::Success,
     })
+}
+
+/// The report of a distribute stopped by a signal: each node's outcome if it was settled
+/// before the signal (a re-run has only the others left to do), else `interrupted`.
+fn interrupted_rows(
+    names: &[crate::inputs::values::Name],
+    nodes: &[NodeConfig],
+    reference: &dyn Fn(&crate::inputs::values::Name) -> String,
+    settled: &Settled,
+) -> Vec<Shipped> {
+    let row = |name| {
+        let reference = reference(name);
+        let nodes = (nodes.iter().map(|node| node.name.as_str()))
+            .map(|node| {
+                (settled.of(&reference, node))
+                    .unwrap_or_else(|| NodeOutcome::new(node, ship::Action::Interrupted))
+            })
+            .collect();
+        Shipped {
+            image: name.to_string(),
+            nodes,
+            reference,
+        }
+    };
+    names.iter().map(row).collect()
 }
 
 /// Two distributes to one node take turns (both sent everything, the second's loads

@@ -74,8 +74,9 @@ pub async fn distribute_many(
                 let started = Instant::now();
                 let mut outcomes = serve(node, store, shipments, stored, plan, settings, bar).await;
                 let seconds = started.elapsed().as_secs_f64();
-                for outcome in &mut outcomes {
+                for (outcome, shipment) in outcomes.iter_mut().zip(shipments) {
                     outcome.seconds = seconds;
+                    settings.settled.note(&shipment.reference, outcome);
                 }
                 phases.say(format!(
                     "{}: {} images ({seconds:.2} s)",

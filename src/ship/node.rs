@@ -2,7 +2,7 @@
 //! the layer store and its verification ([`send_and_verify`]), and [`run`], which runs every
 //! node's work, one node after another or several at once, and times it.
 
-use super::outcome::{Action, NodeOutcome, Transfer};
+use super::outcome::{Action, NodeOutcome, Settled, Transfer};
 use super::{ShipSettings, Shipment};
 use crate::engine::Engine;
 use crate::error::Result;
@@ -58,12 +58,14 @@ pub async fn decide(
     }
 }
 
-/// Runs each node's `work` (indexed by node), at most `at_once` at a time (1: one after
-/// another, in order). Each outcome gets its work's seconds, and `-v` says it as it comes.
+/// Runs each node's `work` (indexed by node) for the image `reference`, at most `at_once` at
+/// a time (1: one after another, in order). Each outcome gets its work's seconds, is noted
+/// in `settled`, and `-v` says it as it comes.
 pub async fn run<W>(
     work: impl IntoIterator<Item = (usize, W)>,
     at_once: usize,
     phases: &Phases,
+    (settled, reference): (&Settled, &str),
 ) -> Vec<(usize, NodeOutcome)>
 where
     W: Future<Output = NodeOutcome>,
@@ -72,6 +74,7 @@ where
         let started = Instant::now();
         let mut outcome = work.await;
         outcome.seconds = started.elapsed().as_secs_f64();
+        settled.note(reference, &outcome);
         let (node, action, seconds) = (&outcome.node, &outcome.action, outcome.seconds);
         phases.say(format!("{node}: {action} ({seconds:.2} s)"));
         (i, outcome)

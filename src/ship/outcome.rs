@@ -104,6 +104,27 @@ impl NodeOutcome {
     }
 }
 
+/// The outcomes a distribute has settled so far, by image reference and node: what an
+/// interrupted distribute reports for the nodes it finished (the others are `interrupted`),
+/// so the operator sees that a re-run has only those left to do.
+#[derive(Debug, Default)]
+pub struct Settled(std::sync::Mutex<Vec<(String, NodeOutcome)>>);
+
+impl Settled {
+    pub fn note(&self, reference: &str, outcome: &NodeOutcome) {
+        let mut settled = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        settled.push((reference.to_string(), outcome.clone()));
+    }
+
+    /// `node`'s outcome for the image `reference`, if it was settled.
+    pub fn of(&self, reference: &str, node: &str) -> Option<NodeOutcome> {
+        let settled = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        (settled.iter().rev())
+            .find(|(r, o)| r == reference && o.node == node)
+            .map(|(_, o)| o.clone())
+    }
+}
+
 /// One node's row of `distribute --json`: the fields and names scripts read.
 #[derive(Serialize)]
 struct Row<'a> {

@@ -76,6 +76,9 @@ pub async fn distribute(
         .zip(nodes)
         .map(|(decision, node)| decision.settled(&node.node))
         .collect();
+    for outcome in outcomes.iter().flatten() {
+        settings.settled.note(&shipment.reference, outcome);
+    }
     if outcomes.iter().all(Option::is_some) {
         return outcomes.into_iter().flatten().collect();
     }
@@ -123,7 +126,8 @@ pub async fn distribute(
             (i, work)
         })
         .collect::<Vec<_>>();
-    for (i, outcome) in node::run(pulls, config.pulls.unwrap_or(4), &phases).await {
+    let settled = (settings.settled, shipment.reference.as_str());
+    for (i, outcome) in node::run(pulls, config.pulls.unwrap_or(4), &phases, settled).await {
         outcomes[i] = Some(outcome);
     }
     let _ = bars.clear();

@@ -288,3 +288,127 @@ fn engine_verbs_stopped_by_either_signal_print_their_table_with_interrupted_rows
         }
     }
 }
+
+/// Issue 40: a first copy stopped by a signal mid-way, on either transport, is resumed by
+/// the next run. node1 and node2 (Docker 26 and 28) got the image before the signal; node3
+/// (Docker 20.10) froze mid-way, behind a proxy: during its load (stream, serial), or as it
+/// began its pull (registry, one pull at a time). The stopped run's table says what node1
+/// and node2 got and `interrupted` for node3 only; the next run skips node1 and node2 and
+/// sends node3 the image, and on the registry puts no blob into the registry again.
+#[test]
+fn a_first_copy_stopped_midway_is_resumed_by_the_next_run() {
+    use std::os::unix::net::{UnixListener, UnixStream};
+    let testbed = Testbed::get();
+    let builder = testbed.endpoint("builder");
+    for (transport, signal) in [("stream", "INT"), ("registry", "TERM")] {
+        let project = support::ship_project(8, transport);
+        let spec = project.read("images/base/image.toml");
+        let unique = format!("/base-{}.bin", support::unique());
+        project.write(
+            "images/base/image.toml",
+            &spec.replace("/base.bin", &unique),
+        );
+        let (registry, got, frozen_at) = match transport {
+            "stream" => (String::new(), ["full", "thin"], (2 * support::MIB, None)),
+            _ => (
+                format!(
+                    "transport = \"registry\"\n[registry]\nport = {}\npulls = 1\n",
+                    support::free_port()
+                ),
+                ["pulled", "pulled"],
+                (u64::MAX, Some("/images/create")),
+            ),
+        };
+        let cluster = |node3: &str| {
+            let nodes: String = [
+                ("node1", testbed.endpoint("node1")),
+                ("node2", testbed.endpoint("node2")),
+            ]
+            .iter()
+            .map(|(name, engine)| format!("[[node]]\nname = \"{name}\"\nengine = \"{engine}\"\n\n"))
+            .collect();
+            format!(
+                "{registry}\n[builder]\nname = \"builder\"\nengine = \"{builder}\"\n\n{nodes}[[node]]\nname = \"node3\"\nengine = \"{node3}\"\n"
+            )
+        };
+        let socket = project.root().join("node3.sock");
+        let listener = UnixListener::bind(&socket).unwrap();
+        let behind = testbed
+            .endpoint("node3")
+            .strip_prefix("unix://")
+            .unwrap()
+            .to_string();
+        let frozen = freezing_proxy_either_way(
+            move || listener.accept().ok().map(|(s, _)| s),
+            move || UnixStream::connect(&behind).ok(),
+            (frozen_at.0, u64::MAX),
+            frozen_at.1,
+        );
+        let proxied = project.root().join("proxied.toml");
+        std::fs::write(&proxied, cluster(&format!("unix://{}", socket.display()))).unwrap();
+        let direct = project.root().join("direct.toml");
+        std::fs::write(&direct, cluster(&testbed.endpoint("node3"))).unwrap();
+        let built = hallmark(&project, Some(&direct), &["-q", "build", "base"])
+            .status()
+            .unwrap();
+        assert!(built.success());
+
+        let stopped = stop(
+            hallmark(
+                &project,
+                Some(&proxied),
+                &["--json", "-v", "distribute", "base"],
+            ),
+            signal,
+            || frozen.load(Ordering::SeqCst),
+        );
+        let said = format!(
+            "{transport} SIG{signal}:\n{}{}",
+            stopped.stdout, stopped.stderr
+        );
+        assert_eq!(stopped.code, Some(130), "{said}");
+        let report: serde_json::Value = support::document(&stopped.stdout);
+        let action = |report: &serde_json::Value, node: &str| {
+            let row =
+                support::row(&serde_json::Value::Array(support::nodes_of(report)), node).clone();
+            row["action"].as_str().unwrap_or_default().to_string()
+        };
+        for node in ["node1", "node2"] {
+            assert!(
+                got.contains(&action(&report, node).as_str()),
+                "{node}: {said}"
+            );
+        }
+        assert_eq!(action(&report, "node3"), "interrupted", "{said}");
+
+        let resumed = hallmark(
+            &project,
+            Some(&direct),
+            &["--json", "-v", "distribute", "base"],
+        )
+        .stderr(Stdio::piped())
+        .output()
+        .unwrap();
+        let (stdout, stderr) = (
+            String::from_utf8_lossy(&resumed.stdout),
+            String::from_utf8_lossy(&resumed.stderr),
+        );
+        let said = format!("{transport} resumed:\n{stdout}{stderr}");
+        assert_eq!(resumed.status.code(), Some(0), "{said}");
+        let report: serde_json::Value = support::document(&stdout);
+        assert_eq!(action(&report, "node1"), "skipped", "{said}");
+        assert_eq!(action(&report, "node2"), "skipped", "{said}");
+        assert!(got.contains(&action(&report, "node3").as_str()), "{said}");
+        if transport == "registry" {
+            assert!(
+                stderr.contains(": 0 blobs sent"),
+                "the registry kept the image: {said}"
+            );
+        }
+        testbed.run_container(
+            "node3",
+            &support::reference(&project, "base"),
+            &["test", "-s", &unique],
+        );
+    }
+}
