@@ -7,7 +7,7 @@ use crate::error::{Error, ExitStatus, Result};
 use crate::inputs::values::Name;
 use crate::ship;
 use crate::ship::verify::Holding;
-use crate::ship::verify::provenance::{judge_provenance, signed, trusted_keys};
+use crate::ship::verify::provenance::{Unverified, judge_provenance, signed, trusted_keys};
 use crate::ship::verify::rows::{
     holdings_of_nodes, image_rows, rows_until_interrupted, unverified_without_reference,
     wanted_or_why, with_unplanned,
@@ -70,7 +70,7 @@ pub(super) fn run(
             holdings_of_nodes(&settings.checksum_label, &nodes, &connected, &wanted).await;
         unverified_without_reference(&mut columns, &unchecked, !settings.output.json);
         if let Some(trusted) = &trusted {
-            let verdicts: Vec<std::result::Result<String, String>> = names
+            let verdicts: Vec<std::result::Result<String, Unverified>> = names
                 .iter()
                 .zip(&subjects)
                 .map(|(name, subject)| {
