@@ -9,8 +9,8 @@ use crate::ship;
 use crate::ship::verify::Holding;
 use crate::ship::verify::provenance::{Unverified, judge_provenance, signed, trusted_keys};
 use crate::ship::verify::rows::{
-    holdings_of_nodes, image_rows, rows_until_interrupted, unverified_without_reference,
-    wanted_or_why, with_unplanned,
+    NoReference, holdings_of_nodes, image_rows, rows_until_interrupted,
+    unverified_without_reference, wanted_or_why, with_unplanned,
 };
 use futures_util::StreamExt as _;
 
@@ -51,7 +51,7 @@ pub(super) fn run(
             let found = shipment.map_err(|e| {
                 // Said even with `-q`: why the image's rows cannot say `current`.
                 crate::output::stderr_exactly(&e.render());
-                e.to_string()
+                NoReference::from(e)
             });
             judged.push(wanted_or_why(plan.get(name), &store, found));
         }
