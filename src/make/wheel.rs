@@ -37,12 +37,17 @@ fn relative(from: &str, to: &str) -> String {
     parts.join("/")
 }
 
-fn safe_relative(path: &str) -> Result<(), String> {
+/// A path in a wheel that would land outside its install folder.
+#[derive(Debug, thiserror::Error)]
+#[error("`{0}` would land outside its install folder")]
+struct Outside(String);
+
+fn safe_relative(path: &str) -> Result<(), Outside> {
     if path.starts_with('/')
         || path.split('/').any(|p| p == ".." || p.is_empty())
         || path.contains('\\')
     {
-        return Err(format!("`{path}` would land outside its install folder"));
+        return Err(Outside(path.to_string()));
     }
     Ok(())
 }
