@@ -30,7 +30,7 @@ pub mod view;
 pub use address::{Address, Kind};
 pub use answers::{EngineInfo, EngineVersion, HistoryStep, ImageAnswer, ImageListed};
 pub use body::{Body, ChannelWriter, StreamReader, body_from_writer};
-pub use progress::{BuildEvent, ProgressDetail, ProgressEvent, Reports, follow};
+pub use progress::{BuildEvent, ProgressDetail, ProgressEvent, Reports, StreamError, follow};
 
 use crate::engine::credentials::Credentials;
 use crate::error::{Error, Result};
@@ -178,7 +178,10 @@ impl Engine {
             bridge.socket = open;
             return Ok(Engine::new(node, transport, version, Some(bridge)));
         }
-        if let Some(remote) = bridge.ask_engine_socket().await.map_err(fail)?
+        if let Some(remote) = bridge
+            .ask_engine_socket()
+            .await
+            .map_err(|e| fail(e.to_string()))?
             && bridge.forward_engine(&remote).await
         {
             if let (transport, Ok(version)) = negotiate(bridge.socket.clone()).await {
@@ -479,9 +482,8 @@ impl Engine {
                 Ok(info) => futures_util::stream::iter(progress::build_events(info))
                     .map(Ok)
                     .left_stream(),
-                Err(e) => {
-                    futures_util::stream::once(async move { Err(with_causes(&e)) }).right_stream()
-                }
+                Err(e) => futures_util::stream::once(async move { Err(StreamError::from(e)) })
+                    .right_stream(),
             })
             .flatten()
             .boxed()
@@ -525,7 +527,7 @@ impl Engine {
         });
         let body = stall::noting(body, &moved).map(Ok::<_, std::io::Error>);
         let answers = progress::reports(self.docker.import_image_stream(options, body, None));
-        stall::watched(answers, moved, stall::stall_timeout(), |words| words)
+        stall::watched(answers, moved, stall::stall_timeout(), StreamError::Stalled)
     }
 
     /// Pushes `repository:tag` to the registry its name starts with, signed in with
@@ -542,7 +544,12 @@ impl Engine {
             Some(options),
             credentials.map(docker_credentials),
         ));
-        stall::watched(answers, stall::Moved::now(), stall::stall_timeout(), |w| w)
+        stall::watched(
+            answers,
+            stall::Moved::now(),
+            stall::stall_timeout(),
+            StreamError::Stalled,
+        )
     }
 
     /// Pulls `repository:tag`, signed in with `credentials` if given.
@@ -561,7 +568,12 @@ impl Engine {
             None,
             credentials.map(docker_credentials),
         ));
-        stall::watched(answers, stall::Moved::now(), stall::stall_timeout(), |w| w)
+        stall::watched(
+            answers,
+            stall::Moved::now(),
+            stall::stall_timeout(),
+            StreamError::Stalled,
+        )
     }
 
     /// Runs `command` in a new container from `image` with no network; returns the exit
@@ -578,20 +590,25 @@ impl Engine {
         // this future (Ctrl-C) cannot lose a container the engine made, and the interrupt's
         // cleanup waits for the lock, so for a creation under way.
         let (transport, live) = (self.transport.clone(), Arc::clone(&self.live));
-        let image_name = image.to_string();
-        let id = tokio::spawn(async move {
+        let created = tokio::spawn(async move {
             let mut live = live.lock().await;
-            let created: ContainerCreated = transport
-                .post("/containers/create", Some(&body))
-                .await?
-                .ok_or_else(|| format!("no such image: {image_name}"))?;
-            live.push(created.id.clone());
-            Ok::<_, String>(created.id)
+            let created: Option<ContainerCreated> =
+                transport.post("/containers/create", Some(&body)).await?;
+            if let Some(created) = &created {
+                live.push(created.id.clone());
+            }
+            Ok::<_, transport::AnswerError>(created.map(|c| c.id))
         })
-        .await
-        .map_err(|e| e.to_string())
-        .and_then(|created| created)
-        .map_err(|e| self.error(format!("creating a container from {image}: {e}")))?;
+        .await;
+        let failed = |e: &dyn std::fmt::Display| {
+            self.error(format!("creating a container from {image}: {e}"))
+        };
+        let id = match created {
+            Ok(Ok(Some(id))) => id,
+            Ok(Ok(None)) => return Err(failed(&format!("no such image: {image}"))),
+            Ok(Err(e)) => return Err(failed(&e)),
+            Err(e) => return Err(failed(&e)),
+        };
         let outcome = self.run_created(&id).await;
         self.remove_container(&id).await;
         outcome.map(|(code, output, _)| (code, output))

@@ -8,8 +8,8 @@ use crate::error::{Error, ExitStatus, Result};
 use crate::inputs::values::Name;
 use crate::ship;
 use crate::ship::verify::rows::{
-    holdings_of_nodes, image_rows, rows_until_interrupted, unverified_without_reference,
-    wanted_or_why, with_unplanned,
+    NoReference, holdings_of_nodes, image_rows, rows_until_interrupted,
+    unverified_without_reference, wanted_or_why, with_unplanned,
 };
 use futures_util::StreamExt as _;
 
@@ -44,11 +44,9 @@ pub(super) fn run(settings: &Settings) -> Result<ExitStatus> {
         let found = futures_util::stream::iter(names.iter().map(|name| {
             let (image, builder) = (plan.get(name), builder.as_ref());
             async move {
-                let builder = builder.ok_or("the builder cannot be reached".to_string())?;
+                let builder = builder.ok_or(NoReference::NoBuilder)?;
                 let (reference, checksum) = (image.loaded.reference(), image.checksum.as_str());
-                ship::shipment(builder, store, &reference, label, checksum)
-                    .await
-                    .map_err(|e| e.to_string())
+                Ok(ship::shipment(builder, store, &reference, label, checksum).await?)
             }
         }))
         .buffered(8)

@@ -7,10 +7,10 @@ use crate::error::{Error, ExitStatus, Result};
 use crate::inputs::values::Name;
 use crate::ship;
 use crate::ship::verify::Holding;
-use crate::ship::verify::provenance::{judge_provenance, signed, trusted_keys};
+use crate::ship::verify::provenance::{Unverified, judge_provenance, signed, trusted_keys};
 use crate::ship::verify::rows::{
-    holdings_of_nodes, image_rows, rows_until_interrupted, unverified_without_reference,
-    wanted_or_why, with_unplanned,
+    NoReference, holdings_of_nodes, image_rows, rows_until_interrupted,
+    unverified_without_reference, wanted_or_why, with_unplanned,
 };
 use futures_util::StreamExt as _;
 
@@ -51,7 +51,7 @@ pub(super) fn run(
             let found = shipment.map_err(|e| {
                 // Said even with `-q`: why the image's rows cannot say `current`.
                 crate::output::stderr_exactly(&e.render());
-                e.to_string()
+                NoReference::from(e)
             });
             judged.push(wanted_or_why(plan.get(name), &store, found));
         }
@@ -70,7 +70,7 @@ pub(super) fn run(
             holdings_of_nodes(&settings.checksum_label, &nodes, &connected, &wanted).await;
         unverified_without_reference(&mut columns, &unchecked, !settings.output.json);
         if let Some(trusted) = &trusted {
-            let verdicts: Vec<std::result::Result<String, String>> = names
+            let verdicts: Vec<std::result::Result<String, Unverified>> = names
                 .iter()
                 .zip(&subjects)
                 .map(|(name, subject)| {

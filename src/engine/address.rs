@@ -30,11 +30,23 @@ pub enum Kind {
     },
 }
 
+/// Why a text is not an engine address: put after the node's name.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum AddressError {
+    #[error("`{text}` is not an engine address: it names no {what}")]
+    Empty { text: String, what: &'static str },
+    #[error("`{text}` is not an engine address (unix://, tcp:// or ssh://)")]
+    Scheme { text: String },
+}
+
 impl Address {
     /// Parses `text`; `tls` is the docker CLI's TLS folder for a `tcp://` engine (other
     /// engines do not use it). `Err` says why, to be put after the node's name.
-    pub fn parse(text: &str, tls: Option<&Path>) -> Result<Address, String> {
-        let empty = |what: &str| format!("`{text}` is not an engine address: it names no {what}");
+    pub fn parse(text: &str, tls: Option<&Path>) -> Result<Address, AddressError> {
+        let empty = |what: &'static str| AddressError::Empty {
+            text: text.to_string(),
+            what,
+        };
         let kind = if let Some(path) = text.strip_prefix("unix://") {
             if path.is_empty() {
                 return Err(empty("socket"));
@@ -64,9 +76,9 @@ impl Address {
             }
             Kind::Ssh { destination, port }
         } else {
-            return Err(format!(
-                "`{text}` is not an engine address (unix://, tcp:// or ssh://)"
-            ));
+            return Err(AddressError::Scheme {
+                text: text.to_string(),
+            });
         };
         Ok(Address {
             written: text.to_string(),
@@ -183,7 +195,11 @@ mod tests {
                 "`ssh://:22` is not an engine address: it names no host",
             ),
         ] {
-            assert_eq!(Address::parse(text, None).unwrap_err(), says, "{text:?}");
+            assert_eq!(
+                Address::parse(text, None).unwrap_err().to_string(),
+                says,
+                "{text:?}"
+            );
         }
     }
 }

@@ -5,7 +5,8 @@
 
 use super::Engine;
 use super::answers::{ContainerCreated, ContainerExit};
-use super::transport::escape;
+use super::progress::StreamError;
+use super::transport::{AnswerError, escape};
 use crate::error::Result;
 use bollard::query_parameters::{
     DownloadFromContainerOptionsBuilder, LogsOptionsBuilder, RemoveVolumeOptionsBuilder,
@@ -67,20 +68,22 @@ impl Engine {
         image: &str,
     ) -> Result<String> {
         let (transport, live) = (self.transport.clone(), Arc::clone(&self.live));
-        let image = image.to_string();
-        tokio::spawn(async move {
+        let created = tokio::spawn(async move {
             let mut live = live.lock().await;
-            let created: ContainerCreated = transport
-                .post(path, Some(&body))
-                .await?
-                .ok_or_else(|| format!("no such image: {image}"))?;
-            live.push(created.id.clone());
-            Ok::<_, String>(created.id)
+            let created: Option<ContainerCreated> = transport.post(path, Some(&body)).await?;
+            if let Some(created) = &created {
+                live.push(created.id.clone());
+            }
+            Ok::<_, AnswerError>(created.map(|c| c.id))
         })
-        .await
-        .map_err(|e| e.to_string())
-        .and_then(|created| created)
-        .map_err(|e| self.error(format!("creating a container: {e}")))
+        .await;
+        let failed = |e: &dyn std::fmt::Display| self.error(format!("creating a container: {e}"));
+        match created {
+            Ok(Ok(Some(id))) => Ok(id),
+            Ok(Ok(None)) => Err(failed(&format!("no such image: {image}"))),
+            Ok(Err(e)) => Err(failed(&e)),
+            Err(e) => Err(failed(&e)),
+        }
     }
 
     /// Unpacks the tar `body` streams into the container's file system at `path`.
@@ -109,17 +112,15 @@ impl Engine {
     pub fn follow_logs(
         &self,
         id: &str,
-    ) -> impl Stream<Item = std::result::Result<String, String>> + use<> {
+    ) -> impl Stream<Item = std::result::Result<String, StreamError>> + use<> {
         let options = LogsOptionsBuilder::new()
             .stdout(true)
             .stderr(true)
             .follow(true)
             .build();
-        self.docker.logs(id, Some(options)).map(|chunk| {
-            chunk
-                .map(|c| c.to_string())
-                .map_err(|e| super::transport::with_causes(&e))
-        })
+        self.docker
+            .logs(id, Some(options))
+            .map(|chunk| chunk.map(|c| c.to_string()).map_err(StreamError::from))
     }
 
     /// Waits for the container to stop; its exit code.
@@ -141,13 +142,13 @@ impl Engine {
         &self,
         id: &str,
         path: &str,
-    ) -> impl Stream<Item = std::result::Result<bytes::Bytes, String>> + use<> {
+    ) -> impl Stream<Item = std::result::Result<bytes::Bytes, StreamError>> + use<> {
         let options = DownloadFromContainerOptionsBuilder::new()
             .path(path)
             .build();
         self.docker
             .download_from_container(id, Some(options))
-            .map(|chunk| chunk.map_err(|e| super::transport::with_causes(&e)))
+            .map(|chunk| chunk.map_err(StreamError::from))
     }
 
     /// Makes an image of the stopped container `id` (its file system over its image, its

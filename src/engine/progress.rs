@@ -6,9 +6,19 @@
 use futures_util::StreamExt;
 use futures_util::stream::BoxStream;
 
-/// A stream of engine reports; `Err` is the stream's own failure (the connection), in the
-/// words of the library that read it.
-pub type Reports<'a, T> = BoxStream<'a, Result<T, String>>;
+/// A stream of engine reports; `Err` is the stream's own failure.
+pub type Reports<'a, T> = BoxStream<'a, Result<T, StreamError>>;
+
+/// A stream's own failure: the connection, in the words of the library that read it, or
+/// nothing moving for too long.
+#[derive(Debug, thiserror::Error)]
+pub enum StreamError {
+    #[error("{}", super::transport::with_causes(.0))]
+    Engine(#[from] bollard::errors::Error),
+    /// [`super::stall::stalled_words`].
+    #[error("{0}")]
+    Stalled(String),
+}
 
 /// One message of a push, pull or load.
 #[derive(Debug, Clone, Default)]
@@ -105,10 +115,7 @@ pub(super) fn reports<'a, T, B: Into<T>>(
     stream: impl futures_util::Stream<Item = Result<B, bollard::errors::Error>> + Send + 'a,
 ) -> Reports<'a, T> {
     stream
-        .map(|item| {
-            item.map(Into::into)
-                .map_err(|e| super::transport::with_causes(&e))
-        })
+        .map(|item| item.map(Into::into).map_err(StreamError::from))
         .boxed()
 }
 
@@ -127,7 +134,7 @@ pub async fn follow(
                 }
                 each(message);
             }
-            Err(e) => return Some(e),
+            Err(e) => return Some(e.to_string()),
         }
     }
     failure
@@ -178,7 +185,9 @@ mod tests {
         let mut seen = 0;
         let failure = runtime.block_on(follow(stream, |_| seen += 1));
         assert_eq!((failure.as_deref(), seen), (Some("unexpected EOF"), 3));
-        let broken = futures_util::stream::iter([Err("connection reset".to_string())]).boxed();
+        let broken =
+            futures_util::stream::iter([Err(StreamError::Stalled("connection reset".into()))])
+                .boxed();
         let failure = runtime.block_on(follow(broken, drop));
         assert_eq!(failure.as_deref(), Some("connection reset"));
     }

@@ -28,6 +28,23 @@ pub(super) struct SshBridge {
     pub(super) persist: bool,
 }
 
+/// Why ssh did not do what was asked of it.
+#[derive(Debug, thiserror::Error)]
+pub enum SshError {
+    #[error("cannot run ssh: {0}")]
+    Run(std::io::Error),
+    #[error(
+        "ssh: no answer in {secs} s: the link or the node is frozen ({} sets how long to wait)",
+        super::transport::ANSWER_TIMEOUT_ENV
+    )]
+    Frozen { secs: u64 },
+    /// ssh's own words.
+    #[error("ssh failed: {0}")]
+    Failed(String),
+    #[error("cannot open a tunnel to the registry (ssh -R 127.0.0.1:{port}): {stderr}")]
+    Tunnel { port: u16, stderr: String },
+}
+
 /// Asked of the node's shell: the engine socket `docker` would use there. Empty when the
 /// answer is not a plain socket (a docker context is chosen), then dial-stdio is used.
 const ENGINE_SOCKET_QUESTION: &str = r#"if [ -n "${DOCKER_HOST:-}" ]; then echo "$DOCKER_HOST"; elif [ -z "${DOCKER_CONTEXT:-}" ] && ! grep -qs currentContext "${DOCKER_CONFIG:-$HOME/.docker}/config.json"; then echo unix:///var/run/docker.sock; fi"#;
@@ -165,30 +182,27 @@ impl SshBridge {
     /// holds a session open for as long as the master's keep-alives allow).
     async fn output_within(
         mut command: tokio::process::Command,
-    ) -> std::result::Result<std::process::Output, String> {
+    ) -> std::result::Result<std::process::Output, SshError> {
         let limit = super::answer_timeout();
         command.kill_on_drop(true);
         match tokio::time::timeout(limit, command.output()).await {
-            Ok(output) => output.map_err(|e| format!("cannot run ssh: {e}")),
-            Err(_) => Err(format!(
-                "ssh: no answer in {} s: the link or the node is frozen ({} sets how long to wait)",
-                limit.as_secs(),
-                super::transport::ANSWER_TIMEOUT_ENV
-            )),
+            Ok(output) => output.map_err(SshError::Run),
+            Err(_) => Err(SshError::Frozen {
+                secs: limit.as_secs(),
+            }),
         }
     }
 
     /// Asks the node which socket its engine listens on (this opens the master, checking
     /// the host key). `Err` with ssh's own words if ssh cannot reach the node.
-    pub(super) async fn ask_engine_socket(&self) -> std::result::Result<Option<String>, String> {
+    pub(super) async fn ask_engine_socket(&self) -> std::result::Result<Option<String>, SshError> {
         let mut ask = self.ssh();
         ask.args(["--", &self.destination, ENGINE_SOCKET_QUESTION])
             .stdin(std::process::Stdio::null());
         let output = Self::output_within(ask).await?;
         match output.status.code() {
-            Some(255) | None => Err(format!(
-                "ssh failed: {}",
-                String::from_utf8_lossy(&output.stderr).trim()
+            Some(255) | None => Err(SshError::Failed(
+                String::from_utf8_lossy(&output.stderr).trim().to_string(),
             )),
             Some(0) => Ok(forwardable_socket(&String::from_utf8_lossy(&output.stdout))),
             // A shell that does not speak sh: the docker CLI finds the engine instead.
@@ -295,16 +309,16 @@ impl SshBridge {
 
     /// Makes `127.0.0.1:port` on the node lead to `127.0.0.1:port` here (`ssh -R` on the
     /// control master, so host keys are those already checked). `Err` says why.
-    pub(super) async fn forward_loopback(&self, port: u16) -> Result<(), String> {
+    pub(super) async fn forward_loopback(&self, port: u16) -> Result<(), SshError> {
         let spec = loopback_forward(port);
         let mut command = tokio::process::Command::from(self.control_command("forward", &spec));
         command.stdout(std::process::Stdio::null());
         let output = Self::output_within(command).await?;
         if !output.status.success() {
-            return Err(format!(
-                "cannot open a tunnel to the registry (ssh -R 127.0.0.1:{port}): {}",
-                String::from_utf8_lossy(&output.stderr).trim()
-            ));
+            return Err(SshError::Tunnel {
+                port,
+                stderr: String::from_utf8_lossy(&output.stderr).trim().to_string(),
+            });
         }
         Ok(())
     }

@@ -35,36 +35,51 @@ pub enum Dial {
 impl Dial {
     /// TLS with the docker CLI's files in `dir`: `ca.pem` (the only CA trusted), `cert.pem`
     /// and `key.pem` (the client's).
-    pub fn tls(address: String, dir: &std::path::Path) -> Result<Dial, String> {
+    pub fn tls(address: String, dir: &std::path::Path) -> Result<Dial, TlsError> {
         use rustls_pki_types::pem::PemObject;
         use rustls_pki_types::{CertificateDer, PrivateKeyDer};
-        let read = |name: &str| {
-            let path = dir.join(name);
-            fs_err::read(&path).map_err(|e| e.to_string())
-        };
-        let certificates = |name: &str| -> Result<Vec<CertificateDer<'static>>, String> {
+        let read = |name: &str| fs_err::read(dir.join(name));
+        let pem = |name: &'static str| move |source| TlsError::Pem { name, source };
+        let certificates = |name: &'static str| -> Result<Vec<CertificateDer<'static>>, TlsError> {
             CertificateDer::pem_slice_iter(&read(name)?)
                 .collect::<Result<_, _>>()
-                .map_err(|e| format!("{name}: {e}"))
+                .map_err(pem(name))
         };
         let mut roots = rustls::RootCertStore::empty();
         for ca in certificates("ca.pem")? {
-            roots.add(ca).map_err(|e| format!("ca.pem: {e}"))?;
+            roots.add(ca).map_err(TlsError::Ca)?;
         }
-        let key = PrivateKeyDer::from_pem_slice(&read("key.pem")?)
-            .map_err(|e| format!("key.pem: {e}"))?;
+        let key = PrivateKeyDer::from_pem_slice(&read("key.pem")?).map_err(pem("key.pem"))?;
         let provider = Arc::new(rustls::crypto::ring::default_provider());
         let config = rustls::ClientConfig::builder_with_provider(provider)
             .with_safe_default_protocol_versions()
-            .map_err(|e| e.to_string())?
+            .map_err(TlsError::Protocols)?
             .with_root_certificates(roots)
             .with_client_auth_cert(certificates("cert.pem")?, key)
-            .map_err(|e| format!("cert.pem and key.pem: {e}"))?;
+            .map_err(TlsError::ClientCertificate)?;
         Ok(Dial::Tls {
             address,
             config: Arc::new(config),
         })
     }
+}
+
+/// Why the docker CLI's TLS files cannot be used.
+#[derive(Debug, thiserror::Error)]
+pub enum TlsError {
+    #[error(transparent)]
+    Read(#[from] std::io::Error),
+    #[error("{name}: {source}")]
+    Pem {
+        name: &'static str,
+        source: rustls_pki_types::pem::Error,
+    },
+    #[error("ca.pem: {0}")]
+    Ca(rustls::Error),
+    #[error("{0}")]
+    Protocols(rustls::Error),
+    #[error("cert.pem and key.pem: {0}")]
+    ClientCertificate(rustls::Error),
 }
 
 /// The request body type bollard hands its transport (its name is private to bollard).
@@ -84,16 +99,52 @@ pub struct Transport {
 }
 
 /// An answer with a status other than 2xx: the engine's own message.
-#[derive(Debug)]
+#[derive(Debug, thiserror::Error)]
+#[error("{message} (HTTP {status})")]
 pub struct Refused {
     pub status: u16,
     pub message: String,
 }
 
-impl std::fmt::Display for Refused {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "{} (HTTP {})", self.message, self.status)
-    }
+/// Why a request to the engine brought no answer hallmark reads.
+#[derive(Debug, thiserror::Error)]
+pub enum AnswerError {
+    #[error("{method} {path}: {source}")]
+    Request {
+        method: String,
+        path: String,
+        source: hyper::http::Error,
+    },
+    #[error("{}", with_causes(.0))]
+    Unsent(bollard::errors::Error),
+    #[error("reading the answer to {method} {path}: {source}")]
+    Unread {
+        method: String,
+        path: String,
+        source: hyper::Error,
+    },
+    #[error(
+        "no answer to {method} {path} in {secs} s: the engine is hung or overloaded, \
+         or the work runs longer ({setting} sets how long to wait)"
+    )]
+    Hung {
+        method: String,
+        path: String,
+        secs: u64,
+        setting: String,
+    },
+    #[error("the answer to {method} {path} is not what hallmark reads: {source}")]
+    Unreadable {
+        method: String,
+        path: String,
+        source: serde_json::Error,
+    },
+    #[error(transparent)]
+    Refused(#[from] Refused),
+    #[error("the engine has no /version")]
+    NoVersion,
+    #[error("the engine speaks API {0:?}, not a version hallmark can use")]
+    UnusableApi(String),
 }
 
 impl Transport {
@@ -110,18 +161,11 @@ impl Transport {
     /// Asks the engine which API versions it speaks (an unversioned `/version`, as the docker
     /// CLI's first request is) and settles on the newest both sides speak; every later request
     /// carries it. Returns the engine's answer.
-    pub async fn negotiate(&self) -> Result<EngineVersion, String> {
-        let answer: EngineVersion = match self.get("/version").await {
-            Ok(Some(answer)) => answer,
-            Ok(None) => return Err("the engine has no /version".into()),
-            Err(e) => return Err(e),
-        };
-        let version = answer.usable_api(NEWEST_API).ok_or_else(|| {
-            format!(
-                "the engine speaks API {:?}, not a version hallmark can use",
-                answer.api_version
-            )
-        })?;
+    pub async fn negotiate(&self) -> Result<EngineVersion, AnswerError> {
+        let answer: EngineVersion = self.get("/version").await?.ok_or(AnswerError::NoVersion)?;
+        let version = answer
+            .usable_api(NEWEST_API)
+            .ok_or_else(|| AnswerError::UnusableApi(answer.api_version.clone()))?;
         let _ = self.version.set(version);
         Ok(answer)
     }
@@ -174,7 +218,7 @@ impl Transport {
     pub async fn get<T: serde::de::DeserializeOwned>(
         &self,
         path_and_query: &str,
-    ) -> Result<Option<T>, String> {
+    ) -> Result<Option<T>, AnswerError> {
         self.call("GET", path_and_query, None).await
     }
 
@@ -184,7 +228,7 @@ impl Transport {
         &self,
         path_and_query: &str,
         body: Option<&serde_json::Value>,
-    ) -> Result<Option<T>, String> {
+    ) -> Result<Option<T>, AnswerError> {
         self.call("POST", path_and_query, body).await
     }
 
@@ -195,7 +239,7 @@ impl Transport {
         &self,
         path_and_query: &str,
         (wait, setting): (std::time::Duration, &str),
-    ) -> Result<Option<T>, String> {
+    ) -> Result<Option<T>, AnswerError> {
         self.call_within("POST", path_and_query, None, (wait, setting))
             .await
     }
@@ -205,7 +249,7 @@ impl Transport {
         method: &str,
         path_and_query: &str,
         body: Option<&serde_json::Value>,
-    ) -> Result<Option<T>, String> {
+    ) -> Result<Option<T>, AnswerError> {
         let wait = (answer_timeout(), ANSWER_TIMEOUT_ENV);
         self.call_within(method, path_and_query, body, wait).await
     }
@@ -216,45 +260,62 @@ impl Transport {
         path_and_query: &str,
         body: Option<&serde_json::Value>,
         (wait, setting): (std::time::Duration, &str),
-    ) -> Result<Option<T>, String> {
+    ) -> Result<Option<T>, AnswerError> {
         let bytes = body.map_or_else(Bytes::new, |b| Bytes::from(b.to_string()));
+        let (method_, path) = (method.to_string(), path_and_query.to_string());
         let request = hyper::Request::builder()
             .method(method)
             .uri(format!("http://localhost{path_and_query}"))
             .header("content-type", "application/json")
             .body(bollard::body_full(bytes))
-            .map_err(|e| format!("{method} {path_and_query}: {e}"))?;
+            .map_err(|source| AnswerError::Request {
+                method: method_.clone(),
+                path: path.clone(),
+                source,
+            })?;
         // A document (a version, an inspect, a listing) comes in seconds even from a busy
         // engine; one that never comes is a hung engine, which must not hang every command
         // that asks it (an outside test stopped a node's dockerd: `status` waited for good).
         let asked = async {
-            let response = self.send(request).await.map_err(|e| with_causes(&e))?;
+            let response = self.send(request).await.map_err(AnswerError::Unsent)?;
             let status = response.status().as_u16();
             let body = response
                 .into_body()
                 .collect()
                 .await
-                .map_err(|e| format!("reading the answer to {method} {path_and_query}: {e}"))?
+                .map_err(|source| AnswerError::Unread {
+                    method: method_.clone(),
+                    path: path.clone(),
+                    source,
+                })?
                 .to_bytes();
-            Ok::<_, String>((status, body))
+            Ok::<_, AnswerError>((status, body))
         };
-        let (status, body) = tokio::time::timeout(wait, asked).await.map_err(|_| {
-            format!(
-                "no answer to {method} {path_and_query} in {} s: the engine is hung or overloaded, \
-                 or the work runs longer ({setting} sets how long to wait)",
-                wait.as_secs()
-            )
-        })??;
+        let (status, body) =
+            tokio::time::timeout(wait, asked)
+                .await
+                .map_err(|_| AnswerError::Hung {
+                    method: method_.clone(),
+                    path: path.clone(),
+                    secs: wait.as_secs(),
+                    setting: setting.to_string(),
+                })??;
         match status {
             404 => Ok(None),
-            200..=299 => serde_json::from_slice(&body).map(Some).map_err(|e| {
-                format!("the answer to {method} {path_and_query} is not what hallmark reads: {e}")
-            }),
+            200..=299 => {
+                serde_json::from_slice(&body)
+                    .map(Some)
+                    .map_err(|source| AnswerError::Unreadable {
+                        method: method_,
+                        path,
+                        source,
+                    })
+            }
             _ => Err(Refused {
                 status,
                 message: super::answers::error_message(&body),
             }
-            .to_string()),
+            .into()),
         }
     }
 }

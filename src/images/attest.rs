@@ -44,13 +44,58 @@ pub fn pae(payload_type: &str, payload: &[u8]) -> Vec<u8> {
     bytes
 }
 
+/// Why a key cannot sign or be trusted, or why an envelope does not verify.
+#[derive(Debug, thiserror::Error)]
+pub enum AttestError {
+    #[error(transparent)]
+    Read(#[from] std::io::Error),
+    #[error("{}: not an OpenSSH private key: {source}", path.display())]
+    NotPrivateKey {
+        path: PathBuf,
+        source: ssh_key::Error,
+    },
+    #[error("{}: the key has a passphrase; hallmark signs unattended: make one without (`ssh-keygen -t ed25519 -N '' -f ...`)", .0.display())]
+    Passphrase(PathBuf),
+    #[error("{}: a {algorithm} key; provenance is signed with ed25519 (`ssh-keygen -t ed25519`)", path.display())]
+    NotEd25519Private {
+        path: PathBuf,
+        algorithm: ssh_key::Algorithm,
+    },
+    #[error("{}: holds no public key", .0.display())]
+    NoPublicKey(PathBuf),
+    #[error("{}, key {number}: not an OpenSSH public key: {source}", path.display())]
+    NotPublicKey {
+        path: PathBuf,
+        number: usize,
+        source: ssh_key::Error,
+    },
+    #[error("{}: not an ed25519 key", .0.display())]
+    NotEd25519(PathBuf),
+    #[error("{}: {source}", path.display())]
+    BadKey {
+        path: PathBuf,
+        source: ed25519_dalek::SignatureError,
+    },
+    #[error("payload type `{0}`, not an in-toto Statement")]
+    PayloadType(String),
+    #[error("the payload is not base64: {0}")]
+    NotBase64(base64::DecodeError),
+    #[error("the signed payload is not JSON: {0}")]
+    NotJson(serde_json::Error),
+    /// Key ids, each list joined with `, `.
+    #[error(
+        "no signature verifies with a key hallmark.toml trusts (signed by {signed_by}; trusted: {trusted})"
+    )]
+    Untrusted { signed_by: String, trusted: String },
+}
+
 fn base64() -> base64::engine::GeneralPurpose {
     base64::engine::general_purpose::STANDARD
 }
 
 /// Signs `statement` with the OpenSSH ed25519 private key at `key` (unencrypted: hallmark
 /// runs unattended).
-pub fn sign(statement: &serde_json::Value, key: &Path) -> Result<Envelope, String> {
+pub fn sign(statement: &serde_json::Value, key: &Path) -> Result<Envelope, AttestError> {
     let (private, signing) = signing_key(key)?;
     let payload = serde_json::to_vec(statement).expect("JSON values serialize");
     let signature = signing.sign(&pae(PAYLOAD_TYPE, &payload));
@@ -70,27 +115,28 @@ pub fn sign(statement: &serde_json::Value, key: &Path) -> Result<Envelope, Strin
 /// `Ok` if the private key at `key` can sign provenance (it exists, is an OpenSSH ed25519
 /// key, has no passphrase), else why not: asked before a build starts, so that a build of
 /// hours does not end in a signature that cannot be made.
-pub fn usable(key: &Path) -> Result<(), String> {
+pub fn usable(key: &Path) -> Result<(), AttestError> {
     signing_key(key).map(drop)
 }
 
 /// The private key at `key` and its ed25519 signing half.
-fn signing_key(key: &Path) -> Result<(ssh_key::PrivateKey, ed25519_dalek::SigningKey), String> {
-    let text = fs_err::read_to_string(key).map_err(|e| e.to_string())?;
-    let private = ssh_key::PrivateKey::from_openssh(&text)
-        .map_err(|e| format!("{}: not an OpenSSH private key: {e}", key.display()))?;
+fn signing_key(
+    key: &Path,
+) -> Result<(ssh_key::PrivateKey, ed25519_dalek::SigningKey), AttestError> {
+    let text = fs_err::read_to_string(key)?;
+    let private =
+        ssh_key::PrivateKey::from_openssh(&text).map_err(|source| AttestError::NotPrivateKey {
+            path: key.to_path_buf(),
+            source,
+        })?;
     if private.is_encrypted() {
-        return Err(format!(
-            "{}: the key has a passphrase; hallmark signs unattended: make one without (`ssh-keygen -t ed25519 -N '' -f ...`)",
-            key.display()
-        ));
+        return Err(AttestError::Passphrase(key.to_path_buf()));
     }
     let Some(pair) = private.key_data().ed25519() else {
-        return Err(format!(
-            "{}: a {} key; provenance is signed with ed25519 (`ssh-keygen -t ed25519`)",
-            key.display(),
-            private.algorithm()
-        ));
+        return Err(AttestError::NotEd25519Private {
+            path: key.to_path_buf(),
+            algorithm: private.algorithm(),
+        });
     };
     let signing = ed25519_dalek::SigningKey::from_bytes(&pair.private.to_bytes());
     Ok((private, signing))
@@ -106,25 +152,25 @@ pub struct Trusted {
 /// Reads the OpenSSH public keys at `paths`: each line of each file one ed25519 key (as in
 /// `authorized_keys`; blank lines and `#` comments skipped). A file with no key, or a line
 /// that is not an ed25519 key, is an error naming the file.
-pub fn trusted(paths: &[PathBuf]) -> Result<Vec<Trusted>, String> {
+pub fn trusted(paths: &[PathBuf]) -> Result<Vec<Trusted>, AttestError> {
     let mut keys = Vec::new();
     for path in paths {
-        let text = fs_err::read_to_string(path).map_err(|e| e.to_string())?;
+        let text = fs_err::read_to_string(path)?;
         let lines: Vec<&str> = text
             .lines()
             .map(str::trim)
             .filter(|l| !l.is_empty() && !l.starts_with('#'))
             .collect();
         if lines.is_empty() {
-            return Err(format!("{}: holds no public key", path.display()));
+            return Err(AttestError::NoPublicKey(path.clone()));
         }
         for (number, line) in lines.into_iter().enumerate() {
-            let public = ssh_key::PublicKey::from_openssh(line).map_err(|e| {
-                format!(
-                    "{}, key {}: not an OpenSSH public key: {e}",
-                    path.display(),
-                    number + 1
-                )
+            let public = ssh_key::PublicKey::from_openssh(line).map_err(|source| {
+                AttestError::NotPublicKey {
+                    path: path.clone(),
+                    number: number + 1,
+                    source,
+                }
             })?;
             keys.push(trusted_key(path, &public)?);
         }
@@ -132,13 +178,17 @@ pub fn trusted(paths: &[PathBuf]) -> Result<Vec<Trusted>, String> {
     Ok(keys)
 }
 
-fn trusted_key(path: &Path, public: &ssh_key::PublicKey) -> Result<Trusted, String> {
+fn trusted_key(path: &Path, public: &ssh_key::PublicKey) -> Result<Trusted, AttestError> {
     let bytes = public
         .key_data()
         .ed25519()
-        .ok_or_else(|| format!("{}: not an ed25519 key", path.display()))?;
-    let key = ed25519_dalek::VerifyingKey::from_bytes(&bytes.0)
-        .map_err(|e| format!("{}: {e}", path.display()))?;
+        .ok_or_else(|| AttestError::NotEd25519(path.to_path_buf()))?;
+    let key = ed25519_dalek::VerifyingKey::from_bytes(&bytes.0).map_err(|source| {
+        AttestError::BadKey {
+            path: path.to_path_buf(),
+            source,
+        }
+    })?;
     Ok(Trusted {
         path: path.to_path_buf(),
         keyid: public.fingerprint(ssh_key::HashAlg::Sha256).to_string(),
@@ -166,16 +216,13 @@ pub fn signed_with(envelope: &Envelope, key: &Path) -> bool {
 pub fn verify<'a>(
     envelope: &Envelope,
     trusted: &'a [Trusted],
-) -> Result<(&'a Trusted, serde_json::Value), String> {
+) -> Result<(&'a Trusted, serde_json::Value), AttestError> {
     if envelope.payload_type != PAYLOAD_TYPE {
-        return Err(format!(
-            "payload type `{}`, not an in-toto Statement",
-            envelope.payload_type
-        ));
+        return Err(AttestError::PayloadType(envelope.payload_type.clone()));
     }
     let payload = base64()
         .decode(&envelope.payload)
-        .map_err(|e| format!("the payload is not base64: {e}"))?;
+        .map_err(AttestError::NotBase64)?;
     let signed = pae(&envelope.payload_type, &payload);
     for signature in &envelope.signatures {
         let Ok(bytes) = base64().decode(&signature.sig) else {
@@ -188,8 +235,7 @@ pub fn verify<'a>(
             .iter()
             .find(|k| k.key.verify(&signed, &signature).is_ok())
         {
-            let statement = serde_json::from_slice(&payload)
-                .map_err(|e| format!("the signed payload is not JSON: {e}"))?;
+            let statement = serde_json::from_slice(&payload).map_err(AttestError::NotJson)?;
             return Ok((key, statement));
         }
     }
@@ -198,19 +244,18 @@ pub fn verify<'a>(
         .iter()
         .map(|s| s.keyid.as_str())
         .collect();
-    Err(format!(
-        "no signature verifies with a key hallmark.toml trusts (signed by {}; trusted: {})",
-        if keyids.is_empty() {
+    Err(AttestError::Untrusted {
+        signed_by: if keyids.is_empty() {
             "nobody".to_string()
         } else {
             keyids.join(", ")
         },
-        trusted
+        trusted: trusted
             .iter()
             .map(|k| k.keyid.as_str())
             .collect::<Vec<_>>()
-            .join(", ")
-    ))
+            .join(", "),
+    })
 }
 
 /// The sha256 digests a Statement names as its subjects.

@@ -98,7 +98,20 @@ impl std::fmt::Display for Alternative {
 /// qualifiers (`:any`, `:native`) are dropped: one architecture is resolved at a time.
 /// Architecture lists and build profiles (`[amd64]`, `<!nocheck>`) are source-package
 /// syntax and never appear in binary indexes; a relation that does not parse is an error.
-pub fn relations(field: &str) -> Result<Vec<Vec<Alternative>>, String> {
+/// Why a relation (`name (op version)`) does not parse; `text` is the relation.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum BadRelation {
+    #[error("`{text}`: no closing parenthesis")]
+    Unclosed { text: String },
+    #[error("`{text}`: no version")]
+    NoVersion { text: String },
+    #[error("`{text}`: unknown operator `{op}`")]
+    Operator { text: String, op: String },
+    #[error("`{text}`: no package name")]
+    NoName { text: String },
+}
+
+pub fn relations(field: &str) -> Result<Vec<Vec<Alternative>>, BadRelation> {
     field
         .split(',')
         .map(str::trim)
@@ -107,25 +120,30 @@ pub fn relations(field: &str) -> Result<Vec<Vec<Alternative>>, String> {
         .collect()
 }
 
-fn alternative(text: &str) -> Result<Alternative, String> {
+fn alternative(text: &str) -> Result<Alternative, BadRelation> {
     let text = text.trim();
     let (name, constraint) = match text.split_once('(') {
         None => (text, None),
         Some((name, rest)) => {
             let inner = rest
                 .strip_suffix(')')
-                .ok_or_else(|| format!("`{text}`: no closing parenthesis"))?
+                .ok_or_else(|| BadRelation::Unclosed { text: text.into() })?
                 .trim();
             let split = inner
                 .find(|c: char| !matches!(c, '<' | '>' | '='))
-                .ok_or_else(|| format!("`{text}`: no version"))?;
+                .ok_or_else(|| BadRelation::NoVersion { text: text.into() })?;
             let op = match &inner[..split] {
                 "<<" | "<" => Op::Less,
                 "<=" => Op::LessEqual,
                 "=" => Op::Equal,
                 ">=" => Op::GreaterEqual,
                 ">>" | ">" => Op::Greater,
-                other => return Err(format!("`{text}`: unknown operator `{other}`")),
+                other => {
+                    return Err(BadRelation::Operator {
+                        text: text.into(),
+                        op: other.into(),
+                    });
+                }
             };
             let version = inner[split..].trim().to_string();
             (name.trim(), Some(Constraint { op, version }))
@@ -133,7 +151,7 @@ fn alternative(text: &str) -> Result<Alternative, String> {
     };
     let name = name.split(':').next().unwrap_or_default().trim();
     if name.is_empty() {
-        return Err(format!("`{text}`: no package name"));
+        return Err(BadRelation::NoName { text: text.into() });
     }
     Ok(Alternative {
         name: name.to_string(),

@@ -133,7 +133,7 @@ pub fn parse_series(series_path: &Path, text: &str) -> Result<Vec<SeriesEntry>> 
                 "unexpected `{extra}` after the strip level"
             )));
         }
-        let file = RelativePath::try_from(file.to_string()).map_err(invalid)?;
+        let file = RelativePath::try_from(file.to_string()).map_err(|e| invalid(e.to_string()))?;
         entries.push(SeriesEntry {
             file,
             strip,
@@ -178,7 +178,18 @@ pub fn is_empty_patch(bytes: &[u8]) -> bool {
     bytes.iter().all(u8::is_ascii_whitespace)
 }
 
-pub fn check_touched_paths(bytes: &[u8], strip: u32) -> Result<(), String> {
+/// Why a patch is refused before it is applied.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum BadPatch {
+    #[error("touches `{0}`, outside the source tree")]
+    Outside(String),
+    #[error("touches the absolute path `{0}`")]
+    Absolute(String),
+    #[error("is not a patch: it names no file")]
+    NoFile,
+}
+
+pub fn check_touched_paths(bytes: &[u8], strip: u32) -> Result<(), BadPatch> {
     if is_empty_patch(bytes) {
         return Ok(());
     }
@@ -208,7 +219,7 @@ pub fn check_touched_paths(bytes: &[u8], strip: u32) -> Result<(), String> {
                     || stripped.starts_with('/')
                     || stripped.split('/').any(|part| part == "..")
                 {
-                    return Err(format!("touches `{name}`, outside the source tree"));
+                    return Err(BadPatch::Outside(name.to_string()));
                 }
             }
             continue;
@@ -242,7 +253,7 @@ pub fn check_touched_paths(bytes: &[u8], strip: u32) -> Result<(), String> {
         touched += 1;
         let stripped = if line.starts_with("---") || line.starts_with("+++") {
             if path.starts_with('/') {
-                return Err(format!("touches the absolute path `{path}`"));
+                return Err(BadPatch::Absolute(path.to_string()));
             }
             path.splitn(strip as usize + 1, '/')
                 .last()
@@ -251,11 +262,11 @@ pub fn check_touched_paths(bytes: &[u8], strip: u32) -> Result<(), String> {
             path
         };
         if path.starts_with('/') || stripped.split('/').any(|part| part == "..") {
-            return Err(format!("touches `{path}`, outside the source tree"));
+            return Err(BadPatch::Outside(path.to_string()));
         }
     }
     if touched == 0 {
-        return Err("is not a patch: it names no file".into());
+        return Err(BadPatch::NoFile);
     }
     Ok(())
 }

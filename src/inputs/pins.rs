@@ -195,7 +195,7 @@ pub fn parse(path: PathBuf, text: &str) -> Result<Pins> {
             location: crate::inputs::spec::locate(text, &["python"]),
             path,
             key: Some("python".into()),
-            message,
+            message: message.to_string(),
             hint: None,
         }));
     }

@@ -89,7 +89,7 @@ impl Project {
                     path: entry.path(),
                     location: None,
                     key: None,
-                    message,
+                    message: message.to_string(),
                     hint: Some("the folder name is the image's name".into()),
                 })
             })?;

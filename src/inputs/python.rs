@@ -44,9 +44,37 @@ pub enum Libc {
     None,
 }
 
+/// Why an interpreter's description, a probe's answer or a wheel's name is refused.
+#[derive(Debug, thiserror::Error)]
+pub enum PythonError {
+    #[error("python version `{0}` is not `<major>.<minor>`")]
+    Version(String),
+    #[error("python {key} `{value}` is not a word of letters, digits and `_`")]
+    NotAWord { key: &'static str, value: String },
+    #[error("libc `{0}` is not `glibc 2.<N>`, `musl 1.<N>` or `none`")]
+    Libc(String),
+    #[error("not the answer hallmark's probe prints ({0})")]
+    NotTheProbe(serde_json::Error),
+    #[error("`{key}` is `{path}`, not a clean absolute path")]
+    UncleanPath { key: &'static str, path: String },
+    #[error("`{0}` is not a wheel (an sdist cannot be installed without a build)")]
+    NotAWheel(String),
+    #[error("`{0}` is not a wheel file name")]
+    NotAWheelName(String),
+    #[error(
+        "the wheel is for {python}-{abi}-{platform}, which pip would not install on the parent's {parent}"
+    )]
+    Incompatible {
+        python: String,
+        abi: String,
+        platform: String,
+        parent: String,
+    },
+}
+
 impl Interpreter {
     /// Checks the values (they come from inside an image, or from a hand-written pin).
-    pub fn check(&self) -> Result<(), String> {
+    pub fn check(&self) -> Result<(), PythonError> {
         let number =
             |n: &str| !n.is_empty() && n.len() <= 3 && n.bytes().all(|b| b.is_ascii_digit());
         if !self
@@ -54,10 +82,7 @@ impl Interpreter {
             .split_once('.')
             .is_some_and(|(major, minor)| number(major) && number(minor))
         {
-            return Err(format!(
-                "python version `{}` is not `<major>.<minor>`",
-                self.version
-            ));
+            return Err(PythonError::Version(self.version.clone()));
         }
         let word =
             |w: &str| !w.is_empty() && w.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_');
@@ -67,21 +92,17 @@ impl Interpreter {
             ("machine", &self.machine),
         ] {
             if !word(value) {
-                return Err(format!(
-                    "python {key} `{value}` is not a word of letters, digits and `_`"
-                ));
+                return Err(PythonError::NotAWord {
+                    key,
+                    value: value.clone(),
+                });
             }
         }
         self.parsed_libc().map(drop)
     }
 
-    pub fn parsed_libc(&self) -> Result<Libc, String> {
-        let bad = || {
-            format!(
-                "libc `{}` is not `glibc 2.<N>`, `musl 1.<N>` or `none`",
-                self.libc
-            )
-        };
+    pub fn parsed_libc(&self) -> Result<Libc, PythonError> {
+        let bad = || PythonError::Libc(self.libc.clone());
         let minor = |version: &str, major: &str| {
             version
                 .strip_prefix(major)
@@ -306,9 +327,9 @@ print(json.dumps({'purelib': p['purelib'], 'scripts': p['scripts'], 'data': p['d
 
 /// Reads the probe's answer (or its cached copy). The answer comes from inside the parent
 /// image, so it is checked like any input: the paths it gives become paths in a layer.
-pub fn parse_probe_answer(text: &str) -> Result<PythonTarget, String> {
-    let target: PythonTarget = serde_json::from_str(text.trim())
-        .map_err(|e| format!("not the answer hallmark's probe prints ({e})"))?;
+pub fn parse_probe_answer(text: &str) -> Result<PythonTarget, PythonError> {
+    let target: PythonTarget =
+        serde_json::from_str(text.trim()).map_err(PythonError::NotTheProbe)?;
     for (key, path) in [
         ("purelib", &target.purelib),
         ("scripts", &target.scripts),
@@ -324,7 +345,10 @@ pub fn parse_probe_answer(text: &str) -> Result<PythonTarget, String> {
                 .all(|part| !part.is_empty() && part != "." && part != "..")
             && !path.chars().any(|c| c.is_control() || c == '\\');
         if !clean {
-            return Err(format!("`{key}` is `{path}`, not a clean absolute path"));
+            return Err(PythonError::UncleanPath {
+                key,
+                path: path.clone(),
+            });
         }
     }
     target.interpreter.check()?;
@@ -341,15 +365,15 @@ pub struct WheelName {
     pub platform: String,
 }
 
-pub fn parse_name(file: &str) -> Result<WheelName, String> {
-    let stem = file.strip_suffix(".whl").ok_or_else(|| {
-        format!("`{file}` is not a wheel (an sdist cannot be installed without a build)")
-    })?;
+pub fn parse_name(file: &str) -> Result<WheelName, PythonError> {
+    let stem = file
+        .strip_suffix(".whl")
+        .ok_or_else(|| PythonError::NotAWheel(file.to_string()))?;
     let parts: Vec<&str> = stem.split('-').collect();
     let (distribution, version, tags) = match parts.as_slice() {
         [d, v, py, abi, plat] => (d, v, [py, abi, plat]),
         [d, v, _build, py, abi, plat] => (d, v, [py, abi, plat]),
-        _ => return Err(format!("`{file}` is not a wheel file name")),
+        _ => return Err(PythonError::NotAWheelName(file.to_string())),
     };
     Ok(WheelName {
         distribution: distribution.to_string(),
@@ -397,17 +421,16 @@ impl WheelName {
 }
 
 /// Whether the wheel runs on the target, as pip decides it (PEP 425 tags).
-pub fn check_compatible(name: &WheelName, target: &PythonTarget) -> Result<(), String> {
+pub fn check_compatible(name: &WheelName, target: &PythonTarget) -> Result<(), PythonError> {
     let interpreter = &target.interpreter;
     if interpreter.accepts(name) {
         Ok(())
     } else {
-        Err(format!(
-            "the wheel is for {}-{}-{}, which pip would not install on the parent's {}",
-            name.python,
-            name.abi,
-            name.platform,
-            interpreter.describe()
-        ))
+        Err(PythonError::Incompatible {
+            python: name.python.clone(),
+            abi: name.abi.clone(),
+            platform: name.platform.clone(),
+            parent: interpreter.describe(),
+        })
     }
 }

@@ -8,6 +8,33 @@ fn is_lower_hex(s: &str, len: usize) -> bool {
     s.len() == len && s.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'))
 }
 
+/// Why a text is not the value it should be.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum BadValue {
+    #[error(
+        "`{0}` is not a commit: a pin must be 40 lowercase hex digits (a branch or tag is resolved by `hallmark lock`)"
+    )]
+    Commit(String),
+    #[error("`{0}` is not a sha256: expected 64 lowercase hex digits")]
+    Sha256(String),
+    #[error(
+        "`{0}` is not a valid name: use letters, digits, `.`, `_` and `-`, not starting with `.` or `-`"
+    )]
+    Name(String),
+    #[error("`{0}` must be an absolute path in the image")]
+    NotAbsolute(String),
+    #[error("`{0}` must be a relative path, not an absolute one")]
+    NotRelative(String),
+    #[error("the path is empty")]
+    EmptyPath,
+    #[error("`{0}` escapes with `..`")]
+    Escapes(String),
+    #[error("`{0}` has an empty or `.` component")]
+    EmptyComponent(String),
+    #[error("`{0}` has whitespace, quotes or control characters")]
+    OddCharacters(String),
+}
+
 macro_rules! checked_string {
     ($(#[$doc:meta])* $name:ident, $check:expr) => {
         $(#[$doc])*
@@ -16,9 +43,9 @@ macro_rules! checked_string {
         pub struct $name(String);
 
         impl TryFrom<String> for $name {
-            type Error = String;
-            fn try_from(value: String) -> Result<Self, String> {
-                let check: fn(&str) -> Result<(), String> = $check;
+            type Error = BadValue;
+            fn try_from(value: String) -> Result<Self, BadValue> {
+                let check: fn(&str) -> Result<(), BadValue> = $check;
                 check(&value)?;
                 Ok($name(value))
             }
@@ -47,7 +74,7 @@ checked_string!(
     |s| if is_lower_hex(s, 40) {
         Ok(())
     } else {
-        Err(format!("`{s}` is not a commit: a pin must be 40 lowercase hex digits (a branch or tag is resolved by `hallmark lock`)"))
+        Err(BadValue::Commit(s.to_string()))
     }
 );
 
@@ -59,7 +86,7 @@ checked_string!(
     |s| if is_lower_hex(s, 64) {
         Ok(())
     } else {
-        Err(format!("`{s}` is not a sha256: expected 64 lowercase hex digits"))
+        Err(BadValue::Sha256(s.to_string()))
     }
 );
 
@@ -75,7 +102,7 @@ checked_string!(
         if ok {
             Ok(())
         } else {
-            Err(format!("`{s}` is not a valid name: use letters, digits, `.`, `_` and `-`, not starting with `.` or `-`"))
+            Err(BadValue::Name(s.to_string()))
         }
     }
 );
@@ -86,7 +113,7 @@ checked_string!(
     ImagePath,
     |s| {
         if !s.starts_with('/') {
-            return Err(format!("`{s}` must be an absolute path in the image"));
+            return Err(BadValue::NotAbsolute(s.to_string()));
         }
         check_components(s.trim_start_matches('/'), s)
     }
@@ -98,30 +125,28 @@ checked_string!(
     RelativePath,
     |s| {
         if s.starts_with('/') {
-            return Err(format!("`{s}` must be a relative path, not an absolute one"));
+            return Err(BadValue::NotRelative(s.to_string()));
         }
         if s.is_empty() {
-            return Err("the path is empty".into());
+            return Err(BadValue::EmptyPath);
         }
         check_components(s, s)
     }
 );
 
-fn check_components(rest: &str, whole: &str) -> Result<(), String> {
+fn check_components(rest: &str, whole: &str) -> Result<(), BadValue> {
     if rest.is_empty() {
         return Ok(());
     }
     for part in rest.trim_end_matches('/').split('/') {
         match part {
-            ".." => return Err(format!("`{whole}` escapes with `..`")),
-            "" | "." => return Err(format!("`{whole}` has an empty or `.` component")),
+            ".." => return Err(BadValue::Escapes(whole.to_string())),
+            "" | "." => return Err(BadValue::EmptyComponent(whole.to_string())),
             _ if part
                 .chars()
                 .any(|c| c.is_whitespace() || c.is_control() || c == '"') =>
             {
-                return Err(format!(
-                    "`{whole}` has whitespace, quotes or control characters"
-                ));
+                return Err(BadValue::OddCharacters(whole.to_string()));
             }
             _ => {}
         }

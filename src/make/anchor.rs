@@ -142,6 +142,17 @@ pub struct Anchor {
     mtime: u64,
 }
 
+/// Why a folder cannot be made below the parent's root; the path is without its leading `/`.
+#[derive(Debug, thiserror::Error)]
+enum NoFolder {
+    #[error("/{0} is a symlink loop in the parent")]
+    Loop(String),
+    #[error("/{0} is a file in the parent, not a folder")]
+    File(String),
+    #[error("/{0} is missing: a symlink in the parent leads there")]
+    Missing(String),
+}
+
 impl Anchor {
     pub fn new(tree: Tree, mtime: u64) -> Anchor {
         Anchor {
@@ -153,7 +164,7 @@ impl Anchor {
 
     /// Resolves the folder `path` as the kernel would below the parent's root, making what
     /// is missing; returns its real path and the folders to write on the way.
-    fn folder(&mut self, path: &str) -> std::result::Result<(String, Vec<Folder>), String> {
+    fn folder(&mut self, path: &str) -> std::result::Result<(String, Vec<Folder>), NoFolder> {
         let mut real: Vec<String> = Vec::new();
         let mut folders = Vec::new();
         // Each component, and whether it came from a symlink's target (those must exist:
@@ -186,7 +197,7 @@ impl Anchor {
                 Some(Node::Link(target)) => {
                     hops += 1;
                     if hops > 40 {
-                        return Err(format!("/{at} is a symlink loop in the parent"));
+                        return Err(NoFolder::Loop(at));
                     }
                     real.pop();
                     if target.starts_with('/') {
@@ -197,12 +208,10 @@ impl Anchor {
                     }
                 }
                 Some(Node::Other) => {
-                    return Err(format!("/{at} is a file in the parent, not a folder"));
+                    return Err(NoFolder::File(at));
                 }
                 None if through_link => {
-                    return Err(format!(
-                        "/{at} is missing: a symlink in the parent leads there"
-                    ));
+                    return Err(NoFolder::Missing(at));
                 }
                 None => {
                     let made = Node::Dir {

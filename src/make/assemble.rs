@@ -163,12 +163,12 @@ fn pinned_wheels(
 ) -> Result<Vec<std::path::PathBuf>> {
     let mut wheels = Vec::new();
     for pin in &image.pins.wheels {
-        let wheel_error = |message: String| {
+        let wheel_error = |message: python::PythonError| {
             Error::Wheel {
             image: image.name().to_string(),
             name: pin.name.to_string(),
             version: pin.version.clone(),
-            message,
+            message: message.to_string(),
             hint: Some("to install it in a build instead, add a `[build] run` step such as `pip install ...`: a spec with RUN steps goes through the engine's builder".into()),
         }
         };

@@ -282,7 +282,7 @@ async fn read_files(
             while let Some(chunk) = chunks.next().await {
                 tar.extend_from_slice(&chunk?);
             }
-            Ok::<_, String>(())
+            Ok::<_, crate::engine::StreamError>(())
         };
         match tokio::time::timeout(crate::engine::answer_timeout(), read).await {
             Err(_) => {
@@ -291,10 +291,13 @@ async fn read_files(
                 );
             }
             // No such file in the image: not an error here, the caller says what is missing.
-            Ok(Err(e)) if e.contains("404") || e.contains("No such") || e.contains("not found") => {
-                continue;
+            Ok(Err(e)) => {
+                let e = e.to_string();
+                if e.contains("404") || e.contains("No such") || e.contains("not found") {
+                    continue;
+                }
+                return Err(engine.error(format!("reading {path} of a container: {e}")));
             }
-            Ok(Err(e)) => return Err(engine.error(format!("reading {path} of a container: {e}"))),
             Ok(Ok(())) => {}
         }
         let parent = Path::new(path).parent().unwrap_or(Path::new("/"));

@@ -58,6 +58,82 @@ pub use entries::LowerTree;
 use entries::*;
 use write::*;
 
+/// Why the builder's raw image is not read where the builder keeps it (its overlay2
+/// folders, or its containerd content store), so that the export is read instead.
+#[derive(Debug, thiserror::Error)]
+pub enum Unreadable {
+    #[error("HALLMARK_NORMALIZE_FROM=export")]
+    ExportAsked,
+    #[error(transparent)]
+    Engine(#[from] Error),
+    #[error(transparent)]
+    Io(#[from] std::io::Error),
+    #[error("the builder is reached by {0}")]
+    Remote(String),
+    #[error("the builder's image store is {0} (its layers are not overlay2 folders)")]
+    NotOverlay(String),
+    #[error("the builder's storage driver is {0}")]
+    Driver(String),
+    #[error("the builder's overlay2 diffs naively")]
+    NaiveDiff,
+    #[error("the builder remaps user ids")]
+    Remapped,
+    #[error("{} is not the image {id}", path.display())]
+    NotTheImage {
+        path: std::path::PathBuf,
+        id: String,
+    },
+    #[error("{} is not the layer {diff_id}", path.display())]
+    NotTheLayer {
+        path: std::path::PathBuf,
+        diff_id: Digest,
+    },
+    #[error("{}: cache-id {cache_id:?}", path.display())]
+    CacheId {
+        path: std::path::PathBuf,
+        cache_id: String,
+    },
+    #[error("{} has the epoch as its time, as the engine writes for any time before 1970 or after 2262: the export has the true one", .0.display())]
+    Epoch(std::path::PathBuf),
+    #[error("{}: {source}", path.display())]
+    Config {
+        path: std::path::PathBuf,
+        source: serde_json::Error,
+    },
+    #[error("{}: {source}", path.display())]
+    TarSplit {
+        path: std::path::PathBuf,
+        source: std::io::Error,
+    },
+    #[error("the built image's id {id}: {source}")]
+    BadId {
+        id: String,
+        source: crate::oci::digest::BadDigest,
+    },
+    /// The folders looked in, joined with `, `.
+    #[error(
+        "no containerd content store on this machine holds the image {id} (looked in {looked})"
+    )]
+    NoContentStore { id: Digest, looked: String },
+    #[error("the manifest {id}: {source}")]
+    Manifest {
+        id: Digest,
+        source: serde_json::Error,
+    },
+    #[error("the built image {id} is a {media_type}, not one manifest")]
+    NotOneManifest { id: Digest, media_type: String },
+    #[error("the manifest {id} names no config")]
+    NoConfig { id: Digest },
+    #[error("the manifest {id} names {named} layers, the image has {has}")]
+    LayerCount {
+        id: Digest,
+        named: usize,
+        has: usize,
+    },
+    #[error("{} is not {size} bytes", path.display())]
+    BlobSize { path: std::path::PathBuf, size: u64 },
+}
+
 /// The parent of an image being normalised, as the builder knows it.
 pub struct Parent<'a> {
     /// Its id (the store's record of it is looked up by it) or reference.
@@ -141,7 +217,7 @@ pub async fn normalize(
     let export_only = std::env::var("HALLMARK_NORMALIZE_FROM").as_deref() == Ok("export");
     let raw_image = inspected.id().unwrap_or(raw_id);
     let found = match export_only {
-        true => Err("HALLMARK_NORMALIZE_FROM=export".to_string()),
+        true => Err(Unreadable::ExportAsked),
         false => {
             let (ids, layers) = (&plan.diff_ids, plan.parent_layers);
             let parent = plan.parent_record();
@@ -159,12 +235,12 @@ pub async fn normalize(
     };
     // A containerd store on this machine: its blobs are read where it keeps them.
     let (blobs, why_export) = match export_only {
-        true => (None, Some(why_not_dirs)),
+        true => (None, Some(why_not_dirs.to_string())),
         false => {
             let layers = plan.parent_layers;
             match content::locate(builder, raw_image, &plan.diff_ids, layers).await {
                 Ok(blobs) => (Some(blobs), None),
-                Err(why) => (None, Some(why.unwrap_or(why_not_dirs))),
+                Err(why) => (None, Some(why.unwrap_or(why_not_dirs).to_string())),
             }
         }
     };

@@ -37,12 +37,17 @@ fn relative(from: &str, to: &str) -> String {
     parts.join("/")
 }
 
-fn safe_relative(path: &str) -> Result<(), String> {
+/// A path in a wheel that would land outside its install folder.
+#[derive(Debug, thiserror::Error)]
+#[error("`{0}` would land outside its install folder")]
+struct Outside(String);
+
+fn safe_relative(path: &str) -> Result<(), Outside> {
     if path.starts_with('/')
         || path.split('/').any(|p| p == ".." || p.is_empty())
         || path.contains('\\')
     {
-        return Err(format!("`{path}` would land outside its install folder"));
+        return Err(Outside(path.to_string()));
     }
     Ok(())
 }
@@ -99,8 +104,8 @@ impl<W: Write> LayerWriter<'_, W> {
     }
 }
 
-fn invalid(message: String) -> std::io::Error {
-    std::io::Error::new(std::io::ErrorKind::InvalidData, message)
+fn invalid(message: impl std::fmt::Display) -> std::io::Error {
+    std::io::Error::new(std::io::ErrorKind::InvalidData, message.to_string())
 }
 
 /// Installs the wheel at `wheel` into `tar` for `target`, as pip would: its files under
@@ -445,7 +450,8 @@ mod tests {
             &parse_name("numpy-2.1.0-cp311-cp311-manylinux_2_17_aarch64.whl").unwrap(),
             &target(),
         )
-        .unwrap_err();
+        .unwrap_err()
+        .to_string();
         assert!(
             refused.contains("aarch64") && refused.contains("x86_64"),
             "{refused}"
@@ -453,6 +459,7 @@ mod tests {
         assert!(
             parse_name("b12x-1.3.0.tar.gz")
                 .unwrap_err()
+                .to_string()
                 .contains("sdist")
         );
     }
@@ -517,13 +524,13 @@ mod tests {
         let mut bad = interpreter("3.11", "cp311", "x86_64", "glibc 2.36");
         assert!(bad.check().is_ok());
         bad.libc = "glibc2.36".into();
-        assert!(bad.check().unwrap_err().contains("libc"));
+        assert!(bad.check().unwrap_err().to_string().contains("libc"));
         bad.libc = "none".into();
         bad.version = "3".into();
-        assert!(bad.check().unwrap_err().contains("version"));
+        assert!(bad.check().unwrap_err().to_string().contains("version"));
         bad.version = "3.11".into();
         bad.machine = "x86 64".into();
-        assert!(bad.check().unwrap_err().contains("machine"));
+        assert!(bad.check().unwrap_err().to_string().contains("machine"));
         assert_eq!(machine_of_platform("linux/arm64"), Some("aarch64"));
         assert_eq!(machine_of_platform("linux/arm/v7"), Some("armv7l"));
         assert_eq!(machine_of_platform("windows/amd64"), None);

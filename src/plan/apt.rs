@@ -153,7 +153,8 @@ impl System {
 
 fn provides(paragraph: &Paragraph<'_>) -> std::result::Result<Vec<Alternative>, String> {
     Ok(
-        relations(paragraph.get("Provides").map_or("", String::as_str))?
+        relations(paragraph.get("Provides").map_or("", String::as_str))
+            .map_err(|e| e.to_string())?
             .into_iter()
             .flatten()
             .collect(),

@@ -619,7 +619,7 @@ fn check_wheel_fits(
         image: image.to_string(),
         name: pin.name.to_string(),
         version: pin.version.clone(),
-        message,
+        message: message.to_string(),
         hint: None,
     })?;
     let fail = |message: String, hint: Option<String>| Error::Wheel {

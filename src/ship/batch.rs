@@ -27,6 +27,10 @@ use std::collections::{BTreeSet, HashSet};
 use std::sync::Arc;
 use std::time::Instant;
 
+/// Each shipment's image in the layer store, if a node needs it; an export that failed is
+/// the image's error, shared by every node that needed it.
+type Stored = Vec<Option<std::result::Result<StoredImage, Arc<crate::error::Error>>>>;
+
 /// How many inspects of one engine are asked at once.
 const INSPECTS_AT_ONCE: usize = 8;
 
@@ -101,7 +105,7 @@ pub async fn distribute_many(
 }
 
 /// The bytes `plan` sends its node (at least 1 if it sends anything): what `Slots` weighs.
-fn load_of(plan: &NodePlan, stored: &[Option<std::result::Result<StoredImage, String>>]) -> u64 {
+fn load_of(plan: &NodePlan, stored: &Stored) -> u64 {
     let mut bytes = 0;
     for (decision, stored) in plan.decisions.iter().zip(stored) {
         if let (Decision::Send { first_missing }, Some(Ok(image))) = (decision, stored) {
@@ -225,7 +229,7 @@ async fn stored_images(
     store: &Arc<LayerStore>,
     shipments: &[Shipment],
     plans: &[NodePlan],
-) -> Vec<Option<std::result::Result<StoredImage, String>>> {
+) -> Stored {
     let mut stored = Vec::new();
     for (i, shipment) in shipments.iter().enumerate() {
         if !plans.iter().any(|p| sends(&p.decisions[i])) {
@@ -241,7 +245,7 @@ async fn stored_images(
                 let stream = transfer::export_stream(builder, shipment.on_builder());
                 let (image, _) =
                     transfer::export(builder, store, shipment.on_builder(), stream, None).await;
-                image.map_err(|e| e.to_string())
+                image.map_err(Arc::new)
             }
         };
         stored.push(Some(image));
@@ -255,7 +259,7 @@ async fn serve(
     node: &Engine,
     store: &Arc<LayerStore>,
     shipments: &[Shipment],
-    stored: &[Option<std::result::Result<StoredImage, String>>],
+    stored: &Stored,
     plan: NodePlan,
     settings: &ShipSettings<'_>,
     bar: indicatif::ProgressBar,
@@ -270,7 +274,7 @@ async fn serve(
             continue;
         };
         match stored[i].clone().expect("stored for a node that needs it") {
-            Err(e) => outcomes[i] = Some(NodeOutcome::failed(&node.node, e)),
+            Err(e) => outcomes[i] = Some(NodeOutcome::failed(&node.node, e.to_string())),
             Ok(image) if plan.incomplete[i] => alone.push((i, image, first_missing)),
             Ok(image) => together.push((i, image, first_missing)),
         }

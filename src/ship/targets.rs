@@ -188,13 +188,13 @@ pub fn split_found(
     found: Vec<Result<ship::Shipment>>,
 ) -> (
     Vec<ship::Shipment>,
-    Vec<std::result::Result<String, String>>,
+    Vec<std::result::Result<String, crate::error::Error>>,
 ) {
     let mut shipments = Vec::new();
     let found = found
         .into_iter()
         .map(|found| {
-            let shipment = found.map_err(|e| e.to_string())?;
+            let shipment = found?;
             let reference = shipment.reference.clone();
             shipments.push(shipment);
             Ok(reference)
@@ -207,7 +207,7 @@ pub fn split_found(
 /// one that could not be, with why.
 pub fn shipped_rows(
     names: &[crate::inputs::values::Name],
-    found: Vec<std::result::Result<String, String>>,
+    found: Vec<std::result::Result<String, crate::error::Error>>,
     outcomes: Vec<Vec<NodeOutcome>>,
     nodes: &[NodeConfig],
     reference: &dyn Fn(&crate::inputs::values::Name) -> String,
@@ -222,7 +222,7 @@ pub fn shipped_rows(
         Err(error) => Shipped {
             image: name.to_string(),
             nodes: (nodes.iter())
-                .map(|node| NodeOutcome::failed(node.name.as_str(), error.clone()))
+                .map(|node| NodeOutcome::failed(node.name.as_str(), error.to_string()))
                 .collect(),
             reference: reference(name),
         },

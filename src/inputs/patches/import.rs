@@ -49,7 +49,7 @@ pub fn import(
     }
     for patch in &incoming {
         RelativePath::try_from(patch.name.clone())
-            .map_err(|message| refused(&patch.origin, message))?;
+            .map_err(|message| refused(&patch.origin, message.to_string()))?;
         check_touched_paths(&patch.bytes, patch.strip)
             .map_err(|message| refused(&patch.origin, format!("patch set `{set}`: {message}")))?;
     }

@@ -192,7 +192,8 @@ pub(super) async fn follow_build(
                 followed.failure = Some(detail);
             }
             Ok(engine::BuildEvent::Built(id)) => followed.id = Some(id),
-            Err(message) => {
+            Err(e) => {
+                let message = e.to_string();
                 let _ = writeln!(log, "{message}");
                 followed.failure = Some(message);
                 break;

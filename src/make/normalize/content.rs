@@ -20,6 +20,7 @@
 //! holds the manifest is the one. Anything else (a remote engine, an index for an image, a
 //! blob hallmark cannot read) goes through the export.
 
+use super::Unreadable;
 use crate::engine::Engine;
 use crate::engine::{ImageStore, Product};
 use crate::oci::Digest;
@@ -48,11 +49,11 @@ pub async fn locate(
     id: &str,
     diff_ids: &[Digest],
     parent_layers: usize,
-) -> std::result::Result<Blobs, Option<String>> {
+) -> std::result::Result<Blobs, Option<Unreadable>> {
     if !builder.reach().is_local() {
         return Err(None);
     }
-    let info = builder.info().await.map_err(|e| Some(e.to_string()))?;
+    let info = builder.info().await.map_err(|e| Some(e.into()))?;
     if builder.product() != Product::Docker || info.docker_store() != ImageStore::Containerd {
         return Err(None);
     }
@@ -64,8 +65,11 @@ fn find(
     id: &str,
     diff_ids: &[Digest],
     parent_layers: usize,
-) -> std::result::Result<Blobs, String> {
-    let id = Digest::try_from(id).map_err(|e| format!("the built image's id {id}: {e}"))?;
+) -> std::result::Result<Blobs, Unreadable> {
+    let id = Digest::try_from(id).map_err(|source| Unreadable::BadId {
+        id: id.to_string(),
+        source,
+    })?;
     let roots = roots(Path::new(docker_root));
     let (dir, manifest) = roots
         .iter()
@@ -74,40 +78,42 @@ fn find(
             let bytes = fs_err::read(dir.join(id.hex())).ok()?;
             (Digest::of(&bytes) == id).then_some((dir, bytes))
         })
-        .ok_or_else(|| {
-            format!(
-                "no containerd content store on this machine holds the image {id} (looked in {})",
-                roots
-                    .iter()
-                    .map(|r| r.display().to_string())
-                    .collect::<Vec<_>>()
-                    .join(", ")
-            )
+        .ok_or_else(|| Unreadable::NoContentStore {
+            id: id.clone(),
+            looked: roots
+                .iter()
+                .map(|r| r.display().to_string())
+                .collect::<Vec<_>>()
+                .join(", "),
         })?;
     let manifest: serde_json::Value =
-        serde_json::from_slice(&manifest).map_err(|e| format!("the manifest {id}: {e}"))?;
+        serde_json::from_slice(&manifest).map_err(|source| Unreadable::Manifest {
+            id: id.clone(),
+            source,
+        })?;
     let media_type = manifest["mediaType"].as_str().unwrap_or(MANIFEST);
     if media_type != MANIFEST && media_type != DOCKER_MANIFEST {
-        return Err(format!(
-            "the built image {id} is a {media_type}, not one manifest"
-        ));
+        return Err(Unreadable::NotOneManifest {
+            id,
+            media_type: media_type.to_string(),
+        });
     }
     let descriptor = |d: &serde_json::Value| {
         let digest = d["digest"].as_str().and_then(|s| Digest::try_from(s).ok());
         digest.zip(d["size"].as_u64())
     };
-    let config = descriptor(&manifest["config"])
-        .ok_or_else(|| format!("the manifest {id} names no config"))?;
+    let config =
+        descriptor(&manifest["config"]).ok_or_else(|| Unreadable::NoConfig { id: id.clone() })?;
     let layers: Vec<(Digest, u64)> = manifest["layers"]
         .as_array()
         .map(|layers| layers.iter().filter_map(descriptor).collect())
         .unwrap_or_default();
     if layers.len() != diff_ids.len() {
-        return Err(format!(
-            "the manifest {id} names {} layers, the image has {}",
-            layers.len(),
-            diff_ids.len()
-        ));
+        return Err(Unreadable::LayerCount {
+            id,
+            named: layers.len(),
+            has: diff_ids.len(),
+        });
     }
     let blobs = Blobs {
         dir,
@@ -118,9 +124,9 @@ fn find(
     // Every file the archive will hold, there and of its size, before the reading starts.
     for (digest, size) in blobs.in_order() {
         let path = blobs.dir.join(digest.hex());
-        let found = fs_err::metadata(&path).map_err(|e| e.to_string())?;
+        let found = fs_err::metadata(&path)?;
         if found.len() != size {
-            return Err(format!("{} is not {size} bytes", path.display()));
+            return Err(Unreadable::BlobSize { path, size });
         }
     }
     Ok(blobs)
@@ -384,16 +390,27 @@ mod tests {
 
         // Not the image's layers, not there, not the image.
         let wrong = find(root, id.as_str(), &diff_ids[..1], 1).unwrap_err();
-        assert!(wrong.contains("names 2 layers, the image has 1"), "{wrong}");
+        assert!(
+            wrong
+                .to_string()
+                .contains("names 2 layers, the image has 1"),
+            "{wrong}"
+        );
         let other = Digest::of(b"another image");
         let absent = find(root, other.as_str(), &diff_ids, 1).unwrap_err();
-        assert!(absent.contains("no containerd content store"), "{absent}");
+        assert!(
+            absent.to_string().contains("no containerd content store"),
+            "{absent}"
+        );
         std::fs::write(dir.join(other.hex()), manifest.to_string()).unwrap();
         let forged = find(root, other.as_str(), &diff_ids, 1).unwrap_err();
-        assert!(forged.contains("no containerd content store"), "{forged}");
+        assert!(
+            forged.to_string().contains("no containerd content store"),
+            "{forged}"
+        );
         std::fs::remove_file(dir.join(new.0.hex())).unwrap();
         let missing = find(root, id.as_str(), &diff_ids, 1).unwrap_err();
-        assert!(missing.contains(new.0.hex()), "{missing}");
+        assert!(missing.to_string().contains(new.0.hex()), "{missing}");
     }
 
     #[test]

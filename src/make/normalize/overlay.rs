@@ -18,6 +18,7 @@
 //! its database maps, and a remote engine's disk is not here: those go through the export.
 //! The file reading needs the engine's data root to be readable (root, as the engine runs).
 
+use super::Unreadable;
 use super::{Item, Kind, WHITEOUT, join, split, text};
 use crate::engine::Engine;
 use crate::engine::ImageStore;
@@ -62,22 +63,20 @@ fn at_the_epoch(dir: &Path) -> Option<PathBuf> {
 
 /// The builder's root folder, when its layers are overlay2 folders on this machine that
 /// hallmark can read as the engine wrote them; else why not.
-async fn overlay_root(builder: &Engine) -> std::result::Result<String, String> {
+async fn overlay_root(builder: &Engine) -> std::result::Result<String, Unreadable> {
     if !builder.reach().is_local() {
-        return Err(format!("the builder is reached by {}", builder.reach()));
+        return Err(Unreadable::Remote(builder.reach().to_string()));
     }
-    let info = builder.info().await.map_err(|e| e.to_string())?;
-    let store = builder.store().await.map_err(|e| e.to_string())?;
+    let info = builder.info().await?;
+    let store = builder.store().await?;
     if store != ImageStore::Classic {
-        return Err(format!(
-            "the builder's image store is {store} (its layers are not overlay2 folders)"
-        ));
+        return Err(Unreadable::NotOverlay(store.to_string()));
     }
     if info.driver != "overlay2" {
-        return Err(format!("the builder's storage driver is {}", info.driver));
+        return Err(Unreadable::Driver(info.driver));
     }
     if info.status("Native Overlay Diff") != Some("true") {
-        return Err("the builder's overlay2 diffs naively".into());
+        return Err(Unreadable::NaiveDiff);
     }
     if info.status("userxattr") == Some("true")
         || info
@@ -85,7 +84,7 @@ async fn overlay_root(builder: &Engine) -> std::result::Result<String, String> {
             .iter()
             .any(|o| o.contains("name=userns") || o.contains("name=rootless"))
     {
-        return Err("the builder remaps user ids".into());
+        return Err(Unreadable::Remapped);
     }
     Ok(info.docker_root_dir)
 }
@@ -102,54 +101,63 @@ pub async fn locate(
     parent_layers: usize,
     parent: Option<&[StoredLayer]>,
     source_date: u64,
-) -> std::result::Result<Found, String> {
+) -> std::result::Result<Found, Unreadable> {
     let docker_root_dir = overlay_root(builder).await?;
     let root = Path::new(&docker_root_dir);
     let image_hex = id.strip_prefix("sha256:").unwrap_or(id);
     let config_path = root
         .join("image/overlay2/imagedb/content/sha256")
         .join(image_hex);
-    let config = fs_err::read(&config_path).map_err(|e| e.to_string())?;
+    let config = fs_err::read(&config_path)?;
     if Digest::of(&config).hex() != image_hex {
-        return Err(format!("{} is not the image {id}", config_path.display()));
+        return Err(Unreadable::NotTheImage {
+            path: config_path,
+            id: id.to_string(),
+        });
     }
-    let config =
-        serde_json::from_slice(&config).map_err(|e| format!("{}: {e}", config_path.display()))?;
+    let config = serde_json::from_slice(&config).map_err(|source| Unreadable::Config {
+        path: config_path.clone(),
+        source,
+    })?;
     let layerdb = root.join("image/overlay2/layerdb/sha256");
     let strings: Vec<String> = diff_ids.iter().map(Digest::to_string).collect();
     let chains = crate::images::transfer::chain_ids(&strings);
     let layer_dir = |n: usize| layerdb.join(chains[n].trim_start_matches("sha256:"));
-    let read = |path: PathBuf| fs_err::read_to_string(&path).map_err(|e| e.to_string());
+    let read = fs_err::read_to_string::<PathBuf>;
     let mut dirs = Vec::new();
     for (n, diff_id) in diff_ids.iter().enumerate() {
         let layer = layer_dir(n);
         if *diff_id != read(layer.join("diff"))?.trim() {
-            return Err(format!("{} is not the layer {diff_id}", layer.display()));
+            return Err(Unreadable::NotTheLayer {
+                path: layer,
+                diff_id: diff_id.clone(),
+            });
         }
         let cache_id = read(layer.join("cache-id"))?;
         let cache_id = cache_id.trim();
         if cache_id.is_empty() || cache_id.contains(['/', '.']) {
-            return Err(format!("{}: cache-id {cache_id:?}", layer.display()));
+            return Err(Unreadable::CacheId {
+                path: layer,
+                cache_id: cache_id.to_string(),
+            });
         }
         let dir = root.join("overlay2").join(cache_id).join("diff");
-        fs_err::read_dir(&dir).map_err(|e| e.to_string())?;
+        fs_err::read_dir(&dir)?;
         dirs.push(dir);
     }
     let new_dirs = dirs.split_off(parent_layers);
     if source_date > 0
         && let Some(path) = new_dirs.iter().find_map(|dir| at_the_epoch(dir))
     {
-        return Err(format!(
-            "{} has the epoch as its time, as the engine writes for any time before 1970 or after 2262: the export has the true one",
-            path.display()
-        ));
+        return Err(Unreadable::Epoch(path));
     }
     let parent = match parent {
         Some(record) => record.to_vec(),
         None => (0..parent_layers)
             .map(|n| {
                 let path = layer_dir(n).join("tar-split.json.gz");
-                let size = tar_size(&path).map_err(|e| format!("{}: {e}", path.display()))?;
+                let size =
+                    tar_size(&path).map_err(|source| Unreadable::TarSplit { path, source })?;
                 Ok(StoredLayer {
                     diff_id: diff_ids[n].clone(),
                     blob: Blob {
@@ -159,7 +167,7 @@ pub async fn locate(
                     },
                 })
             })
-            .collect::<std::result::Result<_, String>>()?,
+            .collect::<std::result::Result<_, Unreadable>>()?,
     };
     Ok(Found {
         config,

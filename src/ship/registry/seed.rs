@@ -20,6 +20,33 @@ use std::sync::Arc;
 
 type Body = BoxBody<Bytes, std::io::Error>;
 
+/// Why the registry did not take what was sent.
+#[derive(Debug, thiserror::Error)]
+pub enum SeedError {
+    /// `what` is `<method> <path> at <address>`.
+    #[error("{what}: {source}")]
+    Connect {
+        what: String,
+        source: std::io::Error,
+    },
+    #[error("{what}: {source}")]
+    Http { what: String, source: hyper::Error },
+    #[error("{what}: {source}")]
+    Request {
+        what: String,
+        source: hyper::http::Error,
+    },
+    #[error("the registry gave no upload location")]
+    NoLocation,
+    /// The registry's words, trimmed.
+    #[error("the registry answered {status} to {path}: {words}")]
+    Answered {
+        status: StatusCode,
+        path: String,
+        words: String,
+    },
+}
+
 /// Puts `image` into the registry at `address` (`host:port`) as `name:tag`; returns how many
 /// blobs were sent and how many the registry had.
 pub async fn push_stored(
@@ -28,7 +55,7 @@ pub async fn push_stored(
     tag: &str,
     store: &Arc<LayerStore>,
     image: &StoredImage,
-) -> Result<(usize, usize), String> {
+) -> Result<(usize, usize), SeedError> {
     let (mut sent, mut present) = (0, 0);
     let mut seen = HashSet::new();
     let blobs = std::iter::once(&image.config).chain(image.layers.iter().map(|l| &l.blob));
@@ -62,7 +89,7 @@ pub async fn push_attestation(
     name: &str,
     subject: (&str, usize),
     envelope: &[u8],
-) -> Result<String, String> {
+) -> Result<String, SeedError> {
     let config = b"{}".to_vec();
     let blob = |bytes: &[u8], media_type: &str| archive::Blob {
         digest: crate::oci::Digest::of(bytes),
@@ -106,7 +133,7 @@ async fn upload(
     name: &str,
     store: &Arc<LayerStore>,
     blob: &Blob,
-) -> Result<(), String> {
+) -> Result<(), SeedError> {
     let file_path = store.blob_path(&blob.digest);
     let stream = body_from_writer(None, move |writer| {
         let mut file =
@@ -120,7 +147,7 @@ async fn upload(
 }
 
 /// `body` as the blob `digest`: an upload started, then one PUT to where the registry says.
-async fn upload_body(address: &str, name: &str, digest: &str, body: Body) -> Result<(), String> {
+async fn upload_body(address: &str, name: &str, digest: &str, body: Body) -> Result<(), SeedError> {
     let path = format!("/v2/{name}/blobs/uploads/");
     let started = request(address, Method::POST, &path, None, empty()).await?;
     let location = started
@@ -129,7 +156,7 @@ async fn upload_body(address: &str, name: &str, digest: &str, body: Body) -> Res
         .and_then(|l| l.to_str().ok())
         .map(str::to_string);
     expect(started, StatusCode::ACCEPTED, &path).await?;
-    let location = location.ok_or("the registry gave no upload location")?;
+    let location = location.ok_or(SeedError::NoLocation)?;
     // Absolute (`http://host:port/v2/...`) or a path: the path is what is asked for.
     let location = match location.find("/v2/") {
         Some(at) => location[at..].to_string(),
@@ -161,15 +188,22 @@ async fn request(
     path: &str,
     content_type: Option<&str>,
     body: Body,
-) -> Result<hyper::Response<hyper::body::Incoming>, String> {
+) -> Result<hyper::Response<hyper::body::Incoming>, SeedError> {
     let what = format!("{method} {path} at {address}");
     let stream = tokio::net::TcpStream::connect(address)
         .await
-        .map_err(|e| format!("{what}: {e}"))?;
+        .map_err(|source| SeedError::Connect {
+            what: what.clone(),
+            source,
+        })?;
+    let http = |source| SeedError::Http {
+        what: what.clone(),
+        source,
+    };
     let (mut sender, connection) =
         hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(stream))
             .await
-            .map_err(|e| format!("{what}: {e}"))?;
+            .map_err(http)?;
     tokio::spawn(connection);
     let mut builder = Request::builder()
         .method(method)
@@ -178,11 +212,11 @@ async fn request(
     if let Some(content_type) = content_type {
         builder = builder.header(hyper::header::CONTENT_TYPE, content_type);
     }
-    let request = builder.body(body).map_err(|e| format!("{what}: {e}"))?;
-    sender
-        .send_request(request)
-        .await
-        .map_err(|e| format!("{what}: {e}"))
+    let request = builder.body(body).map_err(|source| SeedError::Request {
+        what: what.clone(),
+        source,
+    })?;
+    sender.send_request(request).await.map_err(http)
 }
 
 /// `Ok` if `answer` has the `status`, else the registry's words.
@@ -190,7 +224,7 @@ async fn expect(
     answer: hyper::Response<hyper::body::Incoming>,
     status: StatusCode,
     path: &str,
-) -> Result<(), String> {
+) -> Result<(), SeedError> {
     if answer.status() == status {
         return Ok(());
     }
@@ -199,8 +233,9 @@ async fn expect(
     let text = body
         .map(|b| String::from_utf8_lossy(&b).into_owned())
         .unwrap_or_default();
-    Err(format!(
-        "the registry answered {got} to {path}: {}",
-        text.trim()
-    ))
+    Err(SeedError::Answered {
+        status: got,
+        path: path.to_string(),
+        words: text.trim().to_string(),
+    })
 }

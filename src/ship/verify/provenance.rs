@@ -28,6 +28,28 @@ pub fn trusted_keys(config: &Config, root: &Path) -> Result<Vec<crate::images::a
     })
 }
 
+/// Why the provenance kept for an image does not verify.
+#[derive(Debug, thiserror::Error)]
+pub enum Unverified {
+    #[error(transparent)]
+    Unreadable(Error),
+    #[error("no provenance kept for `{0}`: build it with [provenance] key set")]
+    NoneKept(String),
+    #[error(transparent)]
+    Attest(#[from] crate::images::attest::AttestError),
+    /// The checksum the statement names (as JSON), and the image's.
+    #[error("the provenance kept is for checksum {kept}, the image's is {image}")]
+    OtherChecksum {
+        kept: serde_json::Value,
+        image: String,
+    },
+    #[error("the builder's image to compare the signed subject with is not at hand")]
+    NoBuilderImage,
+    /// The subjects signed (joined with `, `), and the builder's image.
+    #[error("the signed subject is {signed}, the builder's image is {builder}")]
+    OtherSubject { signed: String, builder: String },
+}
+
 /// Whether the provenance kept for `image` verifies: signed by a trusted key, for its
 /// checksum, with `subject` (the config digest of the builder's finished image) as its
 /// subject. `Ok` names the key; `Err` says why not.
@@ -36,35 +58,30 @@ pub fn signed(
     image: &PlannedImage,
     subject: Option<&str>,
     trusted: &[crate::images::attest::Trusted],
-) -> std::result::Result<String, String> {
+) -> std::result::Result<String, Unverified> {
     let envelope = crate::make::provenance::kept(state_dir, image.name().as_str())
-        .map_err(|e| e.to_string())?
-        .ok_or_else(|| {
-            format!(
-                "no provenance kept for `{}`: build it with [provenance] key set",
-                image.name()
-            )
-        })?;
+        .map_err(Unverified::Unreadable)?
+        .ok_or_else(|| Unverified::NoneKept(image.name().to_string()))?;
     let (key, statement) = crate::images::attest::verify(&envelope, trusted)?;
     let checksum = &statement["predicate"]["buildDefinition"]["externalParameters"]["checksum"];
     if checksum != image.checksum.as_str() {
-        return Err(format!(
-            "the provenance kept is for checksum {checksum}, the image's is {}",
-            image.checksum
-        ));
+        return Err(Unverified::OtherChecksum {
+            kept: checksum.clone(),
+            image: image.checksum.to_string(),
+        });
     }
     let subjects = crate::images::attest::subjects(&statement);
     match subject {
-        None => Err("the builder's image to compare the signed subject with is not at hand".into()),
+        None => Err(Unverified::NoBuilderImage),
         Some(subject) if subjects.iter().any(|s| s == subject) => Ok(format!(
             "provenance signed by {} ({})",
             key.keyid,
             key.path.display()
         )),
-        Some(subject) => Err(format!(
-            "the signed subject is {}, the builder's image is {subject}",
-            subjects.join(", ")
-        )),
+        Some(subject) => Err(Unverified::OtherSubject {
+            signed: subjects.join(", "),
+            builder: subject.to_string(),
+        }),
     }
 }
 
@@ -73,7 +90,7 @@ pub fn signed(
 /// hold the signed subject.
 pub fn judge_provenance(
     columns: &mut [Vec<NodeHolding>],
-    verdicts: &[std::result::Result<String, String>],
+    verdicts: &[std::result::Result<String, Unverified>],
 ) {
     for column in columns {
         for (holding, verdict) in column.iter_mut().zip(verdicts) {

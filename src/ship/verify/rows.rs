@@ -76,12 +76,21 @@ pub async fn holdings_of_nodes(
     .await
 }
 
+/// Why the builder's image of an image cannot be had.
+#[derive(Debug, thiserror::Error)]
+pub enum NoReference {
+    #[error("the builder cannot be reached")]
+    NoBuilder,
+    #[error(transparent)]
+    Shipment(#[from] crate::error::Error),
+}
+
 /// What the nodes' holdings of `image` are compared with: the builder's image, or, where it
 /// cannot be had (`found` says why), the checksum label alone, with why.
 pub fn wanted_or_why(
     image: &PlannedImage,
     store: &LayerStore,
-    found: std::result::Result<ship::Shipment, String>,
+    found: std::result::Result<ship::Shipment, NoReference>,
 ) -> (Wanted, Option<String>) {
     match found {
         Ok(shipment) => (shipment.wanted(store), None),
@@ -92,7 +101,7 @@ pub fn wanted_or_why(
                 fingerprint: String::new(),
                 ids: Vec::new(),
             };
-            (label_only, Some(why))
+            (label_only, Some(why.to_string()))
         }
     }
 }
