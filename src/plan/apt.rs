@@ -18,9 +18,9 @@
 
 use crate::error::{Error, Result};
 use crate::images::store::LayerStore;
-use crate::inputs::apt::{Alternative, Paragraph, Requested, paragraphs, relations};
+use crate::inputs::apt::{Alternative, BadRelation, Paragraph, Requested, paragraphs, relations};
 use crate::inputs::pins::AptPin;
-use crate::inputs::values::Sha256Hex;
+use crate::inputs::values::{BadValue, Sha256Hex};
 use crate::plan::checksum::{sha256_hex, sha256_reader};
 use debversion::Version;
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
@@ -38,6 +38,161 @@ pub use resolve::*;
 /// The files `lock` reads from the image packages go into: apt's sources and trusted keys,
 /// and dpkg's record of what is installed.
 pub const SYSTEM_PATHS: &[&str] = &["/etc/apt", "/usr/share/keyrings", "/var/lib/dpkg/status"];
+
+/// Why an image's apt packages cannot be pinned: its files (sources, dpkg's status), the
+/// archives' signed indexes, or the resolution of what is asked for.
+#[derive(Debug, thiserror::Error)]
+pub enum AptError {
+    /// A sources file with a line that is no source.
+    #[error("{path}: {reason}")]
+    Sources { path: String, reason: BadSource },
+    #[error("it has no apt source (no `deb` line in /etc/apt/sources.list or sources.list.d/)")]
+    NoSource,
+    #[error("it has no /var/lib/dpkg/status: not a Debian-based image")]
+    NoStatus,
+    /// An installed package whose `Provides` does not parse.
+    #[error("/var/lib/dpkg/status, package {name}: {reason}")]
+    Installed { name: String, reason: BadRelation },
+    #[error("{uri} {suite}: flat repositories are not supported")]
+    Flat { uri: String, suite: String },
+    /// `uri` is shown redacted.
+    #[error(
+        "{uri} {suite}: the source's address carries credentials; hallmark writes archive addresses into pins (reviewed in git) and does not read apt's auth.conf: a source that needs them is not supported"
+    )]
+    Credentials { uri: String, suite: String },
+    #[error(transparent)]
+    Download(#[from] Failed),
+    #[error(
+        "{url}: the image trusts no key for this source (no /etc/apt/trusted.gpg.d/ keyring, no signed-by file)"
+    )]
+    NoKey { url: String },
+    #[error("{path}: not an armored key")]
+    NotArmored { path: String },
+    /// A temporary folder or file for `gpgv`, or what it wrote.
+    #[error("{0}")]
+    Io(std::io::Error),
+    #[error("running gpgv (Debian's gpgv package): {0}")]
+    Gpgv(std::io::Error),
+    /// `said` is what gpgv said, trimmed.
+    #[error("{url}: the signature does not verify against the keys the image trusts: {said}")]
+    Unverified { url: String, said: String },
+    #[error("{url}: empty")]
+    EmptyRelease { url: String },
+    /// `wanted` is the index's path below the suite, `architectures` the archive's (or `?`).
+    #[error("{url}: the archive has no {wanted} index (its architectures: {architectures})")]
+    NoIndex {
+        url: String,
+        wanted: String,
+        architectures: String,
+    },
+    #[error("{url}: not the index the signed InRelease names (sha256 differs)")]
+    OtherIndex { url: String },
+    /// An index kept in the cache could not be written.
+    #[error("{0}")]
+    Keep(Box<Error>),
+    #[error("{url}: {error}")]
+    Xz {
+        url: String,
+        error: lzma_rs::error::Error,
+    },
+    #[error("{url}: {error}")]
+    Gzip { url: String, error: std::io::Error },
+    #[error("{url}: not UTF-8 text")]
+    NotUtf8 { url: String },
+    /// Each form of a component's index (xz, gzip, plain) failed.
+    #[error("{}", joined(.0, "; "))]
+    Indexes(Vec<AptError>),
+    /// A package in an index whose `Provides` does not parse.
+    #[error("package {name}: {reason}")]
+    Provides { name: String, reason: BadRelation },
+    #[error("package {name}: Depends: {reason}")]
+    Depends { name: String, reason: BadRelation },
+    #[error("package {name}: SHA256: {reason}")]
+    Sha256 { name: String, reason: BadValue },
+    /// `name:arch` asked for another architecture than the image's (`own`).
+    #[error(
+        "`{name}:{arch}`: hallmark pins the packages of the image's own architecture ({own}); another architecture's is not supported"
+    )]
+    OtherArchitecture {
+        name: String,
+        arch: String,
+        own: String,
+    },
+    /// `sources` is every source asked, `URI SUITE` each.
+    #[error("no package `{name}` for {arch} in {sources}")]
+    NoPackage {
+        name: String,
+        arch: String,
+        sources: String,
+    },
+    #[error("no package `{name}` at version {version} for {arch} in {sources}")]
+    NoVersion {
+        name: String,
+        version: String,
+        arch: String,
+        sources: String,
+    },
+    /// A dependency none of whose alternatives can be had.
+    #[error(
+        "package {name} needs {}, which neither the image nor {sources} has for {arch}",
+        joined(.needs, " | ")
+    )]
+    Unmet {
+        name: String,
+        needs: Vec<Alternative>,
+        sources: String,
+        arch: String,
+    },
+    /// The choice of `name` at `version` would move the image's `installed` back.
+    #[error(
+        "{name} {version} would replace the image's newer {name} {installed}: the image's apt sources ({sources}) do not offer what it has installed (add the suite it came from, such as the security or updates suite, to its sources)"
+    )]
+    Older {
+        name: String,
+        version: String,
+        installed: String,
+        sources: String,
+    },
+    /// Choosing `because` at `to` breaks the installed `user` (at `installed`), and no newer
+    /// `user` is offered.
+    #[error(
+        "{} {} breaks the image's {} {}, which needs another {}, and {} has no newer {}",
+        .0.because, .0.to, .0.user, .0.installed, .0.because, .0.sources, .0.user
+    )]
+    Breaks(Box<Breaks>),
+    /// Packages that fail only when resolved together.
+    #[error("together: {0}")]
+    Together(Box<AptError>),
+}
+
+/// [`AptError::Breaks`]'s payload, boxed: the largest variant is, so that every `Result`
+/// stays small (clippy's `result_large_err`).
+#[derive(Debug)]
+pub struct Breaks {
+    pub because: String,
+    pub to: String,
+    pub user: String,
+    pub installed: String,
+    pub sources: String,
+}
+
+/// A line of a one-line sources file that is no source.
+#[derive(Debug, thiserror::Error)]
+pub enum BadSource {
+    #[error("`{0}`: no closing ]")]
+    Unclosed(String),
+    #[error("`{0}`: a source needs a URI and a suite")]
+    NoSuite(String),
+}
+
+/// `items` as text, joined by `separator`.
+fn joined(items: &[impl std::fmt::Display], separator: &str) -> String {
+    items
+        .iter()
+        .map(ToString::to_string)
+        .collect::<Vec<_>>()
+        .join(separator)
+}
 
 /// An apt source: `deb URI SUITE COMPONENT...`.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -74,7 +229,7 @@ impl System {
     pub fn from_files(
         architecture: &str,
         files: BTreeMap<String, Vec<u8>>,
-    ) -> std::result::Result<System, String> {
+    ) -> std::result::Result<System, AptError> {
         let text = |path: &str| {
             files
                 .get(path)
@@ -86,19 +241,18 @@ impl System {
             if path == "/etc/apt/sources.list"
                 || (path.starts_with("/etc/apt/sources.list.d/") && path.ends_with(".list"))
             {
-                sources.extend(one_line_sources(&body).map_err(|e| format!("{path}: {e}"))?);
+                sources.extend(one_line_sources(&body).map_err(|reason| AptError::Sources {
+                    path: path.clone(),
+                    reason,
+                })?);
             } else if path.starts_with("/etc/apt/sources.list.d/") && path.ends_with(".sources") {
-                sources.extend(deb822_sources(&body).map_err(|e| format!("{path}: {e}"))?);
+                sources.extend(deb822_sources(&body));
             }
         }
         if sources.is_empty() {
-            return Err(
-                "it has no apt source (no `deb` line in /etc/apt/sources.list or sources.list.d/)"
-                    .into(),
-            );
+            return Err(AptError::NoSource);
         }
-        let status = text("/var/lib/dpkg/status")
-            .ok_or("it has no /var/lib/dpkg/status: not a Debian-based image")?;
+        let status = text("/var/lib/dpkg/status").ok_or(AptError::NoStatus)?;
         let mut installed = Vec::new();
         for paragraph in paragraphs(&status) {
             let is_installed = paragraph
@@ -121,8 +275,10 @@ impl System {
                 depends,
                 name: name.clone(),
                 version: version.clone(),
-                provides: provides(&paragraph)
-                    .map_err(|e| format!("/var/lib/dpkg/status, package {name}: {e}"))?,
+                provides: provides(&paragraph).map_err(|reason| AptError::Installed {
+                    name: name.clone(),
+                    reason,
+                })?,
             });
         }
         Ok(System {
@@ -151,10 +307,9 @@ impl System {
     }
 }
 
-fn provides(paragraph: &Paragraph<'_>) -> std::result::Result<Vec<Alternative>, String> {
+fn provides(paragraph: &Paragraph<'_>) -> std::result::Result<Vec<Alternative>, BadRelation> {
     Ok(
-        relations(paragraph.get("Provides").map_or("", String::as_str))
-            .map_err(|e| e.to_string())?
+        relations(paragraph.get("Provides").map_or("", String::as_str))?
             .into_iter()
             .flatten()
             .collect(),
@@ -162,7 +317,7 @@ fn provides(paragraph: &Paragraph<'_>) -> std::result::Result<Vec<Alternative>, 
 }
 
 /// `deb [options] URI SUITE COMPONENT...` lines (`deb-src` and comments skipped).
-fn one_line_sources(text: &str) -> std::result::Result<Vec<Source>, String> {
+fn one_line_sources(text: &str) -> std::result::Result<Vec<Source>, BadSource> {
     let mut sources = Vec::new();
     for line in text
         .lines()
@@ -176,7 +331,7 @@ fn one_line_sources(text: &str) -> std::result::Result<Vec<Source>, String> {
         if let Some(options) = rest.strip_prefix('[') {
             let (options, after) = options
                 .split_once(']')
-                .ok_or_else(|| format!("`{line}`: no closing ]"))?;
+                .ok_or_else(|| BadSource::Unclosed(line.to_string()))?;
             for option in options.split_whitespace() {
                 if let Some(path) = option.strip_prefix("signed-by=") {
                     signed_by = Some(path.to_string());
@@ -186,7 +341,7 @@ fn one_line_sources(text: &str) -> std::result::Result<Vec<Source>, String> {
         }
         let mut words = rest.split_whitespace();
         let (Some(uri), Some(suite)) = (words.next(), words.next()) else {
-            return Err(format!("`{line}`: a source needs a URI and a suite"));
+            return Err(BadSource::NoSuite(line.to_string()));
         };
         sources.push(Source {
             uri: uri.trim_end_matches('/').to_string(),
@@ -199,7 +354,7 @@ fn one_line_sources(text: &str) -> std::result::Result<Vec<Source>, String> {
 }
 
 /// deb822 `.sources` files: `Types`, `URIs`, `Suites`, `Components`, `Signed-By`.
-fn deb822_sources(text: &str) -> std::result::Result<Vec<Source>, String> {
+fn deb822_sources(text: &str) -> Vec<Source> {
     let mut sources = Vec::new();
     for paragraph in paragraphs(text) {
         let words = |field: &str| -> Vec<String> {
@@ -228,7 +383,7 @@ fn deb822_sources(text: &str) -> std::result::Result<Vec<Source>, String> {
             }
         }
     }
-    Ok(sources)
+    sources
 }
 
 #[cfg(test)]
@@ -366,12 +521,16 @@ SHA256: 6666666666666666666666666666666666666666666666666666666666666666
     fn of_several_packages_the_one_that_fails_is_named() {
         let installed = system(&[("libc6", "2.36-9")]);
         let asked = ["jq".to_string(), "nosuch=1".to_string()];
-        let (package, message) = resolve_naming(&installed, &index(PACKAGES), &asked).unwrap_err();
-        assert_eq!(package.as_deref(), Some("nosuch=1"), "{message}");
-        assert!(message.contains("no package `nosuch`"), "{message}");
-        let (package, message) =
+        let Unpinned { package, reason } =
+            resolve_naming(&installed, &index(PACKAGES), &asked).unwrap_err();
+        assert_eq!(package.as_deref(), Some("nosuch=1"), "{reason}");
+        assert!(
+            reason.to_string().contains("no package `nosuch`"),
+            "{reason}"
+        );
+        let Unpinned { package, reason } =
             resolve_naming(&system(&[]), &index(PACKAGES), &asked[..1]).unwrap_err();
-        assert_eq!(package.as_deref(), Some("jq"), "{message}");
+        assert_eq!(package.as_deref(), Some("jq"), "{reason}");
         assert!(resolve_naming(&installed, &index(PACKAGES), &asked[..1]).is_ok());
     }
 
@@ -399,17 +558,21 @@ SHA256: 6666666666666666666666666666666666666666666666666666666666666666
         )
         .unwrap();
         assert!(pins.iter().any(|p| p.name == "libonig5"));
-        let error = resolve(&system(&[]), &index(PACKAGES), &[Requested::parse("jq")]).unwrap_err();
+        let error = resolve(&system(&[]), &index(PACKAGES), &[Requested::parse("jq")])
+            .unwrap_err()
+            .to_string();
         assert!(error.contains("needs libc6 (>= 2.34)"), "{error}");
-        let error =
-            resolve(&system(&[]), &index(PACKAGES), &[Requested::parse("jq=9")]).unwrap_err();
+        let error = resolve(&system(&[]), &index(PACKAGES), &[Requested::parse("jq=9")])
+            .unwrap_err()
+            .to_string();
         assert!(error.contains("no package `jq` at version 9"), "{error}");
         let error = resolve(
             &system(&[]),
             &index(PACKAGES),
             &[Requested::parse("other-arch")],
         )
-        .unwrap_err();
+        .unwrap_err()
+        .to_string();
         assert!(
             error.contains("no package `other-arch` for amd64"),
             "{error}"
@@ -468,10 +631,73 @@ SHA256: 9999999999999999999999999999999999999999999999999999999999999999
             &index(PYTHON),
             &[Requested::parse("libpython3.11-dev")],
         )
-        .unwrap_err();
+        .unwrap_err()
+        .to_string();
         assert!(
             error.contains("would replace the image's newer libpython3.11-stdlib"),
             "{error}"
+        );
+    }
+
+    /// The typed errors say what the strings said, word for word.
+    #[test]
+    fn the_errors_keep_their_words() {
+        let files = |entries: &[(&str, &str)]| {
+            entries
+                .iter()
+                .map(|(p, t)| (p.to_string(), t.as_bytes().to_vec()))
+                .collect::<BTreeMap<_, _>>()
+        };
+        let said = |entries: &[(&str, &str)]| {
+            System::from_files("amd64", files(entries))
+                .unwrap_err()
+                .to_string()
+        };
+        assert_eq!(
+            said(&[("/etc/apt/sources.list", "deb [arch=amd64 http://x y\n")]),
+            "/etc/apt/sources.list: `deb [arch=amd64 http://x y`: no closing ]"
+        );
+        assert_eq!(
+            said(&[]),
+            "it has no apt source (no `deb` line in /etc/apt/sources.list or sources.list.d/)"
+        );
+        assert_eq!(
+            said(&[("/etc/apt/sources.list", "deb http://x y main\n")]),
+            "it has no /var/lib/dpkg/status: not a Debian-based image"
+        );
+        let without_python: String = PYTHON
+            .split("\n\n")
+            .take(2)
+            .collect::<Vec<_>>()
+            .join("\n\n");
+        let older = system(&[
+            ("python3.11", "3.11.2-6+deb12u7"),
+            ("libpython3.11-stdlib", "3.11.2-6+deb12u7"),
+        ]);
+        let asked = [Requested::parse("libpython3.11-dev")];
+        let mut python = index(&without_python);
+        python.sources = vec!["S".into()];
+        assert_eq!(
+            resolve(&older, &python, &asked).unwrap_err().to_string(),
+            "libpython3.11-stdlib 3.11.2-6+deb12u8 breaks the image's python3.11 3.11.2-6+deb12u7, which needs another libpython3.11-stdlib, and S has no newer python3.11"
+        );
+        let mut lonely = index(
+            "Package: a\nVersion: 1\nArchitecture: all\nDepends: b (>= 2) | c\nFilename: a.deb\nSize: 1\nSHA256: 1111111111111111111111111111111111111111111111111111111111111111\n",
+        );
+        lonely.sources = vec!["S".into()];
+        assert_eq!(
+            resolve(&system(&[]), &lonely, &[Requested::parse("a")])
+                .unwrap_err()
+                .to_string(),
+            "package a needs b (>= 2) | c, which neither the image nor S has for amd64"
+        );
+        let found = NotAsPinned(vec![
+            ("version", "1".into(), "2".into()),
+            ("architecture", "amd64".into(), "all".into()),
+        ]);
+        assert_eq!(
+            found.to_string(),
+            "`version` is pinned as 1, the package file's control data says 2; `architecture` is pinned as amd64, the package file's control data says all"
         );
     }
 
@@ -502,8 +728,7 @@ SHA256: 9999999999999999999999999999999999999999999999999999999999999999
         );
         let two = deb822_sources(
             "Types: deb\nURIs: http://deb.debian.org/debian\nSuites: bookworm bookworm-updates\nComponents: main\nSigned-By: /usr/share/keyrings/debian-archive-keyring.gpg\n",
-        )
-        .unwrap();
+        );
         assert_eq!(two.len(), 2);
         assert_eq!(two[1].suite, "bookworm-updates");
     }

@@ -444,10 +444,10 @@ impl Locking<'_> {
         let system = crate::plan::apt::System::from_files(architecture, image.files)
             .map_err(|e| fail(format!("reading `{into}`: {e}")))?;
         let pins = crate::plan::apt::lock_packages(&system, requested, stage, cache).map_err(
-            |(package, message)| Error::Apt {
+            |unpinned| Error::Apt {
                 image: self.image.to_string(),
-                package: package.unwrap_or_else(|| requested.join(" ")),
-                message,
+                package: unpinned.package.unwrap_or_else(|| requested.join(" ")),
+                message: unpinned.reason.to_string(),
                 hint: None,
             },
         )?;

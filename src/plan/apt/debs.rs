@@ -17,17 +17,68 @@ pub struct Control {
     pub architecture: String,
 }
 
+/// Why a package file's control data cannot be read.
+#[derive(Debug, thiserror::Error)]
+pub enum BadControl {
+    /// The file itself (fs_err's words name it).
+    #[error("{0}")]
+    File(std::io::Error),
+    #[error("not a Debian package (no ar archive)")]
+    NotAr,
+    #[error("a damaged ar header")]
+    Header,
+    #[error("a truncated ar member")]
+    Truncated,
+    #[error("{member}: {error}")]
+    Gzip {
+        member: String,
+        error: std::io::Error,
+    },
+    #[error("{member}: {error}")]
+    Xz {
+        member: String,
+        error: lzma_rs::error::Error,
+    },
+    #[error("its control data is compressed as `{0}`, which hallmark does not read")]
+    Compression(String),
+    #[error("no control.tar in the package")]
+    NoControlTar,
+    /// `control.tar` that cannot be read as a tar.
+    #[error("{0}")]
+    Tar(std::io::Error),
+    #[error("an empty control file")]
+    Empty,
+    #[error("its control file has no `{0}`")]
+    NoField(&'static str),
+    #[error("no control file in control.tar")]
+    NoControl,
+}
+
+/// What a package file's control data says differently from its pin: each as `(field,
+/// pinned, in the file)`.
+#[derive(Debug, thiserror::Error)]
+#[error("{}", unlike(.0))]
+pub struct NotAsPinned(pub Vec<(&'static str, String, String)>);
+
+fn unlike(found: &[(&'static str, String, String)]) -> String {
+    found
+        .iter()
+        .map(|(field, pinned, file)| {
+            format!("`{field}` is pinned as {pinned}, the package file's control data says {file}")
+        })
+        .collect::<Vec<_>>()
+        .join("; ")
+}
+
 /// Reads the control data of the `.deb` at `path`: an `ar` archive whose `control.tar` is
 /// plain, gzip or xz (what Debian writes; zstd, which Ubuntu writes, is not read here).
-pub fn control_of(path: &Path) -> std::result::Result<Control, String> {
-    let bytes = fs_err::read(path).map_err(|e| e.to_string())?;
+pub fn control_of(path: &Path) -> std::result::Result<Control, BadControl> {
+    let bytes = fs_err::read(path).map_err(BadControl::File)?;
     control_of_bytes(&bytes)
 }
 
-pub(super) fn control_of_bytes(bytes: &[u8]) -> std::result::Result<Control, String> {
-    let mut rest = bytes
-        .strip_prefix(b"!<arch>\n")
-        .ok_or("not a Debian package (no ar archive)")?;
+pub(super) fn control_of_bytes(bytes: &[u8]) -> std::result::Result<Control, BadControl> {
+    let mut rest = bytes.strip_prefix(b"!<arch>\n").ok_or(BadControl::NotAr)?;
     while rest.len() >= 60 {
         let (header, body) = rest.split_at(60);
         let name = String::from_utf8_lossy(&header[..16]);
@@ -35,50 +86,49 @@ pub(super) fn control_of_bytes(bytes: &[u8]) -> std::result::Result<Control, Str
         let size: usize = String::from_utf8_lossy(&header[48..58])
             .trim()
             .parse()
-            .map_err(|_| "a damaged ar header")?;
-        let member = body.get(..size).ok_or("a truncated ar member")?;
+            .map_err(|_| BadControl::Header)?;
+        let member = body.get(..size).ok_or(BadControl::Truncated)?;
         if let Some(compression) = name.strip_prefix("control.tar") {
             let mut tar = Vec::new();
             match compression {
                 "" => tar.extend_from_slice(member),
                 ".gz" => {
                     std::io::Read::read_to_end(&mut flate2::read::GzDecoder::new(member), &mut tar)
-                        .map_err(|e| format!("{name}: {e}"))?;
+                        .map_err(|error| BadControl::Gzip {
+                            member: name.to_string(),
+                            error,
+                        })?;
                 }
-                ".xz" => lzma_rs::xz_decompress(&mut &member[..], &mut tar)
-                    .map_err(|e| format!("{name}: {e}"))?,
-                other => {
-                    return Err(format!(
-                        "its control data is compressed as `{other}`, which hallmark does not read"
-                    ));
-                }
+                ".xz" => lzma_rs::xz_decompress(&mut &member[..], &mut tar).map_err(|error| {
+                    BadControl::Xz {
+                        member: name.to_string(),
+                        error,
+                    }
+                })?,
+                other => return Err(BadControl::Compression(other.to_string())),
             }
             return control_in_tar(&tar);
         }
         rest = &body[(size + size % 2).min(body.len())..];
     }
-    Err("no control.tar in the package".into())
+    Err(BadControl::NoControlTar)
 }
 
-pub(super) fn control_in_tar(tar: &[u8]) -> std::result::Result<Control, String> {
+pub(super) fn control_in_tar(tar: &[u8]) -> std::result::Result<Control, BadControl> {
     let mut archive = tar::Archive::new(tar);
-    for entry in archive.entries().map_err(|e| e.to_string())? {
-        let mut entry = entry.map_err(|e| e.to_string())?;
-        let path = entry.path().map_err(|e| e.to_string())?.into_owned();
+    for entry in archive.entries().map_err(BadControl::Tar)? {
+        let mut entry = entry.map_err(BadControl::Tar)?;
+        let path = entry.path().map_err(BadControl::Tar)?.into_owned();
         if path
             .components()
             .filter(|c| !matches!(c, std::path::Component::CurDir))
             .eq([std::path::Component::Normal("control".as_ref())])
         {
             let mut text = String::new();
-            entry.read_to_string(&mut text).map_err(|e| e.to_string())?;
-            let fields = paragraphs(&text).next().ok_or("an empty control file")?;
-            let field = |name: &str| {
-                fields
-                    .get(name)
-                    .cloned()
-                    .ok_or_else(|| format!("its control file has no `{name}`"))
-            };
+            entry.read_to_string(&mut text).map_err(BadControl::Tar)?;
+            let fields = paragraphs(&text).next().ok_or(BadControl::Empty)?;
+            let field =
+                |name: &'static str| fields.get(name).cloned().ok_or(BadControl::NoField(name));
             return Ok(Control {
                 package: field("Package")?,
                 version: field("Version")?,
@@ -86,7 +136,7 @@ pub(super) fn control_in_tar(tar: &[u8]) -> std::result::Result<Control, String>
             });
         }
     }
-    Err("no control file in control.tar".into())
+    Err(BadControl::NoControl)
 }
 
 /// What `pin` says and its file's control data says differently: each as `(field, pinned,
@@ -160,7 +210,7 @@ pub fn ensure_debs<'a>(
                 ));
             }
             store.mark_debs(pin.sha256.as_str());
-            same_as_control(pin, &path).map_err(|m| fail(m, None))?;
+            same_as_control(pin, &path).map_err(|e| fail(e.to_string(), None))?;
             files.push((*pin, path));
             continue;
         }
@@ -170,23 +220,18 @@ pub fn ensure_debs<'a>(
         let mut file = tempfile::NamedTempFile::new_in(dir).map_err(|e| Error::io(dir, e))?;
         let (sha, length) = match download_into(&agent, &url, pin.size, &mut file) {
             Ok(done) => done,
-            Err(Failed::Answered(message)) => {
-                let hint = match &pin.snapshot {
-                    Some(snapshot) => format!(
+            Err(failed) => {
+                let hint = match (failed.answered(), &pin.snapshot) {
+                    (true, Some(snapshot)) => format!(
                         "the archive no longer serves it; this version can still be found in Debian's snapshot archive: {snapshot}{}",
                         pin.path
                     ),
-                    None => format!(
+                    (true, None) => format!(
                         "the archive no longer serves it: `hallmark lock --update {image}` pins what it serves now"
                     ),
+                    (false, _) => "the archive could not be reached (no network, a proxy, DNS): the layer store does not hold the file".into(),
                 };
-                return Err(fail(format!("fetching it: {message}"), Some(hint)));
-            }
-            Err(Failed::Unreached(message)) => {
-                return Err(fail(
-                    format!("fetching it: {message}"),
-                    Some("the archive could not be reached (no network, a proxy, DNS): the layer store does not hold the file".into()),
-                ));
+                return Err(fail(format!("fetching it: {failed}"), Some(hint)));
             }
         };
         if sha != pin.sha256.as_str() || length != pin.size {
@@ -203,7 +248,7 @@ pub fn ensure_debs<'a>(
         crate::images::store::mark_cache(&store.root);
         file.persist(&path).map_err(|e| Error::io(&path, e.error))?;
         store.mark_debs(pin.sha256.as_str());
-        same_as_control(pin, &path).map_err(|m| fail(m, None))?;
+        same_as_control(pin, &path).map_err(|e| fail(e.to_string(), None))?;
         files.push((*pin, path));
     }
     Ok(files)
@@ -212,20 +257,13 @@ pub fn ensure_debs<'a>(
 /// `Err` naming what differs when the package file at `path` says another name, version or
 /// architecture than `pin` (a hand edit of the pins file); a file whose control data cannot
 /// be read is taken as pinned (its sha256 is the pinned one).
-pub(super) fn same_as_control(pin: &AptPin, path: &Path) -> std::result::Result<(), String> {
+pub(super) fn same_as_control(pin: &AptPin, path: &Path) -> std::result::Result<(), NotAsPinned> {
     let Ok(control) = control_of(path) else {
         return Ok(());
     };
-    match differences(pin, &control).as_slice() {
-        [] => Ok(()),
-        found => Err(found
-            .iter()
-            .map(|(field, pinned, file)| {
-                format!(
-                    "`{field}` is pinned as {pinned}, the package file's control data says {file}"
-                )
-            })
-            .collect::<Vec<_>>()
-            .join("; ")),
+    let found = differences(pin, &control);
+    match found.is_empty() {
+        true => Ok(()),
+        false => Err(NotAsPinned(found)),
     }
 }

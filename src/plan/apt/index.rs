@@ -48,17 +48,29 @@ pub(super) fn agent() -> ureq::Agent {
         .into()
 }
 
-/// Why a download failed: the server's answer (it said no), or no answer (the network).
-pub(super) enum Failed {
-    Answered(String),
-    Unreached(String),
+/// Why a download failed: the server's answer (it said no: [`Failed::answered`]), or no
+/// answer (the network). `url` is shown redacted.
+#[derive(Debug, thiserror::Error)]
+pub enum Failed {
+    #[error("{url}: the server answered {status}")]
+    Status {
+        url: String,
+        status: ureq::http::StatusCode,
+    },
+    #[error("{url}: longer than the {limit} bytes expected")]
+    TooLong { url: String, limit: u64 },
+    #[error("{url}: {error}")]
+    Unreached { url: String, error: ureq::Error },
+    #[error("{url}: {error}")]
+    Read { url: String, error: std::io::Error },
+    #[error("writing what {url} sent: {error}")]
+    Write { url: String, error: std::io::Error },
 }
 
 impl Failed {
-    pub(super) fn text(self) -> String {
-        match self {
-            Failed::Answered(text) | Failed::Unreached(text) => text,
-        }
+    /// Whether the server answered, and said no (else the network failed, or the disk).
+    pub(super) fn answered(&self) -> bool {
+        matches!(self, Failed::Status { .. } | Failed::TooLong { .. })
     }
 }
 
@@ -71,36 +83,36 @@ pub(super) fn download_into(
 ) -> std::result::Result<(String, u64), Failed> {
     use sha2::Digest as _;
     let shown = crate::inputs::values::redact_url(url);
-    let mut answer = agent
-        .get(url)
-        .call()
-        .map_err(|e| Failed::Unreached(format!("{shown}: {e}")))?;
+    let mut answer = agent.get(url).call().map_err(|error| Failed::Unreached {
+        url: shown.clone(),
+        error,
+    })?;
     let status = answer.status();
     if !status.is_success() {
-        return Err(Failed::Answered(format!(
-            "{shown}: the server answered {status}"
-        )));
+        return Err(Failed::Status { url: shown, status });
     }
     let mut reader = answer.body_mut().as_reader().take(limit + 1);
     let mut hasher = sha2::Sha256::new();
     let mut buffer = vec![0u8; 1 << 16];
     let mut length = 0u64;
     loop {
-        let read = reader
-            .read(&mut buffer)
-            .map_err(|e| Failed::Unreached(format!("{shown}: {e}")))?;
+        let read = reader.read(&mut buffer).map_err(|error| Failed::Read {
+            url: shown.clone(),
+            error,
+        })?;
         if read == 0 {
             break;
         }
         length += read as u64;
         if length > limit {
-            return Err(Failed::Answered(format!(
-                "{shown}: longer than the {limit} bytes expected"
-            )));
+            return Err(Failed::TooLong { url: shown, limit });
         }
         hasher.update(&buffer[..read]);
         out.write_all(&buffer[..read])
-            .map_err(|e| Failed::Unreached(format!("writing what {shown} sent: {e}")))?;
+            .map_err(|error| Failed::Write {
+                url: shown.clone(),
+                error,
+            })?;
     }
     Ok((hex::encode(hasher.finalize()), length))
 }
@@ -110,9 +122,9 @@ pub(super) fn download(
     agent: &ureq::Agent,
     url: &str,
     limit: u64,
-) -> std::result::Result<Vec<u8>, String> {
+) -> std::result::Result<Vec<u8>, Failed> {
     let mut bytes = Vec::new();
-    download_into(agent, url, limit, &mut bytes).map_err(Failed::text)?;
+    download_into(agent, url, limit, &mut bytes)?;
     Ok(bytes)
 }
 
@@ -122,42 +134,42 @@ pub(super) fn verified_release(
     inrelease: &[u8],
     keyrings: &[(&str, &[u8])],
     url: &str,
-) -> std::result::Result<String, String> {
+) -> std::result::Result<String, AptError> {
     if keyrings.is_empty() {
-        return Err(format!(
-            "{url}: the image trusts no key for this source (no /etc/apt/trusted.gpg.d/ keyring, no signed-by file)"
-        ));
+        return Err(AptError::NoKey { url: url.into() });
     }
-    let dir = tempfile::tempdir().map_err(|e| e.to_string())?;
+    let dir = tempfile::tempdir().map_err(AptError::Io)?;
     let mut command = std::process::Command::new("gpgv");
     for (index, (path, bytes)) in keyrings.iter().enumerate() {
         let binary = if bytes.starts_with(b"-----BEGIN PGP") {
-            dearmor(bytes).ok_or_else(|| format!("{path}: not an armored key"))?
+            dearmor(bytes).ok_or_else(|| AptError::NotArmored {
+                path: path.to_string(),
+            })?
         } else {
             bytes.to_vec()
         };
         let file = dir.path().join(format!("keyring-{index}.gpg"));
-        fs_err::write(&file, binary).map_err(|e| e.to_string())?;
+        fs_err::write(&file, binary).map_err(AptError::Io)?;
         command.arg("--keyring").arg(file);
     }
     let signed = dir.path().join("InRelease");
     let out = dir.path().join("Release");
-    fs_err::write(&signed, inrelease).map_err(|e| e.to_string())?;
+    fs_err::write(&signed, inrelease).map_err(AptError::Io)?;
     let output = command
         .arg("--output")
         .arg(&out)
         .arg(&signed)
         .env("LC_ALL", "C")
         .output()
-        .map_err(|e| format!("running gpgv (Debian's gpgv package): {e}"))?;
+        .map_err(AptError::Gpgv)?;
     if !output.status.success() {
         let said = String::from_utf8_lossy(&output.stderr);
-        return Err(format!(
-            "{url}: the signature does not verify against the keys the image trusts: {}",
-            said.trim()
-        ));
+        return Err(AptError::Unverified {
+            url: url.into(),
+            said: said.trim().to_string(),
+        });
     }
-    fs_err::read_to_string(&out).map_err(|e| e.to_string())
+    fs_err::read_to_string(&out).map_err(AptError::Io)
 }
 
 /// The binary key of an ASCII-armored one (`.asc`): the base64 between the armor lines,
@@ -212,7 +224,7 @@ pub(super) fn fetch_index(
     sha: &str,
     size: u64,
     path: &str,
-) -> std::result::Result<String, String> {
+) -> std::result::Result<String, AptError> {
     let kept = cache.join("apt/indexes").join(sha);
     let bytes = match fs_err::read(&kept) {
         Ok(bytes) if sha256_hex(&bytes) == sha => bytes,
@@ -224,53 +236,49 @@ pub(super) fn fetch_index(
             };
             let bytes = download(agent, &url, size)?;
             if sha256_hex(&bytes) != sha {
-                return Err(format!(
-                    "{url}: not the index the signed InRelease names (sha256 differs)"
-                ));
+                return Err(AptError::OtherIndex { url });
             }
             crate::images::store::mark_cache(cache);
-            crate::images::store::write_atomically(&kept, &bytes).map_err(|e| e.to_string())?;
+            crate::images::store::write_atomically(&kept, &bytes)
+                .map_err(|e| AptError::Keep(Box::new(e)))?;
             bytes
         }
     };
+    let url = || format!("{base}/{path}");
     let mut text = Vec::new();
-    let decoded = match path.rsplit('.').next() {
-        Some("xz") => {
-            lzma_rs::xz_decompress(&mut bytes.as_slice(), &mut text).map_err(|e| e.to_string())
+    match path.rsplit('.').next() {
+        Some("xz") => lzma_rs::xz_decompress(&mut bytes.as_slice(), &mut text)
+            .map_err(|error| AptError::Xz { url: url(), error })?,
+        Some("gz") => {
+            flate2::read::GzDecoder::new(bytes.as_slice())
+                .read_to_end(&mut text)
+                .map_err(|error| AptError::Gzip { url: url(), error })?;
         }
-        Some("gz") => flate2::read::GzDecoder::new(bytes.as_slice())
-            .read_to_end(&mut text)
-            .map(drop)
-            .map_err(|e| e.to_string()),
-        _ => {
-            text = bytes;
-            Ok(())
-        }
-    };
-    decoded.map_err(|e| format!("{base}/{path}: {e}"))?;
-    String::from_utf8(text).map_err(|_| format!("{base}/{path}: not UTF-8 text"))
+        _ => text = bytes,
+    }
+    String::from_utf8(text).map_err(|_| AptError::NotUtf8 { url: url() })
 }
 
 impl Index {
     /// Reads every source's signed index for `system`'s architecture; indexes are kept in
     /// `cache` by sha256, so a second lock reads only the `InRelease` files.
-    pub fn load(system: &System, cache: &Path) -> std::result::Result<Index, String> {
+    pub fn load(system: &System, cache: &Path) -> std::result::Result<Index, AptError> {
         let agent = agent();
         let mut index = Index::default();
         let arch = system.architecture.as_str();
         for source in &system.sources {
             if source.suite.ends_with('/') {
-                return Err(format!(
-                    "{} {}: flat repositories are not supported",
-                    source.uri, source.suite
-                ));
+                return Err(AptError::Flat {
+                    uri: source.uri.clone(),
+                    suite: source.suite.clone(),
+                });
             }
-            if crate::inputs::values::redact_url(&source.uri) != source.uri {
-                return Err(format!(
-                    "{} {}: the source's address carries credentials; hallmark writes archive addresses into pins (reviewed in git) and does not read apt's auth.conf: a source that needs them is not supported",
-                    crate::inputs::values::redact_url(&source.uri),
-                    source.suite
-                ));
+            let redacted = crate::inputs::values::redact_url(&source.uri);
+            if redacted != source.uri {
+                return Err(AptError::Credentials {
+                    uri: redacted,
+                    suite: source.suite.clone(),
+                });
             }
             let base = format!("{}/dists/{}", source.uri, source.suite);
             index
@@ -279,7 +287,9 @@ impl Index {
             let url = format!("{base}/InRelease");
             let signed = download(&agent, &url, 64 << 20)?;
             let release = verified_release(&signed, &system.keyrings(source), &url)?;
-            let release = paragraphs(&release).next().ok_or(format!("{url}: empty"))?;
+            let release = paragraphs(&release)
+                .next()
+                .ok_or_else(|| AptError::EmptyRelease { url: url.clone() })?;
             let date = release.get("Date").cloned().unwrap_or_default();
             let by_hash = release.get("Acquire-By-Hash").is_some_and(|v| v == "yes");
             let hashes = release.get("SHA256").cloned().unwrap_or_default();
@@ -307,11 +317,14 @@ impl Index {
                     })
                     .collect();
                 if listed.is_empty() {
-                    return Err(format!(
-                        "{url}: the archive has no {} index (its architectures: {})",
-                        wanted("Packages"),
-                        release.get("Architectures").map_or("?", String::as_str)
-                    ));
+                    return Err(AptError::NoIndex {
+                        url: url.clone(),
+                        wanted: wanted("Packages"),
+                        architectures: release
+                            .get("Architectures")
+                            .map_or("?", String::as_str)
+                            .to_string(),
+                    });
                 }
                 let mut failures = Vec::new();
                 let mut read = None;
@@ -324,7 +337,7 @@ impl Index {
                         Err(e) => failures.push(e),
                     }
                 }
-                let text = read.ok_or_else(|| failures.join("; "))?;
+                let text = read.ok_or(AptError::Indexes(failures))?;
                 index.add(&text, source, snapshot.as_deref(), arch)?;
             }
         }
@@ -337,7 +350,7 @@ impl Index {
         source: &Source,
         snapshot: Option<&str>,
         arch: &str,
-    ) -> std::result::Result<(), String> {
+    ) -> std::result::Result<(), AptError> {
         for paragraph in paragraphs(text) {
             let field = |name: &str| paragraph.get(name).cloned().unwrap_or_default();
             let architecture = field("Architecture");
@@ -351,7 +364,10 @@ impl Index {
                 .collect::<Vec<_>>()
                 .join(", ");
             let candidate = Candidate {
-                provides: provides(&paragraph).map_err(|e| format!("package {name}: {e}"))?,
+                provides: provides(&paragraph).map_err(|reason| AptError::Provides {
+                    name: name.clone(),
+                    reason,
+                })?,
                 version: field("Version"),
                 architecture,
                 depends,

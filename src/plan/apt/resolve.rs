@@ -13,7 +13,7 @@ pub fn resolve(
     system: &System,
     index: &Index,
     requested: &[Requested],
-) -> std::result::Result<Vec<AptPin>, String> {
+) -> std::result::Result<Vec<AptPin>, AptError> {
     let sources = index.sources.join(", ");
     let (mut chosen, mut queue) = chosen_as_asked(system, index, requested, &sources)?;
     loop {
@@ -34,10 +34,13 @@ pub fn resolve(
             let newer = index
                 .best(&user, |v| version(v) > version(&installed.version))
                 .ok_or_else(|| {
-                    format!(
-                        "{because} {to} breaks the image's {user} {}, which needs another {because}, and {sources} has no newer {user}",
-                        installed.version
-                    )
+                    AptError::Breaks(Box::new(Breaks {
+                        because: because.clone(),
+                        to: to.clone(),
+                        user: user.clone(),
+                        installed: installed.version.clone(),
+                        sources: sources.clone(),
+                    }))
                 })?;
             chosen.insert(user.clone(), (newer.clone(), false));
             queue.push_back(user);
@@ -49,8 +52,12 @@ pub fn resolve(
             Ok(AptPin {
                 stage: None,
                 wanted,
-                sha256: Sha256Hex::try_from(c.sha256.clone())
-                    .map_err(|e| format!("package {}: SHA256: {e}", c.name))?,
+                sha256: Sha256Hex::try_from(c.sha256.clone()).map_err(|reason| {
+                    AptError::Sha256 {
+                        name: c.name.clone(),
+                        reason,
+                    }
+                })?,
                 name: c.name,
                 version: c.version,
                 architecture: c.architecture,
@@ -70,29 +77,33 @@ fn chosen_as_asked(
     index: &Index,
     requested: &[Requested],
     sources: &str,
-) -> std::result::Result<(Chosen, VecDeque<String>), String> {
+) -> std::result::Result<(Chosen, VecDeque<String>), AptError> {
     let mut chosen: BTreeMap<String, (Candidate, bool)> = BTreeMap::new();
     let mut queue: VecDeque<String> = VecDeque::new();
     for wanted in requested {
         if let Some(arch) = wanted.arch.as_ref().filter(|a| **a != system.architecture) {
-            return Err(format!(
-                "`{}:{arch}`: hallmark pins the packages of the image's own architecture ({}); another architecture's is not supported",
-                wanted.name, system.architecture
-            ));
+            return Err(AptError::OtherArchitecture {
+                name: wanted.name.clone(),
+                arch: arch.clone(),
+                own: system.architecture.clone(),
+            });
         }
         let candidate = index
             .best(&wanted.name, |v| {
                 wanted.version.as_deref().is_none_or(|w| w == v)
             })
             .ok_or_else(|| match &wanted.version {
-                Some(version) => format!(
-                    "no package `{}` at version {version} for {} in {sources}",
-                    wanted.name, system.architecture
-                ),
-                None => format!(
-                    "no package `{}` for {} in {sources}",
-                    wanted.name, system.architecture
-                ),
+                Some(version) => AptError::NoVersion {
+                    name: wanted.name.clone(),
+                    version: version.clone(),
+                    arch: system.architecture.clone(),
+                    sources: sources.to_string(),
+                },
+                None => AptError::NoPackage {
+                    name: wanted.name.clone(),
+                    arch: system.architecture.clone(),
+                    sources: sources.to_string(),
+                },
             })?;
         chosen.insert(wanted.name.clone(), (candidate.clone(), true));
         queue.push_back(wanted.name.clone());
@@ -107,17 +118,19 @@ fn moved_with(
     system: &System,
     chosen: &Chosen,
     sources: &str,
-) -> std::result::Result<Vec<(String, String, String)>, String> {
+) -> std::result::Result<Vec<(String, String, String)>, AptError> {
     let mut moved = Vec::new();
     for (name, (candidate, _)) in chosen {
         let Some(installed) = system.installed.iter().find(|i| &i.name == name) else {
             continue;
         };
         if version(&candidate.version) < version(&installed.version) {
-            return Err(format!(
-                "{name} {} would replace the image's newer {name} {}: the image's apt sources ({sources}) do not offer what it has installed (add the suite it came from, such as the security or updates suite, to its sources)",
-                candidate.version, installed.version
-            ));
+            return Err(AptError::Older {
+                name: name.clone(),
+                version: candidate.version.clone(),
+                installed: installed.version.clone(),
+                sources: sources.to_string(),
+            });
         }
         for user in system
             .installed
@@ -152,11 +165,13 @@ pub(super) fn drain(
     sources: &str,
     chosen: &mut BTreeMap<String, (Candidate, bool)>,
     queue: &mut VecDeque<String>,
-) -> std::result::Result<(), String> {
+) -> std::result::Result<(), AptError> {
     while let Some(name) = queue.pop_front() {
         let depends = chosen[&name].0.depends.clone();
-        let dependencies =
-            relations(&depends).map_err(|e| format!("package {name}: Depends: {e}"))?;
+        let dependencies = relations(&depends).map_err(|reason| AptError::Depends {
+            name: name.clone(),
+            reason,
+        })?;
         for dependency in dependencies {
             if satisfied(system, chosen, &dependency) {
                 continue;
@@ -174,12 +189,12 @@ pub(super) fn drain(
                 })
             });
             let Some(pick) = pick else {
-                let wanted: Vec<String> = dependency.iter().map(ToString::to_string).collect();
-                return Err(format!(
-                    "package {name} needs {}, which neither the image nor {sources} has for {}",
-                    wanted.join(" | "),
-                    system.architecture
-                ));
+                return Err(AptError::Unmet {
+                    name,
+                    needs: dependency,
+                    sources: sources.to_string(),
+                    arch: system.architecture.clone(),
+                });
             };
             queue.push_back(pick.name.clone());
             chosen.insert(pick.name.clone(), (pick.clone(), false));
@@ -224,7 +239,13 @@ pub(super) fn satisfied(
 
 /// Why packages could not be pinned: the one package of those asked for that fails on its
 /// own (`None`: the indexes could not be read, or the packages fail only together), and why.
-pub type Unpinned = (Option<String>, String);
+/// `reason` is boxed so that every `Result` stays small (clippy's `result_large_err`).
+#[derive(Debug, thiserror::Error)]
+#[error("{reason}")]
+pub struct Unpinned {
+    pub package: Option<String>,
+    pub reason: Box<AptError>,
+}
 
 /// The packages `requested` need in `system`, pinned for `stage` (`None`: `[build]`).
 pub fn lock_packages(
@@ -233,7 +254,10 @@ pub fn lock_packages(
     stage: Option<&crate::inputs::values::Name>,
     cache: &Path,
 ) -> std::result::Result<Vec<AptPin>, Unpinned> {
-    let index = Index::load(system, cache).map_err(|e| (None, e))?;
+    let index = Index::load(system, cache).map_err(|reason| Unpinned {
+        package: None,
+        reason: Box::new(reason),
+    })?;
     let mut pins = resolve_naming(system, &index, requested)?;
     for pin in &mut pins {
         pin.stage = stage.cloned();
@@ -252,15 +276,24 @@ pub fn resolve_naming(
     let parsed: Vec<Requested> = requested.iter().map(|r| Requested::parse(r)).collect();
     let together = match resolve(system, index, &parsed) {
         Ok(pins) => return Ok(pins),
-        Err(message) => message,
+        Err(reason) => reason,
     };
     if let [one] = requested {
-        return Err((Some(one.clone()), together));
+        return Err(Unpinned {
+            package: Some(one.clone()),
+            reason: Box::new(together),
+        });
     }
     let alone = parsed.iter().zip(requested).find_map(|(wanted, raw)| {
         resolve(system, index, std::slice::from_ref(wanted))
             .err()
-            .map(|message| (Some(raw.clone()), message))
+            .map(|reason| Unpinned {
+                package: Some(raw.clone()),
+                reason: Box::new(reason),
+            })
     });
-    Err(alone.unwrap_or((None, format!("together: {together}"))))
+    Err(alone.unwrap_or_else(|| Unpinned {
+        package: None,
+        reason: Box::new(AptError::Together(Box::new(together))),
+    }))
 }
