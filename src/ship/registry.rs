@@ -159,6 +159,9 @@ async fn open_and_push(
     }
     let image = source.image(shipment).await?;
     let (reference, at_registry) = registry_reference(source.builder, &registry, shipment)?;
+    let linked = (registry.storage.as_deref()).map_or(0, |storage| {
+        seed::link_stored(storage, reference.name(), source.store, &image)
+    });
     let (sent, present) = seed::push_stored(
         &registry.address,
         reference.name(),
@@ -174,8 +177,9 @@ async fn open_and_push(
         ))
     })?;
     phases.say(format!(
-        "put {} into the registry from the layer store: {sent} blobs sent, {present} already there",
-        shipment.reference
+        "put {} into the registry from the layer store: {linked} blobs linked, {sent} blobs sent, {} already there",
+        shipment.reference,
+        present.saturating_sub(linked)
     ));
     // The signed provenance, if the build kept one for this image, goes beside it.
     let envelope =

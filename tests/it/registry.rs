@@ -32,9 +32,18 @@ fn nodes_pull_from_the_registry_verify_and_a_node_that_cannot_reach_it_fails_alo
         .run(&["-q", "build", "wrap"])
         .success();
 
-    // First distribute: every node pulls, and verifies.
-    let (code, report) = hallmark_json(&project, &config, &["distribute", "wrap"]);
-    assert_eq!(code, 0, "{report}");
+    // First distribute: every node pulls, and verifies. The registry got the blobs by hard
+    // link from the layer store, none through its upload API (a second copy of the image).
+    let first = project
+        .with_config(&config)
+        .run(&["-v", "--json", "distribute", "wrap"]);
+    assert_eq!(first.code(), 0, "{}", first.stderr());
+    let linked = first.stderr();
+    assert!(
+        linked.contains(" blobs linked, 0 blobs sent") && !linked.contains(": 0 blobs linked"),
+        "{linked}"
+    );
+    let report: Value = support::document(&first.stdout());
     let nodes = nodes_of(&report);
     assert_eq!(nodes.len(), 4);
     for node in &nodes {
@@ -65,7 +74,7 @@ fn nodes_pull_from_the_registry_verify_and_a_node_that_cannot_reach_it_fails_alo
         .run(&["-v", "--json", "distribute", "wrap"]);
     assert_eq!(run_v.code(), 0, "{}", run_v.stderr());
     assert!(
-        run_v.stderr().contains(": 0 blobs sent"),
+        run_v.stderr().contains(": 0 blobs linked, 0 blobs sent"),
         "{}",
         run_v.stderr()
     );

@@ -13,6 +13,8 @@ pub struct Registry {
     pub address: String,
     /// The port on 127.0.0.1 of a registry hallmark started (ssh nodes get it by `ssh -R`).
     pub(super) local_port: Option<u16>,
+    /// The storage folder of a registry hallmark started (`seed::link_stored` fills it).
+    pub(super) storage: Option<PathBuf>,
     /// Killed when the registry is dropped.
     _process: Option<tokio::process::Child>,
     /// Held while the registry hallmark started runs: one storage, one user at a time.
@@ -30,6 +32,7 @@ impl Registry {
             return Ok(Registry {
                 address: address.clone(),
                 local_port: None,
+                storage: None,
                 _process: None,
                 _lock: None,
                 credentials: crate::engine::credentials::for_registry(address)?,
@@ -79,6 +82,7 @@ impl Registry {
         Ok(Registry {
             address: format!("127.0.0.1:{port}"),
             local_port: Some(port),
+            storage: Some(storage),
             _process: Some(child),
             _lock: Some(lock),
             credentials: None,
