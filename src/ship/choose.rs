@@ -15,6 +15,7 @@
 //! cannot be started here (no `docker-registry` on PATH).
 
 use crate::engine::Engine;
+use crate::error::Result;
 use crate::images::store::LayerStore;
 use crate::images::transfer;
 use crate::inputs::config::{RegistryConfig, Transport};
@@ -74,23 +75,22 @@ pub fn cannot_pull(node: &Engine, config: &RegistryConfig) -> Option<String> {
 }
 
 /// What `node` lacks of `shipments`: from the first layer it does not hold on (the layers
-/// a stream would send), weighed by the sizes the layer store has for each image.
+/// a stream would send), weighed by the sizes the layer store has for each image. An
+/// engine that does not answer is an error: that node fails alone, at once, rather than
+/// being asked again by the transport the guess chose.
 pub async fn lacking(
     node: &Engine,
     store: &LayerStore,
     cache: &Path,
     shipments: &[Shipment],
-) -> Lacking {
+) -> Result<Lacking> {
     let mut lacking = Lacking {
         missing: 0,
         total: 0,
     };
     for shipment in shipments {
         let chains = transfer::chain_ids(&shipment.diff_ids);
-        // A node that cannot be asked lacks everything here; the transport says why.
-        let held = transfer::held_prefix(node, cache, &chains, &shipment.related)
-            .await
-            .unwrap_or(0);
+        let held = transfer::held_prefix(node, cache, &chains, &shipment.related).await?;
         let sizes: Vec<u64> = match store.record(&shipment.image_id) {
             Some(image) if image.layers.len() == shipment.diff_ids.len() => {
                 image.layers.iter().map(|l| l.blob.size.max(1)).collect()
@@ -100,26 +100,28 @@ pub async fn lacking(
         lacking.total += sizes.iter().sum::<u64>();
         lacking.missing += sizes.iter().skip(held).sum::<u64>();
     }
-    lacking
+    Ok(lacking)
 }
 
-/// The way `node` takes: the registry for a first copy where it can pull, else the stream.
+/// The way `node` takes: the registry for a first copy where it can pull, else the stream;
+/// an error if it did not say what it holds (its questions have the engines' answer
+/// deadline, so a frozen node delays the others' start by that much at most).
 pub async fn choose(
     node: &Engine,
     config: &RegistryConfig,
     store: &LayerStore,
     cache: &Path,
     shipments: &[Shipment],
-) -> Choice {
+) -> Result<Choice> {
     if let Some(why) = cannot_pull(node, config) {
-        return Choice {
+        return Ok(Choice {
             transport: Transport::Stream,
             why,
-        };
+        });
     }
-    let lacking = lacking(node, store, cache, shipments).await;
+    let lacking = lacking(node, store, cache, shipments).await?;
     let percent = lacking.percent();
-    if lacking.is_first_copy() {
+    Ok(if lacking.is_first_copy() {
         Choice {
             transport: Transport::Registry,
             why: format!("a first copy: it lacks {percent}% of what is shipped"),
@@ -129,7 +131,7 @@ pub async fn choose(
             transport: Transport::Stream,
             why: format!("an update: it lacks {percent}% of what is shipped"),
         }
-    }
+    })
 }
 
 #[cfg(test)]

@@ -68,7 +68,8 @@ impl<'a> Targets<'a> {
 
     /// Puts each `transport = "auto"` node with the stream's or the registry's, by what it
     /// lacks of `shipments` ([`choose::choose`], all nodes asked at once); `-v` says which
-    /// and why. The table says it too: `pulled` came through the registry.
+    /// and why. The table says it too: `pulled` came through the registry. A node that did
+    /// not answer fails alone, with why.
     pub async fn choose(
         &mut self,
         config: &Config,
@@ -84,6 +85,14 @@ impl<'a> Targets<'a> {
         )
         .await;
         for (node, choice) in auto.into_iter().zip(choices) {
+            let choice = match choice {
+                Ok(choice) => choice,
+                Err(e) => {
+                    let why = format!("{e} (asked what it holds, to choose its transport)");
+                    self.unreachable.push((node.node.clone(), why));
+                    continue;
+                }
+            };
             if output.verbose {
                 output.note(format!(
                     "{}: transport auto: {} ({})",

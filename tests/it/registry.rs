@@ -735,3 +735,58 @@ fn auto_takes_the_registry_for_a_first_copy_and_the_stream_for_an_update() {
     let (code, report) = hallmark_json(&project, &config, &["verify", "wrap"]);
     assert_eq!(code, 0, "{report}");
 }
+
+/// A node that freezes while `auto` asks it what it holds (its engine answered the connect,
+/// then stops answering at the first image question) fails alone, at the answer deadline,
+/// with why; the other nodes are shipped to and verify, and the exit is 1. (Before, its
+/// silence counted as "lacks everything", and the registry's pull found it frozen again.)
+#[test]
+fn auto_a_node_frozen_while_asked_what_it_holds_fails_alone() {
+    use std::os::unix::net::{UnixListener, UnixStream};
+    let testbed = Testbed::get();
+    let project = ship_project(2, "autofrozen");
+    let run = support::unique();
+    let socket = project.root().join("frozen.sock");
+    let listener = UnixListener::bind(&socket).unwrap();
+    let node3 = testbed.endpoint("node3");
+    let target = node3.strip_prefix("unix://").unwrap().to_string();
+    crate::faults::freezing_proxy_either_way(
+        move || listener.accept().ok().map(|(s, _)| s),
+        move || UnixStream::connect(&target).ok(),
+        (u64::MAX, u64::MAX),
+        Some("/images/"),
+    );
+    let text = std::fs::read_to_string(testbed.config()).unwrap();
+    let config = testbed.dir.join(format!("hallmark-autofrozen-{run}.toml"));
+    std::fs::write(
+        &config,
+        format!(
+            "{text}\n[[node]]\nname = \"frozen\"\nengine = \"unix://{}\"\n\n[registry]\nport = {}\n",
+            socket.display(),
+            free_port()
+        ),
+    )
+    .unwrap();
+    project
+        .with_config(&config)
+        .run(&["-q", "build", "base"])
+        .success();
+    let env = [("HALLMARK_ANSWER_TIMEOUT", "5")];
+    let (code, report) =
+        support::hallmark_json_with(&project, &config, &["distribute", "base"], &env);
+    assert_eq!(code, 1, "{report}");
+    let nodes = nodes_of(&report);
+    assert_eq!(nodes.len(), 5, "{report}");
+    for node in nodes {
+        if node["node"] == "frozen" {
+            assert_eq!(node["action"], "failed", "{node}");
+            let error = node["error"].as_str().unwrap();
+            assert!(
+                error.contains("frozen") && error.contains("to choose its transport"),
+                "{error}"
+            );
+        } else {
+            assert_eq!(node["verified"], true, "{node}");
+        }
+    }
+}
