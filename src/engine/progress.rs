@@ -20,6 +20,20 @@ pub enum StreamError {
     Stalled(String),
 }
 
+impl StreamError {
+    /// The engine answered 404: what was asked for (an image, a path in a container) is not
+    /// there. Judged by the status, not by the words, which differ between engines.
+    pub fn is_not_found(&self) -> bool {
+        matches!(
+            self,
+            StreamError::Engine(bollard::errors::Error::DockerResponseServerError {
+                status_code: 404,
+                ..
+            })
+        )
+    }
+}
+
 /// One message of a push, pull or load.
 #[derive(Debug, Clone, Default)]
 pub struct ProgressEvent {

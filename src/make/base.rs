@@ -291,11 +291,8 @@ async fn read_files(
                 );
             }
             // No such file in the image: not an error here, the caller says what is missing.
+            Ok(Err(e)) if e.is_not_found() => continue,
             Ok(Err(e)) => {
-                let e = e.to_string();
-                if e.contains("404") || e.contains("No such") || e.contains("not found") {
-                    continue;
-                }
                 return Err(engine.error(format!("reading {path} of a container: {e}")));
             }
             Ok(Ok(())) => {}

@@ -326,3 +326,37 @@ fn lock_of_a_child_never_reads_a_parents_tag_from_an_older_build() {
         "{relocked}"
     );
 }
+
+/// apt on a base without Debian's files (busybox): each path the lock reads is not in the
+/// image (the engine answers 404), which is no failure to read but an answer, and `lock`
+/// says what the image lacks, naming the image and its base. Judged by the answer's
+/// status, not its words.
+#[test]
+fn apt_on_a_base_without_debians_files_says_what_it_lacks() {
+    let testbed = Testbed::get();
+    let project = TestProject::new();
+    let run = unique();
+    project.write(
+        "images/tiny/image.toml",
+        &format!(
+            r#"[image]
+name = "hm-apt-tiny-{run}"
+
+[from]
+ref = "hallmark-testbed/busybox:latest"
+
+[build]
+apt = ["jq"]
+run = ["true"]
+"#
+        ),
+    );
+    let lock = project.with_config(testbed.config()).run(&["lock", "tiny"]);
+    assert_eq!(lock.code(), 1, "{}", lock.stderr());
+    let said = lock.stderr();
+    assert!(
+        said.contains("image `tiny`")
+            && said.contains("reading `hallmark-testbed/busybox:latest`: it has no apt source"),
+        "{said}"
+    );
+}
