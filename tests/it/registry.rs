@@ -790,3 +790,47 @@ fn auto_a_node_frozen_while_asked_what_it_holds_fails_alone() {
         }
     }
 }
+
+/// The registry's storage on another file system than the layer store (an operator's own
+/// disk for it, here a tmpfs): no blob can be hard-linked across, so each goes through the
+/// registry's upload API, and every node pulls and verifies as before.
+#[test]
+fn a_registry_storage_on_another_file_system_gets_the_blobs_by_upload() {
+    let testbed = Testbed::get();
+    let project = ship_project(2, "uploaded");
+    let run = support::unique();
+    let config = registry_config(testbed, &run, &free_port().to_string());
+    project
+        .with_config(&config)
+        .run(&["-q", "build", "base"])
+        .success();
+    let storage = project.root().join(".test-cache/registry/storage");
+    std::fs::create_dir_all(&storage).unwrap();
+    let mount = |args: &[&str]| {
+        let done = Command::new(args[0]).args(&args[1..]).output().unwrap();
+        assert!(done.status.success(), "{args:?}: {done:?}");
+    };
+    let at = storage.to_str().unwrap();
+    mount(&["mount", "-t", "tmpfs", "-o", "size=256m", "tmpfs", at]);
+    struct Unmount(String);
+    impl Drop for Unmount {
+        fn drop(&mut self) {
+            let _ = Command::new("umount").arg(&self.0).status();
+        }
+    }
+    let _unmount = Unmount(at.to_string());
+
+    let done = project
+        .with_config(&config)
+        .run(&["-v", "--json", "distribute", "base"]);
+    assert_eq!(done.code(), 0, "{}", done.stderr());
+    let said = done.stderr();
+    assert!(
+        said.contains(": 0 blobs linked, ") && !said.contains(" 0 blobs sent"),
+        "{said}"
+    );
+    let report: Value = support::document(&done.stdout());
+    for node in nodes_of(&report) {
+        assert_eq!(node["verified"], true, "{node}");
+    }
+}
