@@ -3,11 +3,13 @@
 //! ships, and the stream for a thin update, where it lacks little.
 //!
 //! Why that way round, from `scripts/bench-first-copy` on the testbed (docs/benchmarks.md):
-//! for a first copy the registry led in every run (1.9-3.0x a parallel `save | load`, the
-//! stream's `--parallel` 1.8-2.6x), because an engine that pulls unpacks each layer as it
-//! arrives, where a load unpacks after the archive's last byte; for a child with one new
-//! layer the stream took 1.8-2.0 s to 4 nodes and the registry 8-9 s (a registry to start
-//! and fill, then four pulls for one layer).
+//! for a first copy the registry led in every run, because an engine that pulls unpacks
+//! each layer as it arrives, where a load unpacks after the archive's last byte. For a
+//! child with one new layer the two are about even since the registry is filled by hard
+//! links (1.1 s and 1.4 s to 4 nodes at 4 GiB; 8-9 s for the registry when it was filled
+//! through its upload API), and the stream keeps updates: a classic-store node downloads
+//! from a registry again the layers it got by stream (docs/shipping.md, "The registry after
+//! the stream"), which a thin archive never sends.
 //!
 //! A node that cannot pull from the registry takes the stream, whatever it lacks: a Podman
 //! node (its pulls are refused, docs/shipping.md says why), a `tcp://` node when the registry
