@@ -5,7 +5,9 @@
 //! under the digests the registry's manifest names and fetches only the new layers (the
 //! builder's push compressed every layer again, under new digests, so those nodes fetched the
 //! base once more, or took an image they could not read). A blob the registry has is not
-//! sent again. Plain HTTP on 127.0.0.1, no credentials: only for the registry hallmark runs.
+//! sent again, and one it lacks is hard-linked from the layer store into its storage where
+//! both are on one file system ([`link_stored`]); only the rest goes through its upload API.
+//! Plain HTTP on 127.0.0.1, no credentials: only for the registry hallmark runs.
 
 use crate::engine::body_from_writer;
 use crate::images::store::{Blob, LayerStore, StoredImage};
