@@ -14,7 +14,9 @@
 //! A node that cannot pull from the registry takes the stream, whatever it lacks: a Podman
 //! node (its pulls are refused, docs/shipping.md says why), a `tcp://` node when the registry
 //! is the one hallmark starts on this machine's loopback, and every node when that registry
-//! cannot be started here (no `docker-registry` on PATH).
+//! cannot be started here (no `docker-registry` on PATH); and every node while another
+//! hallmark holds that registry (a distribute of its own, or `prune`'s garbage collection),
+//! where the registry's way would fail.
 
 use crate::engine::Engine;
 use crate::error::Result;
@@ -119,6 +121,12 @@ pub async fn choose(
         return Ok(Choice {
             transport: Transport::Stream,
             why,
+        });
+    }
+    if config.address.is_none() && super::registry::in_use(cache) {
+        return Ok(Choice {
+            transport: Transport::Stream,
+            why: "another hallmark holds the registry hallmark starts (its lock)".into(),
         });
     }
     let lacking = lacking(node, store, cache, shipments).await?;

@@ -13,7 +13,7 @@ mod pull;
 mod seed;
 mod serve;
 
-pub use serve::{Garbage, Registry, can_start, collect_garbage};
+pub use serve::{Garbage, Registry, can_start, collect_garbage, in_use};
 
 use crate::engine::{self, Engine};
 use crate::error::Result;

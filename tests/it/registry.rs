@@ -834,3 +834,111 @@ fn a_registry_storage_on_another_file_system_gets_the_blobs_by_upload() {
         assert_eq!(node["verified"], true, "{node}");
     }
 }
+
+/// A blob the registry's storage holds apart from the layer store (here damaged: another
+/// file, of the same size, under the digest; also what an earlier upload, or a layer store
+/// emptied and filled again, leaves) is linked again to the layer store's, so the next pull
+/// gets the right bytes and the disk holds one copy; found in an outside test, where the
+/// damaged blob was served on every run and every node's pull failed.
+#[test]
+fn a_registry_blob_apart_from_the_layer_store_is_linked_again() {
+    use std::os::unix::fs::MetadataExt;
+    let testbed = Testbed::get();
+    let project = ship_project(2, "relinked");
+    let run = support::unique();
+    let config = registry_config(testbed, &run, &free_port().to_string());
+    project
+        .with_config(&config)
+        .run(&["-q", "build", "base"])
+        .success();
+    let (code, report) = hallmark_json(&project, &config, &["distribute", "base"]);
+    assert_eq!(code, 0, "{report}");
+
+    // The registry's largest blob, replaced by another file of its size.
+    let blobs = project
+        .root()
+        .join(".test-cache/registry/storage/docker/registry/v2/blobs/sha256");
+    let data = walkdir::WalkDir::new(&blobs)
+        .into_iter()
+        .map(|e| e.unwrap())
+        .filter(|e| e.file_name() == "data")
+        .max_by_key(|e| e.metadata().unwrap().len())
+        .unwrap()
+        .into_path();
+    let size = std::fs::metadata(&data).unwrap().len();
+    let linked = std::fs::metadata(&data).unwrap().nlink();
+    assert!(linked >= 2, "linked from the layer store: {linked}");
+    let damaged = data.with_file_name("damaged");
+    std::fs::write(&damaged, vec![0x5a; size as usize]).unwrap();
+    std::fs::rename(&damaged, &data).unwrap();
+
+    let base = reference(&project, "base");
+    testbed.docker_ok("node1", &["rmi", &base]);
+    let again = project
+        .with_config(&config)
+        .run(&["-v", "--json", "distribute", "base"]);
+    assert_eq!(again.code(), 0, "{}", again.stderr());
+    assert!(
+        again.stderr().contains(": 1 blobs linked, 0 blobs sent"),
+        "{}",
+        again.stderr()
+    );
+    let report: Value = support::document(&again.stdout());
+    let rows = nodes_of(&report);
+    let node1 = rows.iter().find(|n| n["node"] == "node1").unwrap();
+    assert_eq!(node1["action"], "pulled", "{node1}");
+    assert_eq!(node1["verified"], true, "{node1}");
+    assert!(std::fs::metadata(&data).unwrap().nlink() >= 2);
+}
+
+/// While another hallmark holds the registry hallmark starts (its lock: a distribute of its
+/// own, or `prune`'s garbage collection), `auto` takes the stream for every node instead of
+/// failing them all ("another hallmark is distributing through the registry"), and says why.
+#[test]
+fn auto_takes_the_stream_while_another_hallmark_holds_the_registry() {
+    let testbed = Testbed::get();
+    let project = ship_project(2, "held");
+    let run = support::unique();
+    let text = std::fs::read_to_string(testbed.config()).unwrap();
+    let config = testbed.dir.join(format!("hallmark-held-{run}.toml"));
+    std::fs::write(
+        &config,
+        format!("{text}\n[registry]\nport = {}\n", free_port()),
+    )
+    .unwrap();
+    project
+        .with_config(&config)
+        .run(&["-q", "build", "base"])
+        .success();
+    let lock = project.root().join(".test-cache/registry/lock");
+    std::fs::create_dir_all(lock.parent().unwrap()).unwrap();
+    let mut holder = Command::new("flock")
+        .arg(&lock)
+        .args(["-c", "echo held; read _"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    std::io::BufReader::new(holder.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    assert_eq!(line.trim(), "held");
+
+    let done = project
+        .with_config(&config)
+        .run(&["-v", "--json", "distribute", "base"]);
+    drop(holder.stdin.take());
+    holder.wait().unwrap();
+    assert_eq!(done.code(), 0, "{}", done.stderr());
+    let said = done.stderr();
+    assert!(
+        said.contains("node1: transport auto: stream (another hallmark holds the registry"),
+        "{said}"
+    );
+    let report: Value = support::document(&done.stdout());
+    for node in nodes_of(&report) {
+        assert_ne!(node["action"], "pulled", "{node}");
+        assert_eq!(node["verified"], true, "{node}");
+    }
+}

@@ -84,7 +84,8 @@ pub async fn push_stored(
 
 /// Links the blobs of `image` the registry's `storage` lacks from the layer store into it,
 /// as docker-registry's filesystem driver keeps them (`docker/registry/v2/blobs/...`, and a
-/// `_layers` link in the repository `name`); returns how many. [`push_stored`] then finds
+/// `_layers` link in the repository `name`); returns how many (a blob the registry held as
+/// another file is linked again, and counted). [`push_stored`] then finds
 /// them there and sends only the manifest.
 ///
 /// Why behind the registry's back: sending a 24 GB image through its upload API copied every
@@ -127,11 +128,20 @@ pub fn link_stored(
             .join("_layers/sha256")
             .join(hex)
             .join("link");
-        let fresh = !data.exists();
+        // Linked again where the registry holds another file under that digest: a copy an
+        // earlier upload wrote, or one the layer store has since written anew (after it was
+        // emptied and filled again). Else the disk held both for good (the registry's tag
+        // keeps its copy), and a registry copy damaged apart from the store was served on.
+        let source = store.blob_path(&blob.digest);
+        let fresh = !same_file(&source, &data);
         let put = || -> std::io::Result<()> {
             if fresh {
-                fs_err::create_dir_all(data.parent().expect("a folder"))?;
-                fs_err::hard_link(store.blob_path(&blob.digest), &data)?;
+                let folder = data.parent().expect("a folder");
+                fs_err::create_dir_all(folder)?;
+                let part = folder.join("data.part");
+                let _ = fs_err::remove_file(&part);
+                fs_err::hard_link(&source, &part)?;
+                fs_err::rename(&part, &data)?;
             }
             if !link.exists() {
                 // Written whole, then renamed: the registry never reads half a link.
@@ -152,6 +162,15 @@ pub fn link_stored(
         }
     });
     linked.count()
+}
+
+/// Whether `a` and `b` are one file (hard links to one inode).
+fn same_file(a: &std::path::Path, b: &std::path::Path) -> bool {
+    use std::os::unix::fs::MetadataExt;
+    match (std::fs::metadata(a), std::fs::metadata(b)) {
+        (Ok(a), Ok(b)) => a.dev() == b.dev() && a.ino() == b.ino(),
+        _ => false,
+    }
 }
 
 /// Puts the DSSE `envelope` (signed provenance) beside the image whose manifest is

@@ -330,6 +330,13 @@ fn free_port() -> std::io::Result<u16> {
 }
 
 /// Whether a registry can be started here (its binary is on PATH).
+/// Whether another hallmark (a distribute, or `prune`'s garbage collection) holds the
+/// registry of `cache` now: `auto` then takes the stream rather than wait or fail.
+pub fn in_use(cache: &Path) -> bool {
+    let root = cache.join("registry");
+    root.join("lock").exists() && matches!(take_lock(&root, false), Ok(None))
+}
+
 pub fn can_start() -> bool {
     which(REGISTRY_BINARIES).is_some()
 }
