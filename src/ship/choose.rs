@@ -130,6 +130,12 @@ pub async fn choose(
         });
     }
     let lacking = lacking(node, store, cache, shipments).await?;
+    if lacking.total == 0 {
+        return Ok(Choice {
+            transport: Transport::Stream,
+            why: "nothing to ship".into(),
+        });
+    }
     let percent = lacking.percent();
     Ok(if lacking.is_first_copy() {
         Choice {

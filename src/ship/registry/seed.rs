@@ -282,7 +282,8 @@ async fn request(
     content_type: Option<&str>,
     body: Body,
 ) -> Result<hyper::Response<hyper::body::Incoming>, SeedError> {
-    let what = format!("{method} {path} at {address}");
+    let shown = path.split('?').next().unwrap_or(path);
+    let what = format!("{method} {shown} at {address}");
     let stream = tokio::net::TcpStream::connect(address)
         .await
         .map_err(|source| SeedError::Connect {
@@ -328,7 +329,8 @@ async fn expect(
         .unwrap_or_default();
     Err(SeedError::Answered {
         status: got,
-        path: path.to_string(),
+        // Without the query: an upload's carries the registry's whole `_state` token.
+        path: path.split('?').next().unwrap_or(path).to_string(),
         words: text.trim().to_string(),
     })
 }
