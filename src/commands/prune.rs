@@ -64,12 +64,15 @@ pub(super) fn run(settings: &Settings) -> Result<ExitStatus> {
         "removed {} blobs, {} bytes, the wheels of {} compile stages no spec has, {} bytes, and {} apt package files no pin names, {} bytes, from the layer store (kept what other projects use)",
         pruned.blobs, pruned.blob_bytes, pruned.compiled, pruned.compiled_bytes, pruned.debs, pruned.deb_bytes
     ));
-    let collected = match registry::collect_garbage(cache, false)? {
+    // An image the layer store no longer holds (its config blob gone) loses its registry tag.
+    let store = LayerStore::open(cache);
+    let kept = |config: &str| store.blob_path(config).is_file();
+    let collected = match registry::collect_garbage(cache, false, &kept)? {
         registry::Garbage::Busy => {
             settings
                 .output
                 .note("waiting for the distribute using the registry to finish");
-            registry::collect_garbage(cache, true)?
+            registry::collect_garbage(cache, true, &kept)?
         }
         done => done,
     };

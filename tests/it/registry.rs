@@ -942,3 +942,63 @@ fn auto_takes_the_stream_while_another_hallmark_holds_the_registry() {
         assert_eq!(node["verified"], true, "{node}");
     }
 }
+
+/// `auto` pulls a first copy through the registry and streams the updates, so the registry's
+/// tag stays on the first copy's version; once `prune` has dropped that version from the
+/// layer store, it removes the tag too, and the registry's garbage collection its layer
+/// (found in an outside test: the registry kept every first copy's layers for good).
+#[test]
+fn prune_untags_in_the_registry_a_first_copy_the_layer_store_dropped() {
+    let testbed = Testbed::get();
+    let project = ship_project(8, "v1");
+    let run = support::unique();
+    let spec = project.read("images/base/image.toml");
+    project.write(
+        "images/base/image.toml",
+        &spec.replace("run = [\"", &format!("run = [\"echo {run} > /run.txt && ")),
+    );
+    let text = std::fs::read_to_string(testbed.config()).unwrap();
+    let config = testbed.dir.join(format!("hallmark-untag-{run}.toml"));
+    std::fs::write(
+        &config,
+        format!("{text}\n[registry]\nport = {}\n", free_port()),
+    )
+    .unwrap();
+    let build = || {
+        project
+            .with_config(&config)
+            .run(&["-q", "build", "wrap"])
+            .success();
+    };
+    build();
+    let (code, report) = hallmark_json(&project, &config, &["distribute", "wrap"]);
+    assert_eq!(code, 0, "{report}");
+    assert!(
+        nodes_of(&report).iter().any(|n| n["action"] == "pulled"),
+        "a first copy through the registry: {report}"
+    );
+    let spec = project.read("images/wrap/image.toml");
+    project.write("images/wrap/image.toml", &spec.replace("\"v1\"", "\"v2\""));
+    build();
+    let (code, report) = hallmark_json(&project, &config, &["distribute", "wrap"]);
+    assert_eq!(code, 0, "{report}");
+    assert!(
+        nodes_of(&report).iter().all(|n| n["action"] == "thin"),
+        "the update by stream: {report}"
+    );
+
+    let prune = project.with_config(&config).run(&["prune"]);
+    prune.success();
+    let said = format!("{}{}", prune.stdout(), prune.stderr());
+    let removed: u64 = said
+        .split("removed ")
+        .find_map(|rest| rest.split_once(" bytes from the registry")?.0.parse().ok())
+        .unwrap_or_else(|| panic!("{said}"));
+    assert!(removed >= 4 * support::MIB, "v1's layer: {said}");
+    assert!(
+        said.contains("; 1 tags of images the layer store no longer holds removed first"),
+        "{said}"
+    );
+    let (code, report) = hallmark_json(&project, &config, &["verify", "wrap"]);
+    assert_eq!(code, 0, "{report}");
+}

@@ -233,7 +233,7 @@ pub enum Garbage {
 /// only they used. It runs with the registry's lock held, so never while a distribute pushes
 /// or nodes pull (waiting for that when `wait`), and after stopping a registry a killed
 /// hallmark left running.
-pub fn collect_garbage(cache: &Path, wait: bool) -> Result<Garbage> {
+pub fn collect_garbage(cache: &Path, wait: bool, kept: &dyn Fn(&str) -> bool) -> Result<Garbage> {
     let root = cache.join("registry");
     let config = root.join("config.yml");
     if !config.is_file() {
@@ -255,6 +255,7 @@ pub fn collect_garbage(cache: &Path, wait: bool) -> Result<Garbage> {
             storage.display()
         )));
     }
+    let untagged = untag_dropped(&storage, kept);
     let before = folder_bytes(&storage);
     let output = std::process::Command::new(&binary)
         .args(["garbage-collect", "--delete-untagged"])
@@ -278,11 +279,63 @@ pub fn collect_garbage(cache: &Path, wait: bool) -> Result<Garbage> {
     }
     let after = folder_bytes(&storage);
     Ok(Garbage::Collected(format!(
-        "removed {} bytes from the registry's storage ({} bytes left in {})",
+        "removed {} bytes from the registry's storage ({} bytes left in {}; {untagged} tags of images the layer store no longer holds removed first)",
         before.saturating_sub(after),
         after,
         storage.display()
     )))
+}
+
+/// Removes the tags of the registry's `storage` whose image `kept` (by config digest) says
+/// the layer store no longer holds, so that the garbage collection removes their layers;
+/// returns how many. Why: `auto` pulls a first copy through the registry and streams the
+/// updates, so the registry's tag stays on the first copy's version for good, and its
+/// layers with it, after the layer store dropped them. Read from the storage as
+/// docker-registry's filesystem driver lays it out (`seed::link_stored` writes the same):
+/// `repositories/<name>/_manifests/tags/<tag>/current/link` names the manifest, whose blob
+/// names the config. A tag that cannot be read so (an attestation's: no image config) stays.
+fn untag_dropped(storage: &Path, kept: &dyn Fn(&str) -> bool) -> usize {
+    let v2 = storage.join("docker/registry/v2");
+    let blob = |digest: &str| -> Option<Vec<u8>> {
+        let hex = digest.strip_prefix("sha256:").filter(|h| h.len() > 2)?;
+        let path = v2
+            .join("blobs/sha256")
+            .join(&hex[..2])
+            .join(hex)
+            .join("data");
+        fs_err::read(path).ok()
+    };
+    let image_config = |manifest: &[u8]| -> Option<String> {
+        let manifest: serde_json::Value = serde_json::from_slice(manifest).ok()?;
+        let config = manifest.get("config")?;
+        let media_type = config.get("mediaType")?.as_str()?;
+        let image = media_type == "application/vnd.oci.image.config.v1+json"
+            || media_type == "application/vnd.docker.container.image.v1+json";
+        image.then(|| config.get("digest")?.as_str().map(str::to_string))?
+    };
+    let links = walkdir::WalkDir::new(v2.join("repositories"))
+        .into_iter()
+        .filter_map(|entry| entry.ok())
+        .filter(|entry| entry.file_name() == "link")
+        .map(walkdir::DirEntry::into_path)
+        .filter(|path| {
+            let parts: Vec<_> = path.iter().rev().take(4).collect();
+            parts.len() == 4 && parts[1] == "current" && parts[3] == "tags"
+        });
+    let mut untagged = 0;
+    for link in links.collect::<Vec<_>>() {
+        let Some(tag) = link.parent().and_then(Path::parent) else {
+            continue;
+        };
+        let manifest = fs_err::read_to_string(&link).ok();
+        let config = manifest
+            .and_then(|m| blob(m.trim()))
+            .and_then(|m| image_config(&m));
+        if config.is_some_and(|config| !kept(&config)) && fs_err::remove_dir_all(tag).is_ok() {
+            untagged += 1;
+        }
+    }
+    untagged
 }
 
 fn folder_bytes(dir: &Path) -> u64 {
@@ -368,18 +421,21 @@ mod tests {
         std::fs::create_dir_all(&storage).unwrap();
         std::fs::write(root.join("config.yml"), registry_config(&storage, 5000)).unwrap();
         let distributing = hold_lock(&root).unwrap();
-        assert_eq!(collect_garbage(cache.path(), false).unwrap(), Garbage::Busy);
+        assert_eq!(
+            collect_garbage(cache.path(), false, &|_| true).unwrap(),
+            Garbage::Busy
+        );
         drop(distributing);
         // With nothing pushed, there is nothing to collect (the collector itself fails on an
         // empty storage); with a repository folder, Debian's docker-registry runs.
-        let collected = collect_garbage(cache.path(), false).unwrap();
+        let collected = collect_garbage(cache.path(), false, &|_| true).unwrap();
         assert!(
             matches!(&collected, Garbage::Collected(m) if m.contains("nothing pushed")),
             "{collected:?}"
         );
         std::fs::create_dir_all(storage.join("docker/registry/v2/repositories")).unwrap();
         std::fs::create_dir_all(storage.join("docker/registry/v2/blobs")).unwrap();
-        let collected = collect_garbage(cache.path(), false).unwrap();
+        let collected = collect_garbage(cache.path(), false, &|_| true).unwrap();
         assert!(
             matches!(&collected, Garbage::Collected(m) if m.contains("removed")),
             "{collected:?}"
