@@ -61,8 +61,17 @@ pub(super) fn run(settings: &Settings) -> Result<ExitStatus> {
     let pruned = store.prune(&keep, &stages, &debs)?;
     drop(store);
     settings.output.note(format!(
-        "removed {} blobs, {} bytes, the wheels of {} compile stages no spec has, {} bytes, and {} apt package files no pin names, {} bytes, from the layer store (kept what other projects use)",
-        pruned.blobs, pruned.blob_bytes, pruned.compiled, pruned.compiled_bytes, pruned.debs, pruned.deb_bytes
+        "removed {} blobs, {} bytes{}, the wheels of {} compile stages no spec has, {} bytes, and {} apt package files no pin names, {} bytes, from the layer store (kept what other projects use)",
+        pruned.blobs,
+        pruned.blob_bytes,
+        match pruned.linked_bytes {
+            0 => String::new(),
+            n => format!(" ({n} of them also in the registry's storage: freed with it)"),
+        },
+        pruned.compiled,
+        pruned.compiled_bytes,
+        pruned.debs,
+        pruned.deb_bytes
     ));
     // An image the layer store no longer holds (its config blob gone) loses its registry tag.
     let store = LayerStore::open(cache);

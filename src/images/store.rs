@@ -39,6 +39,9 @@ type ArchiveFiles = HashMap<String, (Digest, u64)>;
 pub struct Pruned {
     pub blobs: usize,
     pub blob_bytes: u64,
+    /// Of `blob_bytes`, those of blobs the registry's storage also links (freed only when
+    /// its garbage collection removes them too).
+    pub linked_bytes: u64,
     pub compiled: usize,
     pub compiled_bytes: u64,
     pub debs: usize,
@@ -599,12 +602,18 @@ impl LayerStore {
                 }
             }
         }
-        let (mut removed, mut bytes) = (0, 0);
+        let (mut removed, mut bytes, mut linked) = (0, 0, 0);
         let blobs = self.root.join("blobs/sha256");
         for entry in fs_err::read_dir(&blobs).into_iter().flatten().flatten() {
             let name = entry.file_name().to_string_lossy().into_owned();
             if !Digest::from_hex(&name).is_some_and(|digest| used.contains(&digest)) {
-                bytes += entry.metadata().map(|m| m.len()).unwrap_or(0);
+                use std::os::unix::fs::MetadataExt;
+                let (size, links) = entry.metadata().map_or((0, 1), |m| (m.len(), m.nlink()));
+                bytes += size;
+                // Hard-linked into the registry's storage: not freed until it lets go.
+                if links > 1 {
+                    linked += size;
+                }
                 fs_err::remove_file(entry.path()).map_err(|e| Error::io(entry.path(), e))?;
                 removed += 1;
             }
@@ -615,6 +624,7 @@ impl LayerStore {
         Ok(Pruned {
             blobs: removed,
             blob_bytes: bytes,
+            linked_bytes: linked,
             compiled,
             compiled_bytes,
             debs,

@@ -995,6 +995,11 @@ fn prune_untags_in_the_registry_a_first_copy_the_layer_store_dropped() {
         .find_map(|rest| rest.split_once(" bytes from the registry")?.0.parse().ok())
         .unwrap_or_else(|| panic!("{said}"));
     assert!(removed >= 4 * support::MIB, "v1's layer: {said}");
+    // The layer store's count says which of its bytes the registry's storage shared.
+    assert!(
+        said.contains(" of them also in the registry's storage: freed with it)"),
+        "{said}"
+    );
     assert!(
         said.contains("; 1 tags of images the layer store no longer holds removed first"),
         "{said}"
