@@ -631,6 +631,14 @@ fn the_signed_provenance_goes_beside_the_image_in_the_registry() {
         })
         .unwrap();
     assert_eq!(tag, format!("{}.att", image_link.trim().replace(':', "-")));
+
+    // `prune` keeps both while the layer store holds the image (an outside test saw it
+    // remove the attestation's tag: its `{}` config is no image the store holds).
+    let prune = project.with_config(&config).run(&["prune"]);
+    prune.success();
+    let said = format!("{}{}", prune.stdout(), prune.stderr());
+    assert!(said.contains("; 0 tags of images"), "{said}");
+    assert!(tags.join(&tag).join("current/link").is_file(), "{said}");
 }
 
 /// Issue 40 item 3: with a `[registry]` table and no `transport`, each node takes the

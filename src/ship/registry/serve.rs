@@ -4,6 +4,7 @@
 
 use crate::error::{Error, Result};
 use crate::inputs::config::RegistryConfig;
+use std::collections::HashSet;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
@@ -243,10 +244,12 @@ pub fn collect_garbage(cache: &Path, wait: bool, kept: &dyn Fn(&str) -> bool) ->
         return Ok(Garbage::Busy);
     };
     stop_leftover(&root);
-    let binary = which(REGISTRY_BINARIES).ok_or_else(|| Error::Usage {
-        message: "cannot collect the registry's garbage: neither `docker-registry` nor `registry` is on PATH".into(),
-        hint: None,
-    })?;
+    // Without the collector nothing can be collected, which is no failure of prune: said.
+    let Some(binary) = which(REGISTRY_BINARIES) else {
+        return Ok(Garbage::Collected(
+            "the registry's storage left as it is: neither `docker-registry` nor `registry` is on PATH to collect its garbage".into(),
+        ));
+    };
     let storage = cache.join("registry/storage");
     // The collector fails on a storage nothing was ever pushed to.
     if !storage.join("docker/registry/v2/repositories").is_dir() {
@@ -293,7 +296,9 @@ pub fn collect_garbage(cache: &Path, wait: bool, kept: &dyn Fn(&str) -> bool) ->
 /// layers with it, after the layer store dropped them. Read from the storage as
 /// docker-registry's filesystem driver lays it out (`seed::link_stored` writes the same):
 /// `repositories/<name>/_manifests/tags/<tag>/current/link` names the manifest, whose blob
-/// names the config. A tag that cannot be read so (an attestation's: no image config) stays.
+/// names the config. An attestation's tag (`sha256-<manifest hex>.att`, beside its image)
+/// goes with the tag of the image it is about, and stays while that stays; a tag that
+/// cannot be read so stays.
 fn untag_dropped(storage: &Path, kept: &dyn Fn(&str) -> bool) -> usize {
     let v2 = storage.join("docker/registry/v2");
     let blob = |digest: &str| -> Option<Vec<u8>> {
@@ -322,16 +327,29 @@ fn untag_dropped(storage: &Path, kept: &dyn Fn(&str) -> bool) -> usize {
             let parts: Vec<_> = path.iter().rev().take(4).collect();
             parts.len() == 4 && parts[1] == "current" && parts[3] == "tags"
         });
-    let mut untagged = 0;
+    let (mut untagged, mut dropped, mut attestations) = (0, HashSet::new(), Vec::new());
     for link in links.collect::<Vec<_>>() {
         let Some(tag) = link.parent().and_then(Path::parent) else {
             continue;
         };
-        let manifest = fs_err::read_to_string(&link).ok();
-        let config = manifest
-            .and_then(|m| blob(m.trim()))
-            .and_then(|m| image_config(&m));
+        let name = tag.file_name().unwrap_or_default().to_string_lossy();
+        let subject = (name.strip_prefix("sha256-")).and_then(|n| n.strip_suffix(".att"));
+        if let Some(subject) = subject {
+            attestations.push((format!("sha256:{subject}"), tag.to_path_buf()));
+            continue;
+        }
+        let Ok(manifest) = fs_err::read_to_string(&link) else {
+            continue;
+        };
+        let manifest = manifest.trim().to_string();
+        let config = blob(&manifest).and_then(|m| image_config(&m));
         if config.is_some_and(|config| !kept(&config)) && fs_err::remove_dir_all(tag).is_ok() {
+            untagged += 1;
+            dropped.insert(manifest);
+        }
+    }
+    for (subject, tag) in attestations {
+        if dropped.contains(&subject) && fs_err::remove_dir_all(&tag).is_ok() {
             untagged += 1;
         }
     }
@@ -348,12 +366,18 @@ fn folder_bytes(dir: &Path) -> u64 {
         .sum()
 }
 
+/// `text` as a YAML single-quoted scalar (a quote doubled): a cache path holding ` #` or
+/// `: ` is read as written, not cut short (the registry then stored outside the cache).
+fn yaml_quoted(text: &str) -> String {
+    format!("'{}'", text.replace('\'', "''"))
+}
+
 fn registry_config(storage: &Path, port: u16) -> String {
     format!(
         "version: 0.1\nlog:\n  level: warn\n  accesslog:\n    disabled: true\n\
          storage:\n  filesystem:\n    rootdirectory: {}\n  delete:\n    enabled: true\n\
          http:\n  addr: 127.0.0.1:{port}\n",
-        storage.display()
+        yaml_quoted(&storage.display().to_string())
     )
 }
 
