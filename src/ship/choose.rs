@@ -16,7 +16,7 @@
 //! is the one hallmark starts on this machine's loopback, and every node when that registry
 //! cannot be started here (no `docker-registry` on PATH); and every node while another
 //! hallmark holds that registry (a distribute of its own, or `prune`'s garbage collection),
-//! where the registry's way would fail.
+//! where the registry's way would fail (`Targets::choose` reserves it for the distribute).
 
 use crate::engine::Engine;
 use crate::error::Result;
@@ -121,12 +121,6 @@ pub async fn choose(
         return Ok(Choice {
             transport: Transport::Stream,
             why,
-        });
-    }
-    if config.address.is_none() && super::registry::in_use(cache) {
-        return Ok(Choice {
-            transport: Transport::Stream,
-            why: "another hallmark holds the registry hallmark starts (its lock)".into(),
         });
     }
     let lacking = lacking(node, store, cache, shipments).await?;

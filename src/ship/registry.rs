@@ -13,7 +13,7 @@ mod pull;
 mod seed;
 mod serve;
 
-pub use serve::{Garbage, Registry, can_start, collect_garbage, in_use};
+pub use serve::{Garbage, Registry, Reserved, can_start, collect_garbage, reserve};
 
 use crate::engine::{self, Engine};
 use crate::error::Result;

@@ -34,6 +34,8 @@ pub struct Targets<'a> {
     by_auto: Vec<Engine>,
     /// Nodes that could not be reached, with why: a failed outcome for every image.
     unreachable: Vec<(String, String)>,
+    /// The registry hallmark starts, held from `auto`'s choice to the end of the distribute.
+    _reserved: Option<registry::Reserved>,
 }
 
 impl<'a> Targets<'a> {
@@ -50,6 +52,7 @@ impl<'a> Targets<'a> {
             by_registry: Vec::new(),
             by_auto: Vec::new(),
             unreachable: Vec::new(),
+            _reserved: None,
         };
         for (node, engine) in nodes.iter().zip(connected) {
             match engine {
@@ -84,8 +87,20 @@ impl<'a> Targets<'a> {
                 .map(|node| choose::choose(node, &config.registry, store, cache, shipments)),
         )
         .await;
+        // The registry hallmark starts, held for this distribute if a node takes it: while
+        // another hallmark holds it, those nodes take the stream.
+        let pulls =
+            |c: &Result<choose::Choice>| matches!(c, Ok(c) if c.transport == Transport::Registry);
+        let held = if config.registry.address.is_none() && choices.iter().any(pulls) {
+            match registry::reserve(cache) {
+                Ok(reserved) => reserved.map(|r| self._reserved = Some(r)).is_some(),
+                Err(_) => false,
+            }
+        } else {
+            true
+        };
         for (node, choice) in auto.into_iter().zip(choices) {
-            let choice = match choice {
+            let mut choice = match choice {
                 Ok(choice) => choice,
                 Err(e) => {
                     let why = format!("{e} (asked what it holds, to choose its transport)");
@@ -93,6 +108,12 @@ impl<'a> Targets<'a> {
                     continue;
                 }
             };
+            if choice.transport == Transport::Registry && !held {
+                choice = choose::Choice {
+                    transport: Transport::Stream,
+                    why: "another hallmark holds the registry hallmark starts (its lock)".into(),
+                };
+            }
             if output.verbose {
                 output.note(format!(
                     "{}: transport auto: {} ({})",

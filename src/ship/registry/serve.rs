@@ -143,6 +143,13 @@ async fn wait_until_listening(
 /// Takes `registry/lock`: a second hallmark distributing through the same cache would start
 /// a second registry on the same storage.
 fn hold_lock(root: &Path) -> Result<std::fs::File> {
+    let reserved = RESERVED.lock().unwrap_or_else(|e| e.into_inner());
+    if let Some((_, file)) = reserved.as_ref().filter(|(held, _)| held == root) {
+        return file
+            .try_clone()
+            .map_err(|e| Error::io(root.join("lock"), e));
+    }
+    drop(reserved);
     take_lock(root, false)?.ok_or_else(|| Error::Usage {
         message: format!(
             "another hallmark is distributing through the registry it started (lock {} is held)",
@@ -406,14 +413,41 @@ fn free_port() -> std::io::Result<u16> {
         .port())
 }
 
-/// Whether a registry can be started here (its binary is on PATH).
-/// Whether another hallmark (a distribute, or `prune`'s garbage collection) holds the
-/// registry of `cache` now: `auto` then takes the stream rather than wait or fail.
-pub fn in_use(cache: &Path) -> bool {
-    let root = cache.join("registry");
-    root.join("lock").exists() && matches!(take_lock(&root, false), Ok(None))
+/// The registry of a cache, held for this hallmark from `auto`'s choice to the end of its
+/// distribute: the registry's own [`Registry::open`] takes the same lock (image by image),
+/// and between the choice and that, or between two images, another hallmark could take
+/// it, and every node that chose the registry would fail (seen in an outside test: two
+/// distributes at once to disjoint nodes).
+pub struct Reserved {
+    root: PathBuf,
 }
 
+/// This process's reservation: the lock's file, lent to [`hold_lock`] (a clone of one open
+/// file shares its lock; a second open of the file would conflict with it).
+static RESERVED: std::sync::Mutex<Option<(PathBuf, std::fs::File)>> = std::sync::Mutex::new(None);
+
+/// Holds the registry of `cache` for this hallmark until dropped; `None` when another
+/// hallmark (a distribute, or `prune`'s garbage collection) holds it.
+pub fn reserve(cache: &Path) -> Result<Option<Reserved>> {
+    let root = cache.join("registry");
+    fs_err::create_dir_all(&root).map_err(|e| Error::io(&root, e))?;
+    let Some(file) = take_lock(&root, false)? else {
+        return Ok(None);
+    };
+    *RESERVED.lock().unwrap_or_else(|e| e.into_inner()) = Some((root.clone(), file));
+    Ok(Some(Reserved { root }))
+}
+
+impl Drop for Reserved {
+    fn drop(&mut self) {
+        let mut held = RESERVED.lock().unwrap_or_else(|e| e.into_inner());
+        if held.as_ref().is_some_and(|(root, _)| *root == self.root) {
+            *held = None;
+        }
+    }
+}
+
+/// Whether a registry can be started here (its binary is on PATH).
 pub fn can_start() -> bool {
     which(REGISTRY_BINARIES).is_some()
 }
