@@ -167,7 +167,7 @@ pub fn link_stored(
 /// Whether `a` and `b` are one file (hard links to one inode).
 fn same_file(a: &std::path::Path, b: &std::path::Path) -> bool {
     use std::os::unix::fs::MetadataExt;
-    match (std::fs::metadata(a), std::fs::metadata(b)) {
+    match (fs_err::metadata(a), fs_err::metadata(b)) {
         (Ok(a), Ok(b)) => a.dev() == b.dev() && a.ino() == b.ino(),
         _ => false,
     }
