@@ -131,6 +131,7 @@ pub async fn distribute(
         outcomes[i] = Some(outcome);
     }
     let _ = bars.clear();
+    registry.stop().await;
     outcomes
         .into_iter()
         .map(|o| o.expect("every node has an outcome"))

@@ -12,18 +12,35 @@ use support::{
     ship_project,
 };
 
-#[test]
-fn nodes_pull_from_the_registry_verify_and_a_node_that_cannot_reach_it_fails_alone() {
-    let testbed = Testbed::get();
-    let project = ship_project(8, "v1");
-    let run = support::unique();
-    // A base of its own (the builder's cache gives other tests' 8 MiB base the same layer,
-    // which a classic node holding it by stream would get thin, not pulled).
+/// A base of its own, which no node holds from another test (the builder's cache would give
+/// other tests' bases the same layer, which a node holding it would get thin, not pulled).
+fn unique_base(project: &support::TestProject, run: &str) {
     let spec = project.read("images/base/image.toml");
     project.write(
         "images/base/image.toml",
         &spec.replace("run = [\"", &format!("run = [\"echo {run} > /run.txt && ")),
     );
+}
+
+/// The testbed's cluster file with a `[registry]` table (a free port) and no transport:
+/// `auto` for every node.
+fn auto_config(testbed: &Testbed, name: &str, run: &str) -> std::path::PathBuf {
+    let text = std::fs::read_to_string(testbed.config()).unwrap();
+    let config = testbed.dir.join(format!("hallmark-{name}-{run}.toml"));
+    std::fs::write(
+        &config,
+        format!("{text}\n[registry]\nport = {}\n", free_port()),
+    )
+    .unwrap();
+    config
+}
+
+#[test]
+fn nodes_pull_from_the_registry_verify_and_a_node_that_cannot_reach_it_fails_alone() {
+    let testbed = Testbed::get();
+    let project = ship_project(8, "v1");
+    let run = support::unique();
+    unique_base(&project, &run);
     let port = free_port();
     let config = registry_config(testbed, &run, &port.to_string());
     let wrap = reference(&project, "wrap");
@@ -651,12 +668,7 @@ fn auto_takes_the_registry_for_a_first_copy_and_the_stream_for_an_update() {
     let testbed = Testbed::get();
     let project = ship_project(16, "auto");
     let run = support::unique();
-    // A base of its own, which no node holds from another test.
-    let spec = project.read("images/base/image.toml");
-    project.write(
-        "images/base/image.toml",
-        &spec.replace("run = [\"", &format!("run = [\"echo {run} > /run.txt && ")),
-    );
+    unique_base(&project, &run);
     let node2 = testbed.endpoint("node2");
     let tcp = format!(
         "tcp://127.0.0.1:{}",
@@ -907,13 +919,7 @@ fn auto_takes_the_stream_while_another_hallmark_holds_the_registry() {
     let testbed = Testbed::get();
     let project = ship_project(2, "held");
     let run = support::unique();
-    let text = std::fs::read_to_string(testbed.config()).unwrap();
-    let config = testbed.dir.join(format!("hallmark-held-{run}.toml"));
-    std::fs::write(
-        &config,
-        format!("{text}\n[registry]\nport = {}\n", free_port()),
-    )
-    .unwrap();
+    let config = auto_config(testbed, "held", &run);
     project
         .with_config(&config)
         .run(&["-q", "build", "base"])
@@ -960,18 +966,8 @@ fn prune_untags_in_the_registry_a_first_copy_the_layer_store_dropped() {
     let testbed = Testbed::get();
     let project = ship_project(8, "v1");
     let run = support::unique();
-    let spec = project.read("images/base/image.toml");
-    project.write(
-        "images/base/image.toml",
-        &spec.replace("run = [\"", &format!("run = [\"echo {run} > /run.txt && ")),
-    );
-    let text = std::fs::read_to_string(testbed.config()).unwrap();
-    let config = testbed.dir.join(format!("hallmark-untag-{run}.toml"));
-    std::fs::write(
-        &config,
-        format!("{text}\n[registry]\nport = {}\n", free_port()),
-    )
-    .unwrap();
+    unique_base(&project, &run);
+    let config = auto_config(testbed, "untag", &run);
     let build = || {
         project
             .with_config(&config)
@@ -1026,18 +1022,8 @@ fn two_auto_distributes_at_once_share_out_the_registry_and_both_verify() {
     let testbed = Testbed::get();
     let project = ship_project(4, "both");
     let run = support::unique();
-    let spec = project.read("images/base/image.toml");
-    project.write(
-        "images/base/image.toml",
-        &spec.replace("run = [\"", &format!("run = [\"echo {run} > /run.txt && ")),
-    );
-    let text = std::fs::read_to_string(testbed.config()).unwrap();
-    let config = testbed.dir.join(format!("hallmark-both-{run}.toml"));
-    std::fs::write(
-        &config,
-        format!("{text}\n[registry]\nport = {}\n", free_port()),
-    )
-    .unwrap();
+    unique_base(&project, &run);
+    let config = auto_config(testbed, "both", &run);
     project
         .with_config(&config)
         .run(&["-q", "build", "wrap"])
@@ -1054,7 +1040,7 @@ fn two_auto_distributes_at_once_share_out_the_registry_and_both_verify() {
         .collect();
     for child in runs {
         let done = support::Run(child.wait_with_output().unwrap());
-        assert_eq!(done.code(), 0, "{}", done.stderr());
+        assert_eq!(done.code(), 0, "{}\n{}", done.stderr(), done.stdout());
         let report: Value = support::document(&done.stdout());
         let rows = nodes_of(&report);
         assert_eq!(rows.len(), 4, "two images, two nodes: {report}");

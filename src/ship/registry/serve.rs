@@ -17,7 +17,7 @@ pub struct Registry {
     /// The storage folder of a registry hallmark started (`seed::link_stored` fills it).
     pub(super) storage: Option<PathBuf>,
     /// Killed when the registry is dropped.
-    _process: Option<tokio::process::Child>,
+    process: Option<tokio::process::Child>,
     /// Held while the registry hallmark started runs: one storage, one user at a time.
     _lock: Option<std::fs::File>,
     /// What the docker CLI here would send to the operator's registry (docker config and its
@@ -34,7 +34,7 @@ impl Registry {
                 address: address.clone(),
                 local_port: None,
                 storage: None,
-                _process: None,
+                process: None,
                 _lock: None,
                 credentials: crate::engine::credentials::for_registry(address)?,
             });
@@ -84,10 +84,21 @@ impl Registry {
             address: format!("127.0.0.1:{port}"),
             local_port: Some(port),
             storage: Some(storage),
-            _process: Some(child),
+            process: Some(child),
             _lock: Some(lock),
             credentials: None,
         })
+    }
+}
+
+impl Registry {
+    /// Stops the registry hallmark started and waits until it is gone, so that the next
+    /// image's registry finds the port free (dropped, it is only sent SIGKILL: on a loaded
+    /// machine it still held the port when the next image's started, and every node failed).
+    pub async fn stop(mut self) {
+        if let Some(mut child) = self.process.take() {
+            let _ = child.kill().await;
+        }
     }
 }
 
