@@ -91,14 +91,10 @@ impl<'a> Targets<'a> {
         // another hallmark holds it, those nodes take the stream.
         let pulls =
             |c: &Result<choose::Choice>| matches!(c, Ok(c) if c.transport == Transport::Registry);
-        let held = if config.registry.address.is_none() && choices.iter().any(pulls) {
-            match registry::reserve(cache) {
-                Ok(reserved) => reserved.map(|r| self._reserved = Some(r)).is_some(),
-                Err(_) => false,
-            }
-        } else {
-            true
-        };
+        if config.registry.address.is_none() && choices.iter().any(pulls) {
+            self._reserved = registry::reserve(cache).ok().flatten();
+        }
+        let held = self._reserved.is_some() || config.registry.address.is_some();
         for (node, choice) in auto.into_iter().zip(choices) {
             let mut choice = match choice {
                 Ok(choice) => choice,

@@ -115,15 +115,10 @@ pub fn link_stored(
     let v2 = storage.join("docker/registry/v2");
     let blobs = std::iter::once(&image.config).chain(image.layers.iter().map(|l| &l.blob));
     let linked = blobs.filter(|blob| {
-        let hex = blob.digest.hex();
-        if !blob.digest.as_str().starts_with("sha256:") || hex.len() < 2 {
+        let Some(data) = blob_data(storage, blob.digest.as_str()) else {
             return false;
-        }
-        let data = v2
-            .join("blobs/sha256")
-            .join(&hex[..2])
-            .join(hex)
-            .join("data");
+        };
+        let hex = blob.digest.hex();
         let link = (v2.join("repositories").join(name))
             .join("_layers/sha256")
             .join(hex)
@@ -162,6 +157,16 @@ pub fn link_stored(
         }
     });
     linked.count()
+}
+
+/// Where docker-registry's filesystem driver under `storage` keeps the blob `digest`
+/// (`sha256:` digests only).
+pub(super) fn blob_data(storage: &std::path::Path, digest: &str) -> Option<std::path::PathBuf> {
+    let hex = digest.strip_prefix("sha256:").filter(|h| h.len() > 2)?;
+    let folder = storage
+        .join("docker/registry/v2/blobs/sha256")
+        .join(&hex[..2]);
+    Some(folder.join(hex).join("data"))
 }
 
 /// Whether `a` and `b` are one file (hard links to one inode).

@@ -319,15 +319,7 @@ pub fn collect_garbage(cache: &Path, wait: bool, kept: &dyn Fn(&str) -> bool) ->
 /// cannot be read so stays.
 fn untag_dropped(storage: &Path, kept: &dyn Fn(&str) -> bool) -> usize {
     let v2 = storage.join("docker/registry/v2");
-    let blob = |digest: &str| -> Option<Vec<u8>> {
-        let hex = digest.strip_prefix("sha256:").filter(|h| h.len() > 2)?;
-        let path = v2
-            .join("blobs/sha256")
-            .join(&hex[..2])
-            .join(hex)
-            .join("data");
-        fs_err::read(path).ok()
-    };
+    let blob = |digest: &str| fs_err::read(super::seed::blob_data(storage, digest)?).ok();
     let image_config = |manifest: &[u8]| -> Option<String> {
         let manifest: serde_json::Value = serde_json::from_slice(manifest).ok()?;
         let config = manifest.get("config")?;
