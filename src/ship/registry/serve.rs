@@ -96,8 +96,10 @@ impl Registry {
     /// image's registry finds the port free (dropped, it is only sent SIGKILL: on a loaded
     /// machine it still held the port when the next image's started, and every node failed).
     pub async fn stop(mut self) {
+        // SIGKILL, then the wait for its end, within the answer deadline: a process stuck
+        // in the kernel is left to the drop (the next image then says its port is taken).
         if let Some(mut child) = self.process.take() {
-            let _ = child.kill().await;
+            let _ = tokio::time::timeout(crate::engine::answer_timeout(), child.kill()).await;
         }
     }
 }
