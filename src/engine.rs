@@ -30,7 +30,9 @@ pub mod view;
 pub use address::{Address, Kind};
 pub use answers::{EngineInfo, EngineVersion, HistoryStep, ImageAnswer, ImageListed};
 pub use body::{Body, ChannelWriter, StreamReader, body_from_writer};
-pub use progress::{BuildEvent, ProgressDetail, ProgressEvent, Reports, StreamError, follow};
+pub use progress::{
+    BuildEvent, FollowError, ProgressDetail, ProgressEvent, Reports, StreamError, follow,
+};
 
 use crate::engine::credentials::Credentials;
 use crate::error::{Error, Result};

@@ -133,25 +133,32 @@ pub(super) fn reports<'a, T, B: Into<T>>(
         .boxed()
 }
 
-/// Reads a progress stream to its end, handing each message to `each`; returns the error the
-/// engine reported in it, or the stream's own, if any.
+/// Why a push, pull or load did not end well: the engine said so inside its stream, or the
+/// stream itself broke (the link, the engine's answer, a stall).
+#[derive(Debug, thiserror::Error)]
+pub enum FollowError {
+    /// The engine's own words (an `error` message in the stream).
+    #[error("{0}")]
+    Reported(String),
+    #[error(transparent)]
+    Stream(#[from] StreamError),
+}
+
+/// Reads a progress stream to its end, handing each message to `each`; fails with the error
+/// the engine reported in it (the last, read to the end), or the stream's own.
 pub async fn follow(
     mut stream: Reports<'_, ProgressEvent>,
     mut each: impl FnMut(ProgressEvent),
-) -> Option<String> {
-    let mut failure = None;
+) -> Result<(), FollowError> {
+    let mut reported = None;
     while let Some(item) = stream.next().await {
-        match item {
-            Ok(message) => {
-                if let Some(error) = &message.error {
-                    failure = Some(error.clone());
-                }
-                each(message);
-            }
-            Err(e) => return Some(e.to_string()),
+        let message = item?;
+        if let Some(error) = &message.error {
+            reported = Some(error.clone());
         }
+        each(message);
     }
-    failure
+    reported.map_or(Ok(()), |words| Err(FollowError::Reported(words)))
 }
 
 #[cfg(test)]
@@ -198,11 +205,14 @@ mod tests {
             .unwrap();
         let mut seen = 0;
         let failure = runtime.block_on(follow(stream, |_| seen += 1));
-        assert_eq!((failure.as_deref(), seen), (Some("unexpected EOF"), 3));
+        let words = failure.as_ref().map_err(ToString::to_string).err();
+        assert_eq!((words.as_deref(), seen), (Some("unexpected EOF"), 3));
+        assert!(matches!(failure, Err(FollowError::Reported(_))));
         let broken =
             futures_util::stream::iter([Err(StreamError::Stalled("connection reset".into()))])
                 .boxed();
         let failure = runtime.block_on(follow(broken, drop));
-        assert_eq!(failure.as_deref(), Some("connection reset"));
+        assert!(matches!(failure, Err(FollowError::Stream(_))));
+        assert_eq!(failure.unwrap_err().to_string(), "connection reset");
     }
 }

@@ -487,16 +487,14 @@ async fn load_into(
             last.elapsed().as_secs_f64()
         );
     }
-    match failure {
-        Some(message) => {
-            let link = node.link_ended().await.map(|why| format!(" ({why})"));
-            Err(node.error(format!(
-                "load of {reference} failed: {message}{}",
-                link.unwrap_or_default()
-            )))
-        }
-        None => Ok(()),
+    if let Err(message) = failure {
+        let link = node.link_ended().await.map(|why| format!(" ({why})"));
+        return Err(node.error(format!(
+            "load of {reference} failed: {message}{}",
+            link.unwrap_or_default()
+        )));
     }
+    Ok(())
 }
 
 /// Loads an image hallmark made (`config` and `layers`, the layers already in the store) into

@@ -232,13 +232,13 @@ async fn push(
         &format!("{}:{}", pushed.name(), pushed.tag_or_latest()),
     )
     .await;
-    match failure {
-        Some(message) => Err(builder.error(format!(
+    failure.map_err(|message| {
+        builder.error(format!(
             "push of {} to the registry at {} failed: {message}",
             shipment.reference, registry.address
-        ))),
-        None => Ok((sent, present)),
-    }
+        ))
+    })?;
+    Ok((sent, present))
 }
 
 /// Removes one name of an image, never the image (another tag still names it).

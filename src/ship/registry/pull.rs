@@ -287,7 +287,7 @@ async fn pull_and_tag(
         _ => {}
     })
     .await;
-    if let Some(message) = failure {
+    if let Err(message) = failure {
         return Err(node.error(format!(
             "cannot pull {} from the registry at {}: {message}",
             shipment.reference, registry.address
