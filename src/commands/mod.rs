@@ -131,13 +131,7 @@ fn runtime() -> Result<tokio::runtime::Runtime> {
 }
 
 async fn connect(settings: &Settings, node: &NodeConfig) -> Result<Engine> {
-    Engine::connect(
-        node.name.as_str(),
-        &node.engine,
-        settings.config.ssh_config.as_deref(),
-        &settings.cache,
-    )
-    .await
+    (node.connect(settings.config.ssh_config.as_deref(), &settings.cache)).await
 }
 
 /// Connects to every node: engines reached directly all at once (a hung one costs its own

@@ -100,6 +100,18 @@ pub struct NodeConfig {
     pub transport: Option<Transport>,
 }
 
+impl NodeConfig {
+    /// This node's engine (an `ssh://` one through the user's ssh and `ssh_config`, its
+    /// control master kept in `cache`).
+    pub async fn connect(
+        &self,
+        ssh_config: Option<&Path>,
+        cache: &Path,
+    ) -> Result<crate::engine::Engine> {
+        crate::engine::Engine::connect(self.name.as_str(), &self.engine, ssh_config, cache).await
+    }
+}
+
 #[derive(Debug, Clone)]
 pub struct Config {
     /// The file it came from, if any.

@@ -45,13 +45,7 @@ pub struct Env<'a> {
 
 impl Env<'_> {
     async fn connect(&self) -> Result<Engine> {
-        Engine::connect(
-            self.builder.name.as_str(),
-            &self.builder.engine,
-            self.ssh_config,
-            self.cache,
-        )
-        .await
+        self.builder.connect(self.ssh_config, self.cache).await
     }
 }
 
@@ -170,7 +164,11 @@ impl<'a> Moving<'a> {
         let settings = &self.env;
         let _listening = crate::interrupt::listening();
         self.env.runtime.block_on(async {
-            let engine = self.env.connect().await?;
+            let engine = self
+                .env
+                .builder
+                .connect(self.env.ssh_config, self.env.cache)
+                .await?;
             let stream = engine.pull(parsed.name(), parsed.tag_or_latest(), None);
             let failure = tokio::select! {
                 failure = crate::engine::follow(stream, |_| {}) => failure,
@@ -178,12 +176,11 @@ impl<'a> Moving<'a> {
                     what: format!("pulling {reference} onto the builder"),
                 }),
             };
-            match failure {
-                Some(message) => Err(engine.error(format!(
+            failure.map_err(|message| {
+                engine.error(format!(
                     "cannot pull {reference}, a tag its registry lists: {message}"
-                ))),
-                None => Ok(()),
-            }
+                ))
+            })
         })?;
         settings
             .output
