@@ -137,13 +137,7 @@ pub struct BuilderResolver<'a> {
 
 impl BuilderResolver<'_> {
     async fn connect(&self) -> Result<Engine> {
-        Engine::connect(
-            self.builder.name.as_str(),
-            &self.builder.engine,
-            self.ssh_config,
-            self.cache,
-        )
-        .await
+        self.builder.connect(self.ssh_config, self.cache).await
     }
 
     async fn engine(&self) -> Option<Engine> {
@@ -182,6 +176,15 @@ impl crate::plan::lock::BaseResolver for BuilderResolver<'_> {
     fn reached(&self) -> Result<()> {
         self.runtime
             .block_on(async { self.connect().await.map(drop) })
+    }
+
+    fn lacks(&self, reference: &str) -> bool {
+        self.runtime.block_on(async {
+            let Some(engine) = self.engine().await else {
+                return false;
+            };
+            matches!(engine.inspect(reference).await, Ok(None))
+        })
     }
 
     fn resolve(&self, reference: &str) -> Result<Option<BasePin>> {

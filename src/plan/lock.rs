@@ -24,6 +24,9 @@ pub trait BaseResolver {
     /// what is under them), by path; `Ok(None)` when no engine holds it. Read from a container
     /// that is created, never started: an image for another machine is read as well.
     fn files(&self, reference: &str, paths: &[&str]) -> Result<Option<ImageFiles>>;
+    /// True when the engine was reached and has no image `reference` (an id hallmark
+    /// recorded that was removed since); false when it holds it or could not be asked.
+    fn lacks(&self, reference: &str) -> bool;
     /// `Ok` if the engine asked can be reached, else the engine's error: said instead of "no
     /// engine holds it" when nothing was found because nothing could be asked.
     fn reached(&self) -> Result<()> {
@@ -95,7 +98,8 @@ pub fn lock(
         let pin = locking.wheel(wheel, new.python.as_ref(), cache)?;
         new.wheels.push(pin);
     }
-    let (chain, platform) = parent_chain(project, &loaded, &store, &mut locking.changes)?;
+    let asked = (bases, &store);
+    let (chain, platform) = parent_chain(project, &loaded, asked, &mut locking.changes)?;
     let parent_line = parent_line(project, &loaded, &new)?;
     if !loaded.spec.build.apt.is_empty() {
         let build_apt = &loaded.spec.build.apt;
@@ -111,7 +115,7 @@ pub fn lock(
             stage,
             &new,
             (&chain, &parent_line),
-            &store,
+            asked,
             &mut locking.changes,
         )?;
         let name = stage.name.get_ref();
@@ -157,7 +161,7 @@ fn stage_target(
     stage: &crate::inputs::spec::compile::CompileStage,
     new: &Pins,
     (chain, parent_line): (&[Link], &str),
-    store: &LayerStore,
+    asked: (&dyn BaseResolver, &LayerStore),
     changes: &mut Vec<String>,
 ) -> Result<(Vec<Link>, String)> {
     Ok(match (&stage.toolchain, &stage.toolchain_image) {
@@ -175,8 +179,8 @@ fn stage_target(
             let toolchain = project.load_spec(name)?;
             let planned = crate::plan::Plan::new(project, std::slice::from_ref(name))?;
             let line = format!("toolchain image {name} {}", planned.get(name).checksum);
-            let mut into = built(project, &toolchain, store, changes);
-            into.extend(parent_chain(project, &toolchain, store, changes)?.0);
+            let mut into = built(project, &toolchain, asked, changes);
+            into.extend(parent_chain(project, &toolchain, asked, changes)?.0);
             (into, line)
         }
         (None, None) => (chain.to_vec(), format!("toolchain {parent_line}")),
@@ -491,7 +495,7 @@ impl Link {
 fn parent_chain(
     project: &Project,
     loaded: &LoadedSpec,
-    store: &LayerStore,
+    asked: (&dyn BaseResolver, &LayerStore),
     notes: &mut Vec<String>,
 ) -> Result<(Vec<Link>, Option<String>)> {
     let mut platform = loaded.spec.image.platform.clone();
@@ -509,7 +513,7 @@ fn parent_chain(
                 seen.push(parent.clone());
                 parents.push(project.load_spec(parent)?);
                 let spec = parents.last().expect("pushed");
-                chain.extend(built(project, spec, store, notes));
+                chain.extend(built(project, spec, asked, notes));
                 platform = platform.or_else(|| spec.spec.image.platform.clone());
                 current = spec.spec.parent();
             }
@@ -520,35 +524,48 @@ fn parent_chain(
     Ok((chain, platform))
 }
 
-/// The images hallmark finished for `spec` at its current checksum, by id (none, with a
-/// note, when it is not built so or cannot be planned).
+/// The images hallmark finished for `spec` at its current checksum, by id, that the builder
+/// still holds (none, with a note, when it is not built so, cannot be planned, or the
+/// builder removed what was built: its ids would be asked and not found, and the image below
+/// read in silence).
 fn built(
     project: &Project,
     spec: &LoadedSpec,
-    store: &LayerStore,
+    (bases, store): (&dyn BaseResolver, &LayerStore),
     notes: &mut Vec<String>,
 ) -> Vec<Link> {
     let name = &spec.name;
     let checksum = crate::plan::Plan::new(project, std::slice::from_ref(name))
         .map(|plan| plan.get(name).checksum.to_string());
-    let ids = match &checksum {
+    let finished = match &checksum {
         Ok(checksum) => finished::image_ids(store, checksum),
         Err(_) => Vec::new(),
     };
-    if ids.is_empty() {
+    let (held, gone): (Vec<String>, Vec<String>) =
+        finished.into_iter().partition(|id| !bases.lacks(id));
+    if held.is_empty() {
+        let why = match (&checksum, gone.first()) {
+            (Ok(checksum), None) => format!(
+                "`{name}` is not built at its current spec (checksum {})",
+                &checksum[..12.min(checksum.len())]
+            ),
+            (Ok(_), Some(id)) => format!(
+                "`{name}` was built at its current spec, but the builder no longer holds that image ({}: removed or pruned since)",
+                &id[..19.min(id.len())]
+            ),
+            (Err(e), _) => {
+                format!("`{name}` is not built at its current spec (it cannot be planned: {e})")
+            }
+        };
         let note = format!(
-            "`{name}` is not built at its current spec ({}): its tag {} is not read (it may name an older build); the image below it is read instead; build `{name}` and lock again to resolve against it",
-            match &checksum {
-                Ok(checksum) => format!("checksum {}", &checksum[..12.min(checksum.len())]),
-                Err(e) => format!("it cannot be planned: {e}"),
-            },
+            "{why}: its tag {} is not read (it may name an older build); the image below it is read instead; build `{name}` and lock again to resolve against it",
             spec.reference()
         );
         if !notes.contains(&note) {
             notes.push(note);
         }
     }
-    ids.into_iter()
+    held.into_iter()
         .map(|id| Link {
             shown: format!(
                 "{} (`{name}` as built at its current spec)",
@@ -573,7 +590,7 @@ fn interpreter(
     (bases, store): (&dyn BaseResolver, &LayerStore),
     changes: &mut Vec<String>,
 ) -> Result<Option<Interpreter>> {
-    let (chain, platform) = parent_chain(project, loaded, store, changes)?;
+    let (chain, platform) = parent_chain(project, loaded, (bases, store), changes)?;
     let machine = platform.as_deref().and_then(python::machine_of_platform);
     let for_machine = |python: &Interpreter| machine.is_none_or(|m| python.machine == m);
     if let Some(pinned) = old.python.as_ref().filter(|p| !update && for_machine(p)) {

@@ -327,6 +327,60 @@ fn lock_of_a_child_never_reads_a_parents_tag_from_an_older_build() {
     );
 }
 
+/// `lock kid` when the builder removed what hallmark built of `par` at its current spec (a
+/// prune): hallmark's record still names the image, and the lock says the builder no longer
+/// holds it, where it read the image below in silence.
+#[test]
+fn lock_says_when_the_builder_removed_a_parent_built_at_its_spec() {
+    let testbed = Testbed::get();
+    let project = TestProject::new();
+    let run = unique();
+    project
+        .write(
+            "images/par/image.toml",
+            &format!("[image]\nname = \"hm-apt-gonepar-{run}\"\n\n[from]\nref = \"hallmark-testbed/python:bookworm\"\n\n[build]\nrun = [\"echo {run} > /par\"]\n\n[labels]\n\"test.run\" = \"{run}\"\n"),
+        )
+        .write(
+            "images/kid/image.toml",
+            &format!("[image]\nname = \"hm-apt-gonekid-{run}\"\n\n[from]\nimage = \"par\"\n\n[build]\napt = [\"jq\"]\n"),
+        );
+    let on_builder = project.with_config(testbed.config());
+    on_builder.run(&["-q", "lock", "par"]).success();
+    on_builder.run(&["-q", "build", "par"]).success();
+    let locked = on_builder.run(&["lock", "kid"]).success().stderr();
+    assert!(
+        locked.contains("`par` as built at its current spec"),
+        "{locked}"
+    );
+
+    let par_id = testbed.docker_ok(
+        "builder",
+        &[
+            "image",
+            "inspect",
+            "-f",
+            "{{.Id}}",
+            &format!("hm-apt-gonepar-{run}"),
+        ],
+    );
+    testbed.docker_ok("builder", &["rmi", "-f", &par_id]);
+    let relocked = on_builder
+        .run(&["lock", "kid", "--update"])
+        .success()
+        .stderr();
+    assert!(
+        relocked.contains(
+            "`par` was built at its current spec, but the builder no longer holds that image"
+        ),
+        "{relocked}"
+    );
+    assert!(
+        !relocked.contains("`par` as built at its current spec"),
+        "{relocked}"
+    );
+    assert!(project.read("pins/kid.toml").contains("name = \"jq\""));
+}
+
 /// apt on a base without Debian's files (busybox): each path the lock reads is not in the
 /// image (the engine answers 404), which is no failure to read but an answer, and `lock`
 /// says what the image lacks, naming the image and its base. Judged by the answer's
