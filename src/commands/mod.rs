@@ -131,7 +131,8 @@ fn runtime() -> Result<tokio::runtime::Runtime> {
 }
 
 async fn connect(settings: &Settings, node: &NodeConfig) -> Result<Engine> {
-    (node.connect(settings.config.ssh_config.as_deref(), &settings.cache)).await
+    let ssh_config = settings.config.ssh_config.as_deref();
+    node.connect(ssh_config, &settings.cache).await
 }
 
 /// Connects to every node: engines reached directly all at once (a hung one costs its own

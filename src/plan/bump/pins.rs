@@ -164,11 +164,7 @@ impl<'a> Moving<'a> {
         let settings = &self.env;
         let _listening = crate::interrupt::listening();
         self.env.runtime.block_on(async {
-            let engine = self
-                .env
-                .builder
-                .connect(self.env.ssh_config, self.env.cache)
-                .await?;
+            let engine = self.env.connect().await?;
             let stream = engine.pull(parsed.name(), parsed.tag_or_latest(), None);
             let failure = tokio::select! {
                 failure = crate::engine::follow(stream, |_| {}) => failure,
