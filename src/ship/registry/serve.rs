@@ -489,16 +489,28 @@ mod tests {
             Garbage::Busy
         );
         drop(distributing);
+        // Released, the lock is taken, waited for: a process another test starts at this
+        // moment holds a copy of the lock file's descriptor until it execs (an flock follows
+        // the open file, which a fork shares), so an instant try can still find it held.
+        let collect = || {
+            let cache = cache.path().to_path_buf();
+            let (sent, answer) = std::sync::mpsc::channel();
+            std::thread::spawn(move || sent.send(collect_garbage(&cache, true, &|_| true)));
+            answer
+                .recv_timeout(std::time::Duration::from_secs(60))
+                .expect("the collector takes the lock once it is released")
+                .unwrap()
+        };
         // With nothing pushed, there is nothing to collect (the collector itself fails on an
         // empty storage); with a repository folder, Debian's docker-registry runs.
-        let collected = collect_garbage(cache.path(), false, &|_| true).unwrap();
+        let collected = collect();
         assert!(
             matches!(&collected, Garbage::Collected(m) if m.contains("nothing pushed")),
             "{collected:?}"
         );
         std::fs::create_dir_all(storage.join("docker/registry/v2/repositories")).unwrap();
         std::fs::create_dir_all(storage.join("docker/registry/v2/blobs")).unwrap();
-        let collected = collect_garbage(cache.path(), false, &|_| true).unwrap();
+        let collected = collect();
         assert!(
             matches!(&collected, Garbage::Collected(m) if m.contains("removed")),
             "{collected:?}"
