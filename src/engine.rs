@@ -581,13 +581,12 @@ impl Engine {
     /// Runs `command` in a new container from `image` with no network; returns the exit
     /// code and the combined output. The container is removed whatever happens.
     pub async fn run_once(&self, image: &str, command: &[String]) -> Result<(i64, String)> {
-        let body = serde_json::json!({
+        let mut body = serde_json::json!({
             "Image": image,
-            "Cmd": command,
-            "Entrypoint": [],
             "NetworkDisabled": true,
             "HostConfig": {"NetworkMode": "none"},
         });
+        containers::run_exactly(&mut body, command);
         // Created in a task of its own, which records the container before it ends: dropping
         // this future (Ctrl-C) cannot lose a container the engine made, and the interrupt's
         // cleanup waits for the lock, so for a creation under way.

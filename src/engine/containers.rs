@@ -51,6 +51,19 @@ struct VolumeAnswer {
     name: String,
 }
 
+/// Sets the create document's `Entrypoint` and `Cmd` so that the container runs exactly
+/// `argv` (not empty), whatever the image says: its first word as the entrypoint, the rest as
+/// the cmd. An empty entrypoint is never sent: Podman's Docker-compatible API takes `[]` as
+/// "the image's" (a test's argv then reached the image's ENTRYPOINT as arguments, and passed
+/// without running), and Docker takes an empty cmd as "the image's" unless the entrypoint is
+/// set. With both set, Docker and Podman's compat API run `argv` and nothing else (libpod's
+/// document says the same in its own words: `smoke::libpod_body`).
+pub fn run_exactly(body: &mut serde_json::Value, argv: &[String]) {
+    let (first, rest) = argv.split_first().map_or(("", &[][..]), |(f, r)| (f.as_str(), r));
+    body["Entrypoint"] = serde_json::json!([first]);
+    body["Cmd"] = rest.to_vec().into();
+}
+
 impl Engine {
     /// Creates a container from `body` (the API's create document), recorded as live before
     /// the creation's future can be dropped; returns its id.

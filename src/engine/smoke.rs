@@ -161,15 +161,16 @@ const READY_EVERY: Duration = Duration::from_secs(1);
 impl Engine {
     /// Runs one smoke test from `image`; the container is removed whatever happens.
     pub async fn run_smoke(&self, image: &str, run: &SmokeRun) -> Result<SmokeOutcome> {
+        let argv = self.smoke_argv(image, run).await?;
         let (created, way) = match &run.gpus {
-            None => (self.create_container(create_body(image, run)).await, None),
+            None => (self.create_container(create_body(image, run, &argv)).await, None),
             Some(gpus) => {
                 let way = self.device_way().await?;
                 let created = if way == DeviceWay::Libpod {
-                    let body = libpod_body(image, run, gpus);
+                    let body = libpod_body(image, run, gpus, &argv);
                     self.create_container_at(LIBPOD_CREATE, body, image).await
                 } else {
-                    let mut body = create_body(image, run);
+                    let mut body = create_body(image, run, &argv);
                     body["HostConfig"]["DeviceRequests"] = gpus.device_requests(way);
                     self.create_container(body).await
                 };
@@ -212,6 +213,38 @@ impl Engine {
         };
         self.remove_container(&id).await;
         outcome
+    }
+
+    /// The argv the test's container runs, worked out here rather than left to the engine
+    /// (whose defaults differ: `containers::run_exactly`): `run`, or `serve`'s argv, or the
+    /// image's entrypoint followed by `args` (by its cmd without `args`), as `docker run IMAGE
+    /// [ARGS...]` composes them. `args = []` means no arguments, not the image's cmd.
+    async fn smoke_argv(&self, image: &str, run: &SmokeRun) -> Result<Vec<String>> {
+        let args = match &run.served {
+            None => return Ok(run.command.clone()),
+            Some(Served {
+                argv: Some(argv), ..
+            }) => return Ok(argv.clone()),
+            Some(Served { argv: None, args, .. }) => args,
+        };
+        let answer = match self.run_as_typed(image).await? {
+            Some(answer) => Some(answer),
+            None => self.inspect(image).await?,
+        };
+        let Some(answer) = answer else {
+            return Err(self.error(format!("no such image: {image}")));
+        };
+        let mut argv = answer.strings("Entrypoint").unwrap_or_default();
+        match args {
+            Some(args) => argv.extend(args.iter().cloned()),
+            None => argv.extend(answer.strings("Cmd").unwrap_or_default()),
+        }
+        if argv.is_empty() {
+            return Err(self.error(format!(
+                "{image} has no entrypoint and no cmd: `serve = true` has nothing to run (give `serve` an argv)"
+            )));
+        }
+        Ok(argv)
     }
 
     /// How this engine gives GPUs: Podman through its own API; a Docker engine with the
@@ -377,7 +410,7 @@ impl Engine {
 }
 
 /// The create document: `docker run` of the test, no network but the loopback.
-fn create_body(image: &str, run: &SmokeRun) -> serde_json::Value {
+fn create_body(image: &str, run: &SmokeRun, argv: &[String]) -> serde_json::Value {
     let mut host = serde_json::json!({"NetworkMode": "none"});
     if !run.mounts.is_empty() {
         host["Mounts"] = run
@@ -408,25 +441,7 @@ fn create_body(image: &str, run: &SmokeRun) -> serde_json::Value {
         "NetworkDisabled": true,
         "HostConfig": host,
     });
-    match &run.served {
-        None => {
-            body["Cmd"] = run.command.clone().into();
-            body["Entrypoint"] = serde_json::json!([]);
-        }
-        Some(Served {
-            argv: Some(argv), ..
-        }) => {
-            body["Cmd"] = argv.clone().into();
-            body["Entrypoint"] = serde_json::json!([]);
-        }
-        Some(Served {
-            argv: None, args, ..
-        }) => {
-            if let Some(args) = args {
-                body["Cmd"] = args.clone().into();
-            }
-        }
-    }
+    super::containers::run_exactly(&mut body, argv);
     if !run.env.is_empty() {
         body["Env"] = run.env.clone().into();
     }
@@ -443,24 +458,15 @@ fn create_body(image: &str, run: &SmokeRun) -> serde_json::Value {
 /// containers.conf's `default_ulimits` (Podman then sets `nofile` and `nproc` to its own
 /// defaults unless the test names them), and `shm_size` is left out with `ipc = "host"`
 /// (Podman refuses the pair; Docker ignores the size, the shared memory being the host's).
-fn libpod_body(image: &str, run: &SmokeRun, gpus: &Gpus) -> serde_json::Value {
+fn libpod_body(image: &str, run: &SmokeRun, gpus: &Gpus, argv: &[String]) -> serde_json::Value {
     let mut body = serde_json::json!({
         "image": image,
         "netns": {"nsmode": "none"},
         "devices": gpus.cdi_names().iter().map(|path| serde_json::json!({"path": path})).collect::<Vec<_>>(),
     });
     // The entrypoint is set to the argv's first word rather than emptied: Podman takes an
-    // empty entrypoint as "the image's".
-    let argv = match &run.served {
-        None => Some(&run.command),
-        Some(Served { argv, args, .. }) => {
-            if let (None, Some(args)) = (argv, args) {
-                body["command"] = args.clone().into();
-            }
-            argv.as_ref()
-        }
-    };
-    if let Some((first, rest)) = argv.and_then(|a| a.split_first()) {
+    // empty entrypoint as "the image's" (as `containers::run_exactly` says for Docker's API).
+    if let Some((first, rest)) = argv.split_first() {
         body["entrypoint"] = serde_json::json!([first]);
         body["command"] = rest.to_vec().into();
     }
@@ -552,13 +558,15 @@ mod tests {
             user: Some("1000".into()),
             gpus: Some(Gpus::Count(2)),
         };
-        let body = libpod_body("sha256:abc", &run, run.gpus.as_ref().unwrap());
+        let argv = ["/entry", "--model", "/m"].map(String::from);
+        let body = libpod_body("sha256:abc", &run, run.gpus.as_ref().unwrap(), &argv);
         assert_eq!(
             body,
             serde_json::json!({
                 "image": "sha256:abc",
                 "netns": {"nsmode": "none"},
                 "devices": [{"path": "nvidia.com/gpu=0"}, {"path": "nvidia.com/gpu=1"}],
+                "entrypoint": ["/entry"],
                 "command": ["--model", "/m"],
                 "env": {"A": "1=2"},
                 "mounts": [{"type": "bind", "source": "/var/tmp/w", "destination": "/w", "options": ["rbind", "ro"]}],
@@ -575,7 +583,7 @@ mod tests {
             shm_size: Some(64),
             ..SmokeRun::default()
         };
-        let body = libpod_body("i", &plain, &Gpus::All);
+        let body = libpod_body("i", &plain, &Gpus::All, &plain.command);
         assert_eq!(body["entrypoint"], serde_json::json!(["test"]));
         assert_eq!(body["command"], serde_json::json!(["-c", "/dev/nvidia0"]));
         assert_eq!(body["shm_size"], 64);
@@ -583,6 +591,23 @@ mod tests {
             body["devices"],
             serde_json::json!([{"path": "nvidia.com/gpu=all"}])
         );
+    }
+
+    /// Docker's create document names the whole argv, never an empty entrypoint (Podman's
+    /// compat API takes one as the image's) and never an empty cmd with an unset entrypoint
+    /// (Docker takes that as the image's cmd).
+    #[test]
+    fn dockers_create_document_runs_exactly_the_argv() {
+        let run = SmokeRun {
+            command: vec!["false".into()],
+            ..SmokeRun::default()
+        };
+        let body = create_body("i", &run, &run.command);
+        assert_eq!(body["Entrypoint"], serde_json::json!(["false"]));
+        assert_eq!(body["Cmd"], serde_json::json!([]));
+        let served = create_body("i", &run, &["/entry".into(), "--port".into(), "1".into()]);
+        assert_eq!(served["Entrypoint"], serde_json::json!(["/entry"]));
+        assert_eq!(served["Cmd"], serde_json::json!(["--port", "1"]));
     }
 
     /// The answers Docker gives (recorded from dockerd 28 and 20.10 here) say what the node

@@ -233,13 +233,13 @@ impl crate::plan::lock::BaseResolver for BuilderResolver<'_> {
             let Some(image) = engine.inspect(reference).await? else {
                 return Ok(None);
             };
-            let body = serde_json::json!({
+            // Never started: a container only to read files from.
+            let mut body = serde_json::json!({
                 "Image": reference,
-                "Entrypoint": [],
-                "Cmd": ["/nonexistent"],
                 "NetworkDisabled": true,
                 "HostConfig": {"NetworkMode": "none"},
             });
+            crate::engine::containers::run_exactly(&mut body, &["/nonexistent".into()]);
             let id = engine.create_container(body).await?;
             let read = read_files(engine, &id, paths).await;
             engine.remove_created(&id).await;

@@ -14,6 +14,7 @@ mod engine;
 mod faults;
 mod gpus;
 mod hostile;
+mod kinds;
 mod malformed;
 mod offline;
 mod patches;

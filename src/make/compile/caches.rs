@@ -77,16 +77,17 @@ pub async fn trim(engine: &Engine, caps: &BTreeMap<String, u64>) -> Result<Vec<C
             .and_then(|l| l.get(CACHE_IMAGE_LABEL))
             .cloned();
         let Some(image) = image else { continue };
-        let body = serde_json::json!({
+        let mut body = serde_json::json!({
             "Image": image,
-            "Entrypoint": [],
-            "Cmd": ["/bin/sh", "-c", TRIM, "hallmark-trim", (cap / 1024).to_string()],
             "NetworkDisabled": true,
             "HostConfig": {
                 "NetworkMode": "none",
                 "Mounts": [{"Type": "volume", "Source": row.volume, "Target": MOUNT}],
             },
         });
+        let trim = ["/bin/sh", "-c", TRIM, "hallmark-trim"].map(String::from);
+        let argv = [&trim[..], &[(cap / 1024).to_string()]].concat();
+        crate::engine::containers::run_exactly(&mut body, &argv);
         let id = engine.create_container(body).await?;
         let outcome = async {
             engine.start_container(&id).await?;

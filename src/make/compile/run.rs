@@ -231,10 +231,8 @@ async fn run_stage(
     } else {
         "none"
     };
-    let body = serde_json::json!({
+    let mut body = serde_json::json!({
         "Image": toolchain,
-        "Entrypoint": [],
-        "Cmd": command,
         "Env": env,
         "WorkingDir": stage.spec.workdir.as_ref().map_or("/", |w| w.as_str()),
         "Labels": {
@@ -244,6 +242,7 @@ async fn run_stage(
         "NetworkDisabled": !stage.spec.network,
         "HostConfig": {"NetworkMode": network, "Mounts": mounts},
     });
+    crate::engine::containers::run_exactly(&mut body, &command);
     let id = engine.create_container(body).await?;
     let outcome = run_created(
         engine, image, stage, &id, sources, mtime, out, log, settings,

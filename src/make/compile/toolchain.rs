@@ -113,15 +113,14 @@ async fn with_apt(
     let script = format!(
         "set -e\nDEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends --no-remove -o Dpkg::Use-Pty=0 -o APT::Sandbox::User=root {DEBS_DIR}/*.deb\nrm -rf {DEBS_DIR} {APT_LEFTOVERS}",
     );
-    let body = serde_json::json!({
+    let mut body = serde_json::json!({
         "Image": base,
-        "Entrypoint": [],
-        "Cmd": ["/bin/sh", "-c", script],
         // Kept in the committed image: what finds it again.
         "Labels": {TOOLCHAIN_LABEL: key},
         "NetworkDisabled": true,
         "HostConfig": {"NetworkMode": "none"},
     });
+    crate::engine::containers::run_exactly(&mut body, &["/bin/sh".into(), "-c".into(), script]);
     let log = settings.state_dir.join("logs").join(format!(
         "{}-toolchain-{}-{}.log",
         image.name(),
