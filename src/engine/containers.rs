@@ -59,7 +59,9 @@ struct VolumeAnswer {
 /// set. With both set, Docker and Podman's compat API run `argv` and nothing else (libpod's
 /// document says the same in its own words: `smoke::libpod_body`).
 pub fn run_exactly(body: &mut serde_json::Value, argv: &[String]) {
-    let (first, rest) = argv.split_first().map_or(("", &[][..]), |(f, r)| (f.as_str(), r));
+    let (first, rest) = argv
+        .split_first()
+        .map_or(("", &[][..]), |(f, r)| (f.as_str(), r));
     body["Entrypoint"] = serde_json::json!([first]);
     body["Cmd"] = rest.to_vec().into();
 }

@@ -163,7 +163,10 @@ impl Engine {
     pub async fn run_smoke(&self, image: &str, run: &SmokeRun) -> Result<SmokeOutcome> {
         let argv = self.smoke_argv(image, run).await?;
         let (created, way) = match &run.gpus {
-            None => (self.create_container(create_body(image, run, &argv)).await, None),
+            None => (
+                self.create_container(create_body(image, run, &argv)).await,
+                None,
+            ),
             Some(gpus) => {
                 let way = self.device_way().await?;
                 let created = if way == DeviceWay::Libpod {
@@ -225,7 +228,9 @@ impl Engine {
             Some(Served {
                 argv: Some(argv), ..
             }) => return Ok(argv.clone()),
-            Some(Served { argv: None, args, .. }) => args,
+            Some(Served {
+                argv: None, args, ..
+            }) => args,
         };
         let answer = match self.run_as_typed(image).await? {
             Some(answer) => Some(answer),
