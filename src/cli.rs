@@ -179,10 +179,22 @@ pub struct BumpArgs {
     /// differs from the pin (version order, else date order), pinned by digest.
     #[arg(long, conflicts_with_all = ["source", "branch", "to", "wheel", "apt"])]
     pub base: bool,
+    /// With --base: leave out the tags matching GLOB (repeatable), whatever --tags says.
+    #[arg(long, value_name = "GLOB", requires = "base")]
+    pub exclude_tags: Vec<String>,
     /// Move this `[[wheel]]` to the newest version the package index offers for the image's
-    /// Python and platform.
+    /// Python and platform, in PEP 440 order and the pin's build flavour (its local label,
+    /// `+cu126`).
     #[arg(long, value_name = "NAME", conflicts_with_all = ["source", "branch", "to", "apt", "tags"])]
     pub wheel: Option<String>,
+    /// With --wheel: the build flavours (local labels, `cu12*`; `""` for none) the wheel may
+    /// move to, instead of the pin's own.
+    #[arg(long, value_name = "GLOB", requires = "wheel")]
+    pub wheel_local: Option<String>,
+    /// With --base or --wheel: take pre-releases and dev releases too (`rc1`, `-beta`,
+    /// `.dev0`).
+    #[arg(long)]
+    pub pre: bool,
     /// Lock the image's apt packages again, at what their archives serve now.
     #[arg(long, conflicts_with_all = ["source", "branch", "to", "tags"])]
     pub apt: bool,

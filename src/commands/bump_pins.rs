@@ -9,6 +9,7 @@ use crate::error::{Error, ExitStatus, Result};
 use crate::make::base::BuilderResolver;
 use crate::plan::Plan;
 use crate::plan::bump::pins::{Asked, Env, Moving, Which};
+use crate::plan::pin_moves::{TagRules, WheelRules};
 
 pub(super) fn run(settings: &Settings, args: &BumpArgs) -> Result<ExitStatus> {
     if args.bisect && !args.build {
@@ -53,11 +54,24 @@ pub(super) fn run(settings: &Settings, args: &BumpArgs) -> Result<ExitStatus> {
         resolver: &resolver,
         build: &build,
     };
+    if args.pre && !args.base && args.wheel.is_none() {
+        return Err(Error::usage(
+            "--pre takes pre-releases of a base's tags or a wheel's versions: with --base or --wheel",
+        ));
+    }
     let which = match (&args.wheel, args.base) {
-        (_, true) => Which::Base {
-            glob: args.tags.as_deref(),
-        },
-        (Some(wheel), false) => Which::Wheel(wheel),
+        (_, true) => Which::Base(TagRules {
+            include: args.tags.clone().unwrap_or_else(|| "*".into()),
+            exclude: args.exclude_tags.clone(),
+            pre: args.pre,
+        }),
+        (Some(wheel), false) => Which::Wheel(
+            wheel,
+            WheelRules {
+                pre: args.pre,
+                local: args.wheel_local.clone(),
+            },
+        ),
         (None, false) => Which::Apt,
     };
     let asked = Asked {

@@ -3,6 +3,12 @@
 //! holds, by bisection (docs/patches.md, "Moving the other pins"). Writing the pins is lock's
 //! (plan/lock.rs): the spec names the new tag or version and `lock` pins it.
 
+mod tags;
+mod wheels;
+
+pub use tags::{Shape, TagRules, shape};
+pub use wheels::{WheelMoves, WheelRules, local_label, wheel_moves};
+
 use crate::error::{Error, Result};
 use std::cmp::Ordering;
 use std::process::{Command, Stdio};
@@ -112,54 +118,91 @@ pub fn glob_matches(glob: &str, text: &str) -> bool {
     glob[g..].iter().all(|c| *c == '*')
 }
 
-/// The tags matching `glob`, oldest first, and the order used: version order when every one
-/// reads as a version, else date order by their `created` labels (a tag without one is
-/// refused, naming it: its place cannot be known).
-pub fn ordered_tags(tags: Vec<Tag>, glob: &str, repository: &str) -> Result<(Vec<Tag>, Order)> {
-    let mut tags: Vec<Tag> = tags
-        .into_iter()
-        .filter(|t| glob_matches(glob, &t.tag))
-        .collect();
+/// The tags `rules` leaves for the pin `current` (see `tags::filter`), oldest first, the order
+/// used, and why the others were left out: version order when every one reads as a version,
+/// else date order by their `created` labels, compared as instants (a tag without one, or
+/// with one that is no RFC 3339 time, is refused, naming it: its place cannot be known).
+pub fn ordered_tags(
+    tags: Vec<Tag>,
+    current: &str,
+    rules: &TagRules,
+    repository: &str,
+) -> Result<Ordered> {
+    let (mut tags, skipped) = tags::filter(tags, current, rules);
     if tags.iter().all(|t| is_version(&t.tag)) {
         tags.sort_by(|a, b| version_order(&a.tag, &b.tag));
-        return Ok((tags, Order::Version));
-    }
-    if let Some(undated) = tags.iter().find(|t| t.created.is_none()) {
-        return Err(Error::Usage {
-            message: format!(
-                "`{repository}:{}` is not a version and bump cannot read its date (the `org.opencontainers.image.created` label of its image on the builder): it cannot tell where it stands among the tags matching `{glob}`",
-                undated.tag
-            ),
-            hint: Some(
-                "name the tags to walk with `--tags GLOB` (versions only, or dated images)".into(),
-            ),
+        return Ok(Ordered {
+            tags,
+            order: Order::Version,
+            skipped,
         });
     }
-    // RFC 3339 times in UTC compare as text; the tag breaks ties.
-    tags.sort_by(|a, b| a.created.cmp(&b.created).then(a.tag.cmp(&b.tag)));
-    Ok((tags, Order::Date))
+    let mut dated = Vec::with_capacity(tags.len());
+    for tag in tags {
+        let Some(created) = &tag.created else {
+            return Err(Error::Usage {
+                message: format!(
+                    "`{repository}:{}` is not a version and bump cannot read its date (the `org.opencontainers.image.created` label of its image on the builder): it cannot tell where it stands among the tags matching `{}`",
+                    tag.tag, rules.include
+                ),
+                hint: Some(
+                    "name the tags to walk with `--tags GLOB` (versions only, or dated images), or leave it out with --exclude-tags".into(),
+                ),
+            });
+        };
+        dated.push((tags::instant(repository, &tag.tag, created)?, tag));
+    }
+    // The tag breaks ties.
+    dated.sort_by(|(a, x), (b, y)| a.cmp(b).then(x.tag.cmp(&y.tag)));
+    Ok(Ordered {
+        tags: dated.into_iter().map(|(_, tag)| tag).collect(),
+        order: Order::Date,
+        skipped,
+    })
+}
+
+/// Tags in order, and why the others were left out.
+#[derive(Debug)]
+pub struct Ordered {
+    pub tags: Vec<Tag>,
+    pub order: Order,
+    pub skipped: Vec<String>,
 }
 
 /// The tags after `current` (a tag of the same repository) in `order`: all of them when the
-/// current tag is not among them and cannot be placed (`latest` among versions).
-pub fn after_current<'a>(tags: &'a [Tag], current: &Tag, order: Order) -> &'a [Tag] {
-    let later = |t: &Tag| match order {
-        Order::Version if is_version(&current.tag) => {
-            version_order(&t.tag, &current.tag) == Ordering::Greater
-        }
-        Order::Version => true,
-        Order::Date => match (&t.created, &current.created) {
-            (Some(t), Some(c)) => t > c,
-            _ => true,
+/// current tag is not among them and cannot be placed (`latest` among versions, a pin whose
+/// image carries no date).
+pub fn after_current<'a>(
+    tags: &'a [Tag],
+    current: &Tag,
+    order: Order,
+    repository: &str,
+) -> Result<&'a [Tag]> {
+    if let Some(i) = tags.iter().position(|t| t.tag == current.tag) {
+        return Ok(&tags[i + 1..]);
+    }
+    let first = match order {
+        Order::Version if is_version(&current.tag) => tags
+            .iter()
+            .position(|t| version_order(&t.tag, &current.tag) == Ordering::Greater),
+        Order::Version => Some(0),
+        Order::Date => match &current.created {
+            Some(created) => {
+                let pinned = tags::instant(repository, &current.tag, created)?;
+                let mut first = None;
+                for (i, tag) in tags.iter().enumerate() {
+                    let created = tag.created.as_deref().unwrap_or_default();
+                    if tags::instant(repository, &tag.tag, created)? > pinned {
+                        first = Some(i);
+                        break;
+                    }
+                }
+                first
+            }
+            None => Some(0),
         },
     };
-    match tags.iter().position(|t| t.tag == current.tag) {
-        Some(i) => &tags[i + 1..],
-        None => {
-            let first = tags.iter().position(later).unwrap_or(tags.len());
-            &tags[first..]
-        }
-    }
+    Ok(&tags[first.unwrap_or(tags.len())..])
 }
 
 /// The tags of `repository` at the registry `host`, as its API lists them (`GET
@@ -213,7 +256,7 @@ pub fn registry_tags(host: &str, repository: &str) -> Result<Vec<String>> {
 
 /// The versions of wheel `name` the package index offers for the interpreter `target`
 /// describes (pip's `--implementation/--python-version/--abi/--platform` options; none: the
-/// host's), newest first, as `pip index versions` lists them with the user's pip config (its
+/// host's), as `pip index versions --pre` lists them with the user's pip config (its
 /// index, `PIP_FIND_LINKS`, ...). A version listed may still have no wheel for the target (an
 /// sdist only): the download says so.
 pub fn wheel_versions(image: &str, name: &str, target: &[String]) -> Result<Vec<String>> {
@@ -231,6 +274,9 @@ pub fn wheel_versions(image: &str, name: &str, target: &[String]) -> Result<Vec<
         "index",
         "versions",
         "--disable-pip-version-check",
+        // Every release, pre-releases too: which ones a pin may take is bump's rule
+        // (`wheels::wheel_moves`), said in its report, not pip's default left unsaid.
+        "--pre",
     ])
     .args(target)
     .arg(name)
@@ -345,9 +391,14 @@ mod tests {
 
     #[test]
     fn tags_go_in_version_order_else_by_their_created_labels() {
-        let (tags, order) = ordered_tags(
+        let only_v = TagRules {
+            include: "v*".into(),
+            ..TagRules::default()
+        };
+        let Ordered { tags, order, .. } = ordered_tags(
             vec![tag("v10", None), tag("v9", None), tag("w1", None)],
-            "v*",
+            "v9",
+            &only_v,
             "r",
         )
         .unwrap();
@@ -359,24 +410,30 @@ mod tests {
         let dated = vec![
             tag("zulu", Some("2026-01-01T00:00:00Z")),
             tag("mike", Some("2026-03-01T00:00:00Z")),
-            tag("alpha", Some("2026-02-01T00:00:00Z")),
+            tag("bravo", Some("2026-02-01T00:00:00Z")),
         ];
-        let (tags, order) = ordered_tags(dated, "*", "r").unwrap();
+        let Ordered { tags, order, .. } =
+            ordered_tags(dated, "zulu", &TagRules::default(), "r").unwrap();
         assert_eq!(order, Order::Date);
         let names: Vec<&str> = tags.iter().map(|t| t.tag.as_str()).collect();
-        assert_eq!(names, ["zulu", "alpha", "mike"]);
-        let after = after_current(&tags, &tags[0], order);
+        assert_eq!(names, ["zulu", "bravo", "mike"]);
+        let after = after_current(&tags, &tags[0], order, "r").unwrap();
         assert_eq!(after.len(), 2);
-        let undated = ordered_tags(vec![tag("latest", None), tag("v1", None)], "*", "r");
+        let undated = ordered_tags(
+            vec![tag("latest", None), tag("v1", None)],
+            "latest",
+            &TagRules::default(),
+            "r",
+        );
         assert!(undated.unwrap_err().to_string().contains("`r:latest`"));
     }
 
     #[test]
     fn a_current_tag_outside_the_glob_is_placed_by_version() {
         let tags = vec![tag("v1", None), tag("v2", None), tag("v3", None)];
-        let after = after_current(&tags, &tag("v1.5", None), Order::Version);
+        let after = after_current(&tags, &tag("v1.5", None), Order::Version, "r").unwrap();
         assert_eq!(after.len(), 2);
-        let after = after_current(&tags, &tag("latest", None), Order::Version);
+        let after = after_current(&tags, &tag("latest", None), Order::Version, "r").unwrap();
         assert_eq!(after.len(), 3);
     }
 

@@ -25,7 +25,7 @@ use crate::inputs::values::Name;
 use crate::output::Output;
 use crate::plan::Plan;
 use crate::plan::lock::BaseResolver;
-use crate::plan::pin_moves::{self, Order};
+use crate::plan::pin_moves::{self, Order, TagRules, WheelRules};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
@@ -49,10 +49,11 @@ impl Env<'_> {
     }
 }
 
-/// Which pin moves: the base (to the tags `glob` matches), a wheel, or the apt packages.
+/// Which pin moves: the base (to the tags its rules allow), a wheel (to the versions its
+/// rules allow), or the apt packages.
 pub enum Which<'a> {
-    Base { glob: Option<&'a str> },
-    Wheel(&'a str),
+    Base(TagRules),
+    Wheel(&'a str, WheelRules),
     Apt,
 }
 
@@ -102,6 +103,8 @@ pub struct Search {
     newest: Newest,
     /// The newest candidate, already locked (the apt search locks it to know if it moves).
     locked: Option<Proposal>,
+    /// Why the others the registry or index lists are not candidates, one sentence each.
+    skipped: Vec<String>,
 }
 
 /// The candidate to pin (an index into `Search::candidates`), or nothing to do and why.
@@ -143,8 +146,10 @@ impl<'a> Moving<'a> {
     ) -> Result<(Search, Vec<Tried>)> {
         let mut tried = Vec::new();
         let search = match which {
-            Which::Base { glob } => self.base_candidates(loaded, *glob, &mut tried)?,
-            Which::Wheel(wheel) => self.wheel_candidates(loaded, wheel, &mut tried)?,
+            Which::Base(rules) => self.base_candidates(loaded, rules, &mut tried)?,
+            Which::Wheel(wheel, rules) => {
+                self.wheel_candidates(loaded, wheel, rules, &mut tried)?
+            }
             Which::Apt => self.apt_candidates(loaded)?,
         };
         Ok((search, tried))
@@ -291,6 +296,7 @@ impl<'a> Moving<'a> {
             subject: search.subject.clone(),
             from: search.from.clone(),
             order: search.order,
+            skipped: search.skipped.clone(),
             candidates: candidates.len(),
             chosen: None,
             changes: Vec::new(),

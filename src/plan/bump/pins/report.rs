@@ -111,6 +111,9 @@ pub(super) struct Report {
     /// What is pinned before: the base's tag, the wheel's version, how many apt packages.
     pub(super) from: String,
     pub(super) order: Option<Order>,
+    /// Why the other tags or versions listed are not candidates (pre-releases, other
+    /// flavours or families, excluded), one sentence each.
+    pub(super) skipped: Vec<String>,
     pub(super) candidates: usize,
     pub(super) chosen: Option<Chosen>,
     /// What lock said it pinned.
@@ -126,6 +129,9 @@ pub(super) fn show(output: &Output, tried: &[Tried], report: &Report) {
             ("bump", serde_json::to_value(report).expect("json")),
         ]);
         return;
+    }
+    for reason in &report.skipped {
+        output.note(format!("skipped: {reason}"));
     }
     if !tried.is_empty() {
         output.table("tried", tried);

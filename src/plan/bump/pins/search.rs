@@ -6,7 +6,7 @@ use super::{Candidate, Edit, Moving, Newest, Search, Tried};
 use crate::error::{Error, Result};
 use crate::inputs::pins::{self, wheel_stem};
 use crate::inputs::spec::Parent;
-use crate::plan::pin_moves::{self, Tag};
+use crate::plan::pin_moves::{self, Tag, TagRules, WheelMoves, WheelRules};
 
 impl Moving<'_> {
     /// The base's tags on the builder after the pinned one, oldest first; the newest whose
@@ -14,7 +14,7 @@ impl Moving<'_> {
     pub(super) fn base_candidates(
         &self,
         loaded: &crate::inputs::spec::LoadedSpec,
-        glob: Option<&str>,
+        rules: &TagRules,
         tried: &mut Vec<Tried>,
     ) -> Result<Search> {
         let reference = match loaded.spec.parent() {
@@ -32,21 +32,29 @@ impl Moving<'_> {
             }
         };
         let parsed = crate::oci::Reference::parse(reference).map_err(Error::usage)?;
-        let glob = glob.unwrap_or("*");
+        let glob = rules.include.as_str();
         let repository = parsed.name().to_string();
         let builder = &self.env.builder;
         let (mut tags, current) = self.builder_tags(&parsed, &repository)?;
         self.add_registry_tags(&mut tags, &parsed, &repository);
-        let (ordered, order) = pin_moves::ordered_tags(tags, glob, &repository)?;
+        let pin_moves::Ordered {
+            tags: ordered,
+            order,
+            skipped,
+        } = pin_moves::ordered_tags(tags, &current.tag, rules, &repository)?;
         if ordered.is_empty() {
             return Err(Error::Engine {
                 node: builder.name.to_string(),
                 endpoint: builder.engine.to_string(),
                 message: format!(
-                    "no tag matches `{glob}` among the tags of `{repository}` the builder holds{}",
+                    "no tag matches `{glob}` among the tags of `{repository}` the builder holds{}{}",
                     match parsed.is_short() {
                         true => "",
                         false => " or its registry lists",
+                    },
+                    match skipped.is_empty() {
+                        true => String::new(),
+                        false => format!(" ({})", skipped.join("; ")),
                     }
                 ),
                 hint: Some(
@@ -55,7 +63,7 @@ impl Moving<'_> {
                 ),
             });
         }
-        let after = pin_moves::after_current(&ordered, &current, order);
+        let after = pin_moves::after_current(&ordered, &current, order, &repository)?;
         let pinned = self.pins()?.base.map(|b| b.digest.to_string());
         // The newest first: a tag naming the pinned image again (`latest` beside `v3`) is no
         // move, the next older one is asked.
@@ -91,6 +99,7 @@ impl Moving<'_> {
                 .collect(),
             newest,
             locked: None,
+            skipped,
         })
     }
 
@@ -100,6 +109,7 @@ impl Moving<'_> {
         &self,
         loaded: &crate::inputs::spec::LoadedSpec,
         wheel: &str,
+        rules: &WheelRules,
         tried: &mut Vec<Tried>,
     ) -> Result<Search> {
         let spec_wheel = self.spec_wheel(loaded, wheel)?;
@@ -111,18 +121,20 @@ impl Moving<'_> {
             .map(crate::inputs::python::Interpreter::pip_options)
             .unwrap_or_default();
         let listed = pin_moves::wheel_versions(self.name.as_str(), &wheel_name, &target)?;
-        // The index's order (newest first, PEP 440 as pip reads it), the ones after the pin.
-        let mut newer: Vec<String> = match listed.iter().position(|v| *v == current) {
-            Some(at) => listed[..at].to_vec(),
-            None => listed
-                .iter()
-                .filter(|v| pin_moves::version_order(v, &current) == std::cmp::Ordering::Greater)
-                .cloned()
-                .collect(),
-        };
-        newer.reverse();
+        // PEP 440's order, in the pin's flavour, pre-releases only when asked.
+        let WheelMoves { newer, skipped } = pin_moves::wheel_moves(&listed, &current, rules)
+            .map_err(|message| Error::Wheel {
+                image: self.name.to_string(),
+                name: wheel_name.clone(),
+                version: current.clone(),
+                message,
+                hint: Some(
+                    "pin a PEP 440 version (`1.2.3`, `1.2.3+cu126`) in the spec's `[[wheel]]`"
+                        .into(),
+                ),
+            })?;
         let mut newest = Newest::Nothing(format!(
-            "the package index lists no version of `{wheel_name}` after {current}{}",
+            "the package index lists no version of `{wheel_name}` after {current} that it may take{}",
             match &python {
                 Some(python) => format!(" for {}", python.describe()),
                 None => String::new(),
@@ -171,6 +183,7 @@ impl Moving<'_> {
                 .collect(),
             newest,
             locked: None,
+            skipped,
         })
     }
 
@@ -207,6 +220,7 @@ impl Moving<'_> {
             },
             candidates: vec![candidate],
             locked: Some(proposal),
+            skipped: Vec::new(),
         })
     }
 
