@@ -241,14 +241,15 @@ fn bump_base_orders_tags_that_are_not_versions_by_their_created_labels() {
     let config = testbed.config();
     let run = unique();
     let repository = format!("hm-bump-dated-{run}");
-    // By name, `zulu` is the newest; by date, `alpha`.
+    // By name, `zulu` is the newest; by date, `bravo`: `mike`'s label reads later as text,
+    // but at +09:00 it is an hour before `bravo`'s.
     import_tags(
         testbed,
         &repository,
         &[
             ("zulu", "1", Some("2026-01-01T00:00:00Z")),
-            ("alpha", "2", Some("2026-03-01T00:00:00Z")),
-            ("mike", "2", Some("2026-02-01T00:00:00Z")),
+            ("bravo", "2", Some("2026-03-01T00:00:00Z")),
+            ("mike", "2", Some("2026-03-01T08:00:00+09:00")),
         ],
     );
     let project = base_project(&format!("{repository}:zulu"), &run);
@@ -263,7 +264,7 @@ fn bump_base_orders_tags_that_are_not_versions_by_their_created_labels() {
     assert_eq!(document["bump"]["order"], "date", "{document}");
     assert_eq!(document["bump"]["candidates"], 2, "{document}");
     assert_eq!(
-        document["bump"]["chosen"]["candidate"], "alpha",
+        document["bump"]["chosen"]["candidate"], "bravo",
         "{document}"
     );
     remove_repository(testbed, &repository);
@@ -321,10 +322,15 @@ fn bump_base_bisect_leaves_the_newest_good_tag_pinned_and_names_the_first_bad_on
 
 /// Wheels `hmbump` 1.0, 1.1 and 1.2 (pure Python) in `dir`; 1.2 fails to import.
 fn write_wheels(dir: &Path) {
+    write_wheel_versions(dir, &["1.0", "1.1", "1.2"]);
+}
+
+/// Wheels `hmbump` at `versions` (pure Python) in `dir`; 1.2 fails to import.
+fn write_wheel_versions(dir: &Path, versions: &[&str]) {
     std::fs::create_dir_all(dir).unwrap();
     let script = r#"
 import base64, hashlib, sys, zipfile
-for version in ["1.0", "1.1", "1.2"]:
+for version in sys.argv[2:]:
     body = "raise ImportError('hmbump 1.2 is broken')\n" if version == "1.2" else f"VERSION = '{version}'\n"
     info = f"hmbump-{version}.dist-info"
     files = {
@@ -344,6 +350,7 @@ for version in ["1.0", "1.1", "1.2"]:
     let status = Command::new("python3")
         .args(["-c", script])
         .arg(dir)
+        .args(versions)
         .status()
         .unwrap();
     assert!(status.success());
@@ -440,6 +447,110 @@ fn bump_wheel_moves_to_the_newest_version_of_the_index_with_its_hash() {
         "{}",
         unknown.stderr()
     );
+}
+
+#[test]
+fn bump_wheel_keeps_the_pins_build_flavour_and_takes_pre_releases_only_when_asked() {
+    let testbed = Testbed::get();
+    let config = testbed.config();
+    let (project, wheels) = wheel_project(&unique());
+    std::fs::remove_dir_all(&wheels).unwrap();
+    write_wheel_versions(
+        &wheels,
+        &[
+            "1.0+cu126",
+            "1.1+cu126",
+            "1.3+rocm6.3",
+            "1.4rc1+cu126",
+            "1.5",
+            "1.6.dev0+cu126",
+        ],
+    );
+    let spec = project
+        .read("images/py/image.toml")
+        .replace("version = \"1.0\"", "version = \"1.0+cu126\"");
+    project.write("images/py/image.toml", &spec);
+    let pip = [
+        ("PIP_NO_INDEX", "1"),
+        ("PIP_FIND_LINKS", wheels.to_str().unwrap()),
+    ];
+    project
+        .with_config(&config)
+        .run_with(&["lock", "py"], &pip)
+        .success();
+    let bump = |extra: &[&str]| {
+        let mut args = vec!["bump", "py", "--wheel", "hmbump", "--dry-run"];
+        args.extend_from_slice(extra);
+        let (code, document) = json(&project, &config, &args, &pip);
+        assert_eq!(code, 0, "{document}");
+        document
+    };
+    // 1.3+rocm6.3 and 1.5 are newer, but other flavours; 1.4rc1 and 1.6.dev0 are not releases.
+    let kept = bump(&[]);
+    assert_eq!(kept["bump"]["chosen"]["candidate"], "1.1+cu126", "{kept}");
+    let skipped = kept["bump"]["skipped"].to_string();
+    assert!(
+        skipped.contains("2 pre- or dev release(s)") && skipped.contains("--pre"),
+        "{skipped}"
+    );
+    assert!(
+        skipped.contains("+rocm6.3") && skipped.contains("local label"),
+        "{skipped}"
+    );
+    let pre = bump(&["--pre"]);
+    assert_eq!(
+        pre["bump"]["chosen"]["candidate"], "1.6.dev0+cu126",
+        "{pre}"
+    );
+    let rocm = bump(&["--wheel-local", "rocm*"]);
+    assert_eq!(rocm["bump"]["chosen"]["candidate"], "1.3+rocm6.3", "{rocm}");
+    let bare = bump(&["--wheel-local", ""]);
+    assert_eq!(bare["bump"]["chosen"]["candidate"], "1.5", "{bare}");
+    assert_eq!(
+        project.read("images/py/image.toml"),
+        spec,
+        "--dry-run writes nothing"
+    );
+}
+
+#[test]
+fn bump_base_keeps_the_tags_family_and_skips_pre_releases() {
+    let testbed = Testbed::get();
+    let config = testbed.config();
+    let run = unique();
+    let repository = format!("hm-bump-family-{run}");
+    import_tags(
+        testbed,
+        &repository,
+        &[
+            ("v1.0", "1", None),
+            ("v1.1", "2", None),
+            ("v1.2rc1", "3", None),
+            ("v1.3-slim", "4", None),
+            ("v1.4.dev0", "5", None),
+            ("v1.5-beta", "6", None),
+        ],
+    );
+    let project = base_project(&format!("{repository}:v1.0"), &run);
+    project.with_config(&config).run(&["lock", "app"]).success();
+    let dry = |extra: &[&str]| {
+        let mut args = vec!["bump", "app", "--base", "--dry-run"];
+        args.extend_from_slice(extra);
+        let (code, document) = json(&project, &config, &args, &[]);
+        assert_eq!(code, 0, "{document}");
+        document
+    };
+    let found = dry(&[]);
+    assert_eq!(found["bump"]["chosen"]["candidate"], "v1.1", "{found}");
+    assert_eq!(found["bump"]["order"], "version", "{found}");
+    let skipped = found["bump"]["skipped"].to_string();
+    assert!(
+        skipped.contains("3 pre-release tag(s)") && skipped.contains("v1.3-slim"),
+        "{skipped}"
+    );
+    let pre = dry(&["--pre", "--exclude-tags", "*-beta"]);
+    assert_eq!(pre["bump"]["chosen"]["candidate"], "v1.4.dev0", "{pre}");
+    remove_repository(testbed, &repository);
 }
 
 #[test]

@@ -168,16 +168,13 @@ pub(super) fn validate_wheels(loaded: &LoadedSpec) -> Result<()> {
                 format!("wheel `{}` is listed twice", wheel.name.get_ref()),
             );
         }
-        let version_ok = !wheel.version.is_empty()
-            && wheel.version.bytes().all(|b| {
-                b.is_ascii_alphanumeric() || matches!(b, b'.' | b'+' | b'!' | b'_' | b'-')
-            });
-        if !version_ok {
+        // PEP 440's grammar, as pip and bump read it (an epoch, pre/post/dev, a local label).
+        if wheel.version.parse::<pep440_rs::Version>().is_err() {
             return loaded.invalid(
                 wheel.name.span(),
                 "wheel.version",
                 format!(
-                    "`{}` is not an exact version (write `1.3.0`, not a range)",
+                    "`{}` is not an exact version (write `1.3.0` or `1.3.0+cu126`, not a range)",
                     wheel.version
                 ),
             );

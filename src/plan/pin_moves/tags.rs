@@ -53,16 +53,13 @@ fn leading_version_end(text: &str) -> usize {
     let bytes = text.as_bytes();
     let mut end = 0;
     while end < bytes.len() {
-        if bytes[end].is_ascii_digit() {
-            end += 1;
-        } else if bytes[end] == b'.'
-            && end > 0
-            && bytes.get(end + 1).is_some_and(u8::is_ascii_digit)
-        {
-            end += 1;
-        } else {
+        let digit = bytes[end].is_ascii_digit();
+        let dot_before_digit =
+            bytes[end] == b'.' && end > 0 && bytes.get(end + 1).is_some_and(u8::is_ascii_digit);
+        if !(digit || dot_before_digit) {
             break;
         }
+        end += 1;
     }
     end
 }

@@ -34,7 +34,6 @@ impl Moving<'_> {
         let parsed = crate::oci::Reference::parse(reference).map_err(Error::usage)?;
         let glob = rules.include.as_str();
         let repository = parsed.name().to_string();
-        let builder = &self.env.builder;
         let (mut tags, current) = self.builder_tags(&parsed, &repository)?;
         self.add_registry_tags(&mut tags, &parsed, &repository);
         let pin_moves::Ordered {
@@ -43,25 +42,7 @@ impl Moving<'_> {
             skipped,
         } = pin_moves::ordered_tags(tags, &current.tag, rules, &repository)?;
         if ordered.is_empty() {
-            return Err(Error::Engine {
-                node: builder.name.to_string(),
-                endpoint: builder.engine.to_string(),
-                message: format!(
-                    "no tag matches `{glob}` among the tags of `{repository}` the builder holds{}{}",
-                    match parsed.is_short() {
-                        true => "",
-                        false => " or its registry lists",
-                    },
-                    match skipped.is_empty() {
-                        true => String::new(),
-                        false => format!(" ({})", skipped.join("; ")),
-                    }
-                ),
-                hint: Some(
-                    "load or pull the base's newer tags on the builder, or name others with --tags"
-                        .into(),
-                ),
-            });
+            return Err(self.no_tag_matches(glob, &repository, parsed.is_short(), &skipped));
         }
         let after = pin_moves::after_current(&ordered, &current, order, &repository)?;
         let pinned = self.pins()?.base.map(|b| b.digest.to_string());
@@ -101,6 +82,36 @@ impl Moving<'_> {
             locked: None,
             skipped,
         })
+    }
+
+    /// The error for a search that leaves no tag, with what was left out and why.
+    fn no_tag_matches(
+        &self,
+        glob: &str,
+        repository: &str,
+        short: bool,
+        skipped: &[String],
+    ) -> Error {
+        let builder = &self.env.builder;
+        Error::Engine {
+            node: builder.name.to_string(),
+            endpoint: builder.engine.to_string(),
+            message: format!(
+                "no tag matches `{glob}` among the tags of `{repository}` the builder holds{}{}",
+                match short {
+                    true => "",
+                    false => " or its registry lists",
+                },
+                match skipped.is_empty() {
+                    true => String::new(),
+                    false => format!(" ({})", skipped.join("; ")),
+                }
+            ),
+            hint: Some(
+                "load or pull the base's newer tags on the builder, or name others with --tags"
+                    .into(),
+            ),
+        }
     }
 
     /// The versions of the wheel after the spec's, oldest first, as the package index lists
