@@ -25,15 +25,33 @@ pub(super) fn run(
         true => settings.config.nodes.iter().collect(),
         false => vec![settings.node(node)?],
     };
+    refuse_nothing_to_run(settings, planned, &nodes)?;
+    // A report that cannot be written is said before the tests run (they still run, and
+    // their results are shown; the exit says the report is missing).
+    let report = junit.map(|path| {
+        fs_err::File::create(path).map_err(|e| {
+            let error = Error::io(path, e);
+            settings.output.note(format!(
+                "warning: the JUnit report cannot be written ({error}); the tests run all the same"
+            ));
+            error
+        })
+    });
     // Every node at once, each with its own engine and deadlines: a stuck node fails alone.
     let runs = runtime()?.block_on(futures_util::future::join_all(
         nodes.iter().map(|node| smoke_on(settings, planned, node)),
     ));
     // CI reads the report whatever happened: an unreachable node or a missing image is an
     // `<error>` case in it, not a missing file.
-    if let Some(path) = junit {
+    let mut failed = Vec::new();
+    if let (Some(path), Some(report)) = (junit, report) {
         let xml = junit_xml(&name, &settings.config.builder.name, &nodes, &runs, planned);
-        fs_err::write(path, xml).map_err(|e| Error::io(path, e))?;
+        let written = report.and_then(|mut file| {
+            std::io::Write::write_all(&mut file, xml.as_bytes()).map_err(|e| Error::io(path, e))
+        });
+        if let Err(e) = written {
+            failed.push(e);
+        }
     }
     if settings.output.json {
         let rows: Vec<_> = (nodes.iter().zip(&runs))
@@ -46,7 +64,6 @@ pub(super) fn run(
             .collect();
         settings.output.json("results", &rows);
     }
-    let mut failed = Vec::new();
     for (node, (results, outcome)) in nodes.iter().zip(runs) {
         for result in &results {
             let shown = match all_nodes {
@@ -68,6 +85,53 @@ pub(super) fn run(
         1 => Err(failed.remove(0)),
         _ => Err(Error::Many(failed)),
     }
+}
+
+/// A smoke that would run no test is an error, not a pass: a CI job that forgets `--node`
+/// for tests that are `on = "nodes"` must not go green.
+fn refuse_nothing_to_run(
+    settings: &Settings,
+    planned: &PlannedImage,
+    nodes: &[&crate::inputs::config::NodeConfig],
+) -> Result<()> {
+    let tests = &planned.loaded.spec.smokes;
+    let builder = &settings.config.builder.name;
+    let runs = |node: &&crate::inputs::config::NodeConfig| {
+        tests.iter().any(|t| t.runs_on(node.name == *builder))
+    };
+    if nodes.iter().any(runs) {
+        return Ok(());
+    }
+    let name = planned.name();
+    let message = match (tests.is_empty(), nodes) {
+        (true, _) => format!(
+            "image `{name}` has no smoke test (its spec has no `[[smoke]]`): nothing was run"
+        ),
+        (false, [node]) if node.name == *builder => format!(
+            "none of image `{name}`'s {} smoke test(s) runs on the builder `{builder}`: they are `on = \"nodes\"`; nothing was run",
+            tests.len()
+        ),
+        (false, _) => format!(
+            "none of image `{name}`'s {} smoke test(s) runs on {}: they are `on = \"builder\"`; nothing was run",
+            tests.len(),
+            nodes
+                .iter()
+                .map(|n| format!("`{}`", n.name))
+                .collect::<Vec<_>>()
+                .join(", ")
+        ),
+    };
+    let hint = match tests.is_empty() {
+        true => "add a `[[smoke]]` test to the spec (docs/spec.md, smoke)".to_string(),
+        false if nodes.iter().all(|n| n.name == *builder) => {
+            "name a node with --node N, or every node with --all-nodes".to_string()
+        }
+        false => format!("run them on the builder: `hallmark smoke {name}`"),
+    };
+    Err(Error::Usage {
+        message,
+        hint: Some(hint),
+    })
 }
 
 /// The smoke tests of each image on its node, all at once (`distribute --smoke`): a line per

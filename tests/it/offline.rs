@@ -1236,3 +1236,60 @@ fn long_commands_say_they_are_at_work_on_a_stderr_that_is_a_pipe() {
         );
     }
 }
+
+/// A smoke that would run no test fails, before any engine is asked (the engines here do not
+/// exist): an image without `[[smoke]]`, or a smoke on the builder of tests that are all
+/// `on = "nodes"` (a CI job that forgot `--node` went green), or on a node of tests that are
+/// all `on = "builder"`.
+#[test]
+fn a_smoke_that_would_run_no_test_fails_and_says_why() {
+    let (project, _upstream, _) = fixture();
+    let config = project.root().join("nowhere.toml");
+    std::fs::write(
+        &config,
+        "[builder]\nname = \"b\"\nengine = \"unix:///nonexistent/b.sock\"\n\n[[node]]\nname = \"n1\"\nengine = \"unix:///nonexistent/n1.sock\"\n",
+    )
+    .unwrap();
+    let spec = project.read("images/app/image.toml");
+    let smoke = |on: Option<&str>, args: &[&str]| {
+        let text = match on {
+            Some(on) => spec.replace(
+                "name = \"greets\"",
+                &format!("name = \"greets\"\non = \"{on}\""),
+            ),
+            None => spec.replace(
+                "[[smoke]]\nname = \"greets\"\nrun = [\"cat\", \"/src/upstream/greeting.txt\"]\n",
+                "",
+            ),
+        };
+        assert_ne!(text, spec);
+        project.write("images/app/image.toml", &text);
+        let mut all = vec!["smoke", "app"];
+        all.extend_from_slice(args);
+        project.with_config(&config).run(&all)
+    };
+    let forgot_node = smoke(Some("nodes"), &[]);
+    assert_eq!(forgot_node.code(), 2, "{}", forgot_node.stderr());
+    assert!(
+        forgot_node
+            .stderr()
+            .contains("none of image `app`'s 1 smoke test(s) runs on the builder `b`")
+            && forgot_node.stderr().contains("--node N"),
+        "{}",
+        forgot_node.stderr()
+    );
+    let builder_only = smoke(Some("builder"), &["--node", "n1"]);
+    assert_eq!(builder_only.code(), 2, "{}", builder_only.stderr());
+    assert!(
+        builder_only.stderr().contains("runs on `n1`"),
+        "{}",
+        builder_only.stderr()
+    );
+    let none = smoke(None, &["--node", "n1"]);
+    assert_eq!(none.code(), 2, "{}", none.stderr());
+    assert!(
+        none.stderr().contains("image `app` has no smoke test"),
+        "{}",
+        none.stderr()
+    );
+}
