@@ -9,7 +9,7 @@ fn assembled_project() -> (TestProject, String) {
     let project = TestProject::new();
     let run = unique();
     project
-        .write("pins/tool.toml", include_str!("../../pins/hello.toml"))
+        .write("pins/tool.toml", crate::support::hello_pins())
         .write(
             "images/tool/image.toml",
             &format!(

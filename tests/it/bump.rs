@@ -563,10 +563,7 @@ fn built_project(repo: &GitRepo, pin: &str, run: &str, smoke: &str) -> TestProje
     let source = pins.split("[[source]]").nth(1).unwrap();
     project.write(
         "pins/app.toml",
-        &format!(
-            "{}\n[[source]]{source}",
-            include_str!("../../pins/hello.toml")
-        ),
+        &format!("{}\n[[source]]{source}", crate::support::hello_pins()),
     );
     project
 }

@@ -4,8 +4,6 @@ use crate::support;
 
 use support::{GitRepo, TestProject, Testbed, one_line_patch, unique};
 
-const HELLO_PINS: &str = include_str!("../../pins/hello.toml");
-
 /// The repository's `hello`, under a repository name and label of its own, so tests that
 /// share a builder share neither a tag nor a checksum. Returns the project and the tag.
 fn hello_project() -> (TestProject, String) {
@@ -20,7 +18,7 @@ fn hello_project() -> (TestProject, String) {
             "images/hello/hello.sh",
             include_str!("../../images/hello/hello.sh"),
         )
-        .write("pins/hello.toml", HELLO_PINS);
+        .write("pins/hello.toml", support::hello_pins());
     let script = project.root().join("images/hello/hello.sh");
     std::fs::set_permissions(script, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
     (project, format!("hello-{run}:latest"))
@@ -548,7 +546,7 @@ fn busybox_project(name: &str, image_keys: &str, body: &str) -> (TestProject, St
     );
     project
         .write(&format!("images/{name}/image.toml"), &spec)
-        .write(&format!("pins/{name}.toml"), HELLO_PINS)
+        .write(&format!("pins/{name}.toml"), support::hello_pins())
         .write(&format!("images/{name}/marker.txt"), "marker\n");
     let checksum = project.run(&["checksum", name]).success().stdout()[..64].to_string();
     (project, format!("{name}-{run}:latest"), checksum)
@@ -1465,7 +1463,7 @@ fn a_local_base_pin_builds_on_a_containerd_store_builder() {
     let testbed = Testbed::get();
     testbed.script("load-bases", &["--node", "node1"]);
     let (project, tag) = hello_project();
-    let legacy = HELLO_PINS.replace("kind = \"config-digest\"", "kind = \"image-id\"");
+    let legacy = support::hello_pins().replace("kind = \"config-digest\"", "kind = \"image-id\"");
     assert!(legacy.contains("kind = \"image-id\""));
     project.write("pins/hello.toml", &legacy);
     let config = testbed.config_with_builder(project.root(), "node1");
@@ -1482,8 +1480,11 @@ fn a_local_base_pin_builds_on_a_containerd_store_builder() {
         .success();
     let pins = project.read("pins/hello.toml");
     assert!(pins.contains("kind = \"config-digest\""), "{pins}");
-    let digest = "sha256:1e096cc00b119129bf663698e45a6656bf7762975e4526e12809cca0e658eb2c";
-    assert!(pins.contains(digest), "the classic store's id: {pins}");
+    let digest = &testbed.image_id("builder", "hallmark-testbed/busybox:latest");
+    assert!(
+        pins.contains(digest.as_str()),
+        "the classic store's id: {pins}"
+    );
     assert_eq!(
         build_json(&project, &config, "hello")["outcome"],
         "up-to-date"
@@ -1599,7 +1600,7 @@ expect-files = ["/opt/many/499.txt", "/opt/s$HOME'x/greeting.txt"]
     );
     project
         .write("images/many/image.toml", &spec)
-        .write("pins/many.toml", HELLO_PINS);
+        .write("pins/many.toml", support::hello_pins());
     project.run(&["lock", "many"]).success();
     let record = build_json(&project, &testbed.config(), "many");
     assert_eq!(record["outcome"], "built", "{record}");

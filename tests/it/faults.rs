@@ -97,7 +97,7 @@ fn the_builder_restarted_during_a_build_moves_no_tag_and_a_re_run_builds() {
         )
     };
     project
-        .write("pins/slow.toml", include_str!("../../pins/hello.toml"))
+        .write("pins/slow.toml", crate::support::hello_pins())
         .write("images/slow/image.toml", &spec("echo v1 > /v"));
     build(&project, &config, "slow");
     let tag = format!("slow-{run}:latest");

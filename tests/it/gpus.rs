@@ -70,7 +70,7 @@ user = "4321"
                 data = data.display()
             ),
         )
-        .write("pins/gpu.toml", include_str!("../../pins/hello.toml"));
+        .write("pins/gpu.toml", crate::support::hello_pins());
     // The builder has no GPU: the tests `on` the nodes are not run there.
     project
         .with_config(&config)
@@ -184,7 +184,7 @@ run = ["test", "-c", "/dev/nvidia0"]
 "#
             ),
         )
-        .write("pins/gpu.toml", include_str!("../../pins/hello.toml"));
+        .write("pins/gpu.toml", crate::support::hello_pins());
     project
         .with_config(&config)
         .run(&["-q", "build", "gpu"])

@@ -31,7 +31,7 @@ fn a_smoke_test_runs_what_its_spec_says_on_every_engine_kind() {
         "[ $# -eq 0 ] || {{ echo entrypoint-got-$*; exit 0; }}; mkdir -p /tmp/www && echo served-{run} > /tmp/www/index.html && exec httpd -f -p 127.0.0.1:8080 -h /tmp/www"
     );
     project
-        .write("pins/entry.toml", include_str!("../../pins/hello.toml"))
+        .write("pins/entry.toml", crate::support::hello_pins())
         .write(
             "images/entry/image.toml",
             &format!(

@@ -603,7 +603,7 @@ fn a_dcp2_variant_builds_with_its_own_checksum_and_ships_only_the_layers_it_chan
             "[from]\nref = \"hallmark-testbed/busybox:latest\"",
         )
         .replace("[\"dcp\"]", "[\"fix\"]");
-    let pins = include_str!("../../pins/hello.toml").to_string()
+    let pins = crate::support::hello_pins().to_string()
         + &project
             .read("pins/app.toml")
             .split("[[source]]")
@@ -1211,10 +1211,7 @@ fn bump_build_bisect_names_the_commit_that_broke_the_smoke_test() {
     let source = pins.split("[[source]]").nth(1).unwrap();
     project.write(
         "pins/app.toml",
-        &format!(
-            "{}\n[[source]]{source}",
-            include_str!("../../pins/hello.toml")
-        ),
+        &format!("{}\n[[source]]{source}", crate::support::hello_pins()),
     );
     project
         .with_config(&config)

@@ -732,7 +732,7 @@ fn many_project() -> support::TestProject {
         bytes
     };
     project
-        .write("pins/base.toml", include_str!("../../pins/hello.toml"))
+        .write("pins/base.toml", crate::support::hello_pins())
         .write(
             "images/base/image.toml",
             &format!("[image]\nname = \"many-base-{run}\"\n\n[from]\nref = \"hallmark-testbed/busybox:latest\"\n\n[build]\nrun = [\"echo {run} > /base.txt\"]\n"),
@@ -1742,7 +1742,7 @@ fn the_reason_an_image_is_unverified_is_said_once() {
                 "[image]\nname = \"hm-once-{run}\"\n\n[from]\nref = \"hallmark-testbed/busybox:latest\"\n\n[env]\nRUN = \"{run}\"\n"
             ),
         )
-        .write("pins/once.toml", include_str!("../../pins/hello.toml"));
+        .write("pins/once.toml", crate::support::hello_pins());
     let checksum = project.run(&["checksum", "once"]).success().stdout();
     let checksum = checksum.split_whitespace().next().unwrap().to_string();
     // The label written by a plain `docker build`, on the builder and two nodes.

@@ -509,6 +509,24 @@ impl Drop for OwnTestbed {
     }
 }
 
+/// The repository's `pins/hello.toml` as `lock` writes it on this machine: its base's digest
+/// is that of the testbed's busybox image on the builder, which depends on the host's
+/// architecture and Debian's busybox-static (the file in the repository holds an x86_64
+/// machine's; on an aarch64 one the same base has another digest).
+pub fn hello_pins() -> &'static str {
+    const PINNED: &str = include_str!("../../../pins/hello.toml");
+    static PINS: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    PINS.get_or_init(|| {
+        let digest = Testbed::get().image_id("builder", "hallmark-testbed/busybox:latest");
+        let pinned = PINNED
+            .lines()
+            .find_map(|l| l.strip_prefix("digest = \""))
+            .and_then(|d| d.strip_suffix('"'))
+            .expect("pins/hello.toml names a digest");
+        PINNED.replace(pinned, &digest)
+    })
+}
+
 /// A fresh unique word, so tests sharing a builder never share a checksum.
 pub fn unique() -> String {
     use std::sync::atomic::{AtomicU32, Ordering};
@@ -566,7 +584,7 @@ pub fn ship_project(base_mib: u64, suffix: &str) -> TestProject {
     let project = TestProject::new();
     let run = unique();
     project
-        .write("pins/base.toml", include_str!("../../../pins/hello.toml"))
+        .write("pins/base.toml", hello_pins())
         .write(
             "images/base/image.toml",
             &format!(
