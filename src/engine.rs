@@ -49,8 +49,8 @@ use ssh::SshBridge;
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-pub use transport::answer_timeout;
 use transport::{Dial, Transport, escape, with_causes};
+pub use transport::{LONGEST_DEADLINE_SECS, answer_timeout, check_deadline_env};
 pub use view::ImageView;
 
 pub mod containers;

@@ -44,6 +44,7 @@ pub fn run(cli: Cli) -> Result<ExitStatus> {
         .next()
         .unwrap_or("hallmark");
     crate::interrupt::watch(&format!("hallmark {verb}"));
+    crate::engine::check_deadline_env()?;
     let settings = Settings::resolve(&cli)?;
     // Records this process writes to the shared layer store belong to this project.
     crate::images::store::set_project(&settings.project.root);

@@ -383,7 +383,7 @@ fn engines(
     Ok((builder, nodes))
 }
 
-/// `[registry]`: an address is `host:port`, at least one pull at a time.
+/// `[registry]`: an address is `host:port`, at least one pull at a time, a port not 0.
 fn check_registry(
     registry: &RegistryConfig,
     invalid: &impl Fn(&str, String) -> Error,
@@ -401,6 +401,12 @@ fn check_registry(
     }
     if registry.pulls == Some(0) {
         return Err(invalid("registry.pulls", "must be at least 1".into()));
+    }
+    if registry.port == Some(0) {
+        return Err(invalid(
+            "registry.port",
+            "is 0, which no registry listens on: name a port from 1 to 65535, or leave it out for a free one".into(),
+        ));
     }
     Ok(())
 }

@@ -152,6 +152,81 @@ fn corpus() -> Vec<Case> {
             vec!["images/bad/image.toml", "image.toml:7", "timeout"],
         ),
         case(
+            "a smoke timeout past a week",
+            vec![
+                spec(&format!(
+                    "{FROM}\n[[smoke]]\nname = \"x\"\nrun = [\"true\"]\nserve = true\ntimeout = 18446744073709551615\n"
+                )),
+                pins(&base_pin()),
+            ],
+            vec!["images/bad/image.toml", "timeout"],
+        ),
+        case(
+            "a smoke timeout on a test that serves nothing",
+            vec![
+                spec(&format!(
+                    "{FROM}\n[[smoke]]\nname = \"x\"\nrun = [\"true\"]\ntimeout = 60\n"
+                )),
+                pins(&base_pin()),
+            ],
+            vec![
+                "images/bad/image.toml:7",
+                "`smoke.timeout`",
+                "serves none",
+                "HALLMARK_SMOKE_TIMEOUT",
+            ],
+        ),
+        case(
+            "a smoke env name an engine refuses",
+            vec![
+                spec(&format!(
+                    "{FROM}\n[[smoke]]\nname = \"x\"\nrun = [\"true\"]\nenv = {{ \"A=B\" = \"1\" }}\n"
+                )),
+                pins(&base_pin()),
+            ],
+            vec!["images/bad/image.toml:5", "`smoke.env`", "`A=B`"],
+        ),
+        case(
+            "a smoke ulimit no engine knows",
+            vec![
+                spec(&format!(
+                    "{FROM}\n[[smoke]]\nname = \"x\"\nrun = [\"true\"]\nulimits = {{ memlok = -1 }}\n"
+                )),
+                pins(&base_pin()),
+            ],
+            vec![
+                "images/bad/image.toml:5",
+                "`smoke.ulimits`",
+                "`memlok`",
+                "memlock",
+            ],
+        ),
+        case(
+            "a smoke gpus value of no accepted form",
+            vec![
+                spec(&format!(
+                    "{FROM}\n[[smoke]]\nname = \"x\"\nrun = [\"true\"]\ngpus = 1.5\n"
+                )),
+                pins(&base_pin()),
+            ],
+            vec![
+                "images/bad/image.toml:7",
+                "gpus",
+                "a count of GPUs",
+                "CDI device names",
+            ],
+        ),
+        case(
+            "a smoke serve value of no accepted form",
+            vec![
+                spec(&format!(
+                    "{FROM}\n[[smoke]]\nname = \"x\"\nrun = [\"true\"]\nserve = \"yes\"\n"
+                )),
+                pins(&base_pin()),
+            ],
+            vec!["images/bad/image.toml:7", "serve", "`true`"],
+        ),
+        case(
             "an unknown smoke key",
             vec![
                 spec(&format!(
@@ -820,6 +895,7 @@ fn a_bad_transport_or_registry_setting_names_its_key() {
         "transport = \"carrier-pigeon\"\n",
         "transport = \"registry\"\n[registry]\naddress = \"http://reg/\"\n",
         "[registry]\npulls = 0\n",
+        "[registry]\nport = 0\n",
         "[[node]]\nname = \"n\"\nengine = \"unix:///x\"\ntransport = \"ftp\"\n",
     ];
     let mut runs = Vec::new();

@@ -1293,3 +1293,30 @@ fn a_smoke_that_would_run_no_test_fails_and_says_why() {
         none.stderr()
     );
 }
+
+/// A deadline set in the environment that is not a number of seconds is refused before
+/// anything runs, naming the variable and its value (it was read as the default, silently).
+#[test]
+fn a_deadline_in_the_environment_that_is_no_number_is_refused() {
+    let (project, _upstream, _) = fixture();
+    for (name, value) in [
+        ("HALLMARK_SMOKE_TIMEOUT", "ten"),
+        ("HALLMARK_ANSWER_TIMEOUT", "0"),
+        ("HALLMARK_STALL_TIMEOUT", "18446744073709551616"),
+    ] {
+        let run = support::run_in_with(project.root(), &["check", "app"], &[(name, value)]);
+        assert_eq!(run.code(), 2, "{name}: {}", run.stderr());
+        assert!(
+            run.stderr()
+                .contains(&format!("{name}=`{value}` is not a number of seconds")),
+            "{}",
+            run.stderr()
+        );
+    }
+    support::run_in_with(
+        project.root(),
+        &["check", "app"],
+        &[("HALLMARK_SMOKE_TIMEOUT", "600")],
+    )
+    .success();
+}

@@ -51,7 +51,7 @@ pub struct Smoke {
     pub gpus: Option<Spanned<GpuRequest>>,
 }
 
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, Serialize)]
 #[serde(untagged)]
 pub enum GpuRequest {
     Count(u32),
@@ -59,11 +59,77 @@ pub enum GpuRequest {
     Named(Vec<String>),
 }
 
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, Serialize)]
 #[serde(untagged)]
 pub enum Serve {
     Own(bool),
     Argv(Vec<String>),
+}
+
+// By hand rather than `#[serde(untagged)]`: serde's untagged enums answer any wrong value
+// with "data did not match any variant of untagged enum", which names neither the forms a
+// key takes nor what was written. These visitors say both ("invalid type: floating point
+// `1.5`, expected ...").
+impl<'de> Deserialize<'de> for GpuRequest {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct Forms;
+        impl<'de> serde::de::Visitor<'de> for Forms {
+            type Value = GpuRequest;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("\"all\", a count of GPUs (1 or more), or a list of CDI device names ([\"nvidia.com/gpu=0\"])")
+            }
+            fn visit_i64<E: serde::de::Error>(self, n: i64) -> Result<GpuRequest, E> {
+                u32::try_from(n)
+                    .map(GpuRequest::Count)
+                    .map_err(|_| E::invalid_value(serde::de::Unexpected::Signed(n), &self))
+            }
+            fn visit_u64<E: serde::de::Error>(self, n: u64) -> Result<GpuRequest, E> {
+                u32::try_from(n)
+                    .map(GpuRequest::Count)
+                    .map_err(|_| E::invalid_value(serde::de::Unexpected::Unsigned(n), &self))
+            }
+            fn visit_str<E: serde::de::Error>(self, word: &str) -> Result<GpuRequest, E> {
+                Ok(GpuRequest::All(word.to_string()))
+            }
+            fn visit_seq<A: serde::de::SeqAccess<'de>>(
+                self,
+                mut seq: A,
+            ) -> Result<GpuRequest, A::Error> {
+                let mut names = Vec::new();
+                while let Some(name) = seq.next_element::<String>()? {
+                    names.push(name);
+                }
+                Ok(GpuRequest::Named(names))
+            }
+        }
+        deserializer.deserialize_any(Forms)
+    }
+}
+
+impl<'de> Deserialize<'de> for Serve {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct Forms;
+        impl<'de> serde::de::Visitor<'de> for Forms {
+            type Value = Serve;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("`true` (the image's own entrypoint) or a command as a list of strings ([\"python3\", \"-m\", \"server\"])")
+            }
+            fn visit_bool<E: serde::de::Error>(self, own: bool) -> Result<Serve, E> {
+                Ok(Serve::Own(own))
+            }
+            fn visit_seq<A: serde::de::SeqAccess<'de>>(
+                self,
+                mut seq: A,
+            ) -> Result<Serve, A::Error> {
+                let mut argv = Vec::new();
+                while let Some(word) = seq.next_element::<String>()? {
+                    argv.push(word);
+                }
+                Ok(Serve::Argv(argv))
+            }
+        }
+        deserializer.deserialize_any(Forms)
+    }
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -163,15 +229,30 @@ fn serve_keys_hold(loaded: &LoadedSpec, smoke: &Smoke) -> Result<()> {
 
 /// `timeout`, `expect` and `shm_size`: a second at least, a regular expression, a size.
 fn limits_hold(loaded: &LoadedSpec, smoke: &Smoke) -> Result<()> {
-    if let Some(timeout) = &smoke.timeout
-        && *timeout.get_ref() == 0
-    {
-        return loaded.invalid(
-            timeout.span(),
-            "smoke.timeout",
-            "must be at least 1 second".into(),
-        );
+    if let Some(timeout) = &smoke.timeout {
+        let seconds = *timeout.get_ref();
+        let longest = crate::engine::LONGEST_DEADLINE_SECS;
+        let wrong = if seconds == 0 {
+            Some("must be at least 1 second".to_string())
+        } else if seconds > longest {
+            Some(format!(
+                "{seconds} seconds is past the longest deadline hallmark sets, {longest} (a week)"
+            ))
+        } else if !smoke.served() {
+            // Only a served process waits for readiness; a plain test's container is bounded
+            // by HALLMARK_SMOKE_TIMEOUT, and a key that changes nothing must not look as if it did.
+            Some(format!(
+                "bounds how long a served process may take to be ready, and this test serves none (no `serve`): its run is bounded by {} (default 1800 s)",
+                crate::engine::SMOKE_TIMEOUT_ENV
+            ))
+        } else {
+            None
+        };
+        if let Some(wrong) = wrong {
+            return loaded.invalid(timeout.span(), "smoke.timeout", wrong);
+        }
     }
+    names_hold(loaded, smoke)?;
     if let Some(expect) = &smoke.expect
         && let Err(e) = regex::Regex::new(expect.get_ref())
     {
@@ -198,6 +279,63 @@ fn limits_hold(loaded: &LoadedSpec, smoke: &Smoke) -> Result<()> {
                 size.get_ref()
             ),
         );
+    }
+    Ok(())
+}
+
+/// The resource limits engines know by name (Docker's `--ulimit`, Podman's alike).
+const ULIMITS: &[&str] = &[
+    "core",
+    "cpu",
+    "data",
+    "fsize",
+    "locks",
+    "memlock",
+    "msgqueue",
+    "nice",
+    "nofile",
+    "nproc",
+    "rss",
+    "rtprio",
+    "rttime",
+    "sigpending",
+    "stack",
+];
+
+/// `env` and `ulimits`: names the engines take (an env name without `=` or NUL, not empty;
+/// a known limit), values they take (no NUL; a limit of -1 for unlimited, or 0 and more).
+fn names_hold(loaded: &LoadedSpec, smoke: &Smoke) -> Result<()> {
+    let span = smoke.name.span();
+    for (name, value) in &smoke.env {
+        if name.is_empty() || name.contains(['=', '\0']) || value.contains('\0') {
+            return loaded.invalid(
+                span,
+                "smoke.env",
+                format!(
+                    "`{}` is no environment variable an engine sets: a name is not empty and holds no `=` or NUL, a value no NUL",
+                    name.escape_debug()
+                ),
+            );
+        }
+    }
+    for (name, limit) in &smoke.ulimits {
+        if !ULIMITS.contains(&name.as_str()) {
+            return loaded.invalid(
+                span,
+                "smoke.ulimits",
+                format!(
+                    "`{name}` is no resource limit the engines know: write one of {}",
+                    ULIMITS.join(", ")
+                ),
+            );
+        }
+        if *limit < -1 {
+            return loaded.invalid(
+                span,
+                "smoke.ulimits",
+                format!("`{name} = {limit}`: a limit is -1 (unlimited) or 0 and more"),
+            );
+        }
     }
     Ok(())
 }
