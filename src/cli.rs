@@ -86,6 +86,10 @@ pub enum Command {
         /// Build the image twice from scratch and compare; exit 1 if they differ.
         #[arg(long, conflicts_with = "force")]
         check_repro: bool,
+        /// Refuse to run RUN, apt and compile steps of another platform than the builder's
+        /// through an emulator (as `[builder] emulate = false`).
+        #[arg(long)]
+        no_emulate: bool,
     },
     /// Run an image's smoke tests on a node (default: the builder).
     Smoke {

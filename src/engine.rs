@@ -54,6 +54,7 @@ pub use transport::{LONGEST_DEADLINE_SECS, answer_timeout, check_deadline_env};
 pub use view::ImageView;
 
 pub mod containers;
+pub mod emulation;
 pub mod smoke;
 
 /// Up to how many images are listed by name ([`Engine::listed_images_named`]): a filter of
@@ -87,6 +88,10 @@ pub struct Engine {
     /// Containers `run_once` has created and not yet removed: what an interrupt must clean
     /// up. Locked for the whole of a creation, so an interrupt waits for one under way.
     live: Arc<tokio::sync::Mutex<Vec<String>>>,
+    /// What the engine answered about running other platforms (`emulation.rs`).
+    platforms: tokio::sync::Mutex<
+        std::collections::BTreeMap<String, std::result::Result<emulation::Execution, String>>,
+    >,
 }
 
 /// Which node an engine belongs to, while connecting.
@@ -154,6 +159,7 @@ impl Engine {
             version,
             bridge,
             live: Default::default(),
+            platforms: Default::default(),
         }
     }
 

@@ -19,6 +19,7 @@ pub(super) fn build_one(settings: &Settings, name: &crate::inputs::values::Name)
         state_dir: &settings.state_dir,
         force: false,
         echo: settings.output.echo(),
+        emulate: settings.config.builder.emulate,
     };
     let (_, outcome) = runtime()?.block_on(async {
         let engine = connect(settings, &settings.config.builder).await?;
@@ -33,6 +34,7 @@ pub(super) fn run(
     images: &[String],
     force: bool,
     check_repro: bool,
+    no_emulate: bool,
 ) -> Result<ExitStatus> {
     // A line every few seconds where stderr is no terminal (CI logs, ssh): a silent step
     // (a compile, a long load) showed nothing there for many minutes.
@@ -53,6 +55,7 @@ pub(super) fn run(
         state_dir: &settings.state_dir,
         force,
         echo: settings.output.echo(),
+        emulate: settings.config.builder.emulate && !no_emulate,
     };
     let mut differences = Vec::new();
     let (records, outcome, signed) = runtime()?.block_on(async {
@@ -83,20 +86,7 @@ pub(super) fn run(
     outcome?;
     // After the records: a failed signature does not hide what was built.
     signed?;
-    for record in &records {
-        let smoke = match record.smoke.len() {
-            0 => String::new(),
-            n => format!(", {n} smoke test(s) passed"),
-        };
-        settings.output.note(format!(
-            "{} {}  {} ({}, {:.1} s{smoke})",
-            record.checksum,
-            record.reference,
-            record.outcome,
-            short_id(&record.image_id),
-            record.seconds
-        ));
-    }
+    show_records(settings, &records);
     if !unplanned.is_empty() {
         return Ok(ExitStatus::BadInput);
     }
@@ -122,4 +112,30 @@ pub(super) fn run(
 fn short_id(id: &str) -> &str {
     let hex = id.strip_prefix("sha256:").unwrap_or(id);
     &hex[..hex.len().min(12)]
+}
+
+/// A line per image built: its checksum, reference, outcome, id, time, smoke tests passed,
+/// and how it ran when it ran emulated.
+fn show_records(settings: &Settings, records: &[build::BuildRecord]) {
+    for record in records {
+        let smoke = match record.smoke.len() {
+            0 => String::new(),
+            n => format!(", {n} smoke test(s) passed"),
+        };
+        let emulated = match (&record.execution, &record.platform) {
+            (Some(crate::engine::emulation::Execution::Emulated), Some(platform)) => format!(
+                ", emulated: {platform} on a {} builder",
+                settings.config.builder.name
+            ),
+            _ => String::new(),
+        };
+        settings.output.note(format!(
+            "{} {}  {} ({}, {:.1} s{smoke}{emulated})",
+            record.checksum,
+            record.reference,
+            record.outcome,
+            short_id(&record.image_id),
+            record.seconds
+        ));
+    }
 }

@@ -86,7 +86,8 @@ fn run_verb(settings: &Settings, command: Command) -> Result<ExitStatus> {
             images,
             force,
             check_repro,
-        } => build::run(settings, &images, force, check_repro),
+            no_emulate,
+        } => build::run(settings, &images, force, check_repro, no_emulate),
         Command::Smoke {
             image,
             node,

@@ -201,7 +201,15 @@ async fn smoke_on(
         let work = async {
             (
                 (),
-                build::smoke(&engine, planned, &id, &mut results, on_builder).await,
+                build::smoke(
+                    &engine,
+                    planned,
+                    &id,
+                    &mut results,
+                    on_builder,
+                    node.emulate,
+                )
+                .await,
             )
         };
         until_interrupted(&engine, "the smoke tests", work).await.1

@@ -87,6 +87,8 @@ struct NodeTable {
     engine: String,
     #[serde(default)]
     transport: Option<Transport>,
+    #[serde(default)]
+    emulate: Option<bool>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -98,6 +100,9 @@ pub struct NodeConfig {
     pub engine: Address,
     /// This node's transport, if not the cluster's.
     pub transport: Option<Transport>,
+    /// Whether code of another platform may run here through an emulator (`emulate`,
+    /// default true): the builder's RUN steps and smoke tests of a foreign image.
+    pub emulate: bool,
 }
 
 impl NodeConfig {
@@ -145,6 +150,7 @@ pub fn local_engine() -> Result<NodeConfig> {
         name: Name::try_from("local".to_string()).expect("valid"),
         engine,
         transport: None,
+        emulate: true,
     };
     if let Some(host) = env("DOCKER_HOST") {
         let tls = env("DOCKER_TLS_VERIFY").map(|_| {
@@ -355,6 +361,7 @@ fn engines(
             name: table.name,
             engine,
             transport: table.transport,
+            emulate: table.emulate.unwrap_or(true),
         })
     };
     let nodes: Vec<NodeConfig> = tables.into_iter().map(node).collect::<Result<_>>()?;

@@ -40,6 +40,9 @@ pub struct BuildSettings<'a> {
     pub force: bool,
     /// Print the build log to stderr as it streams.
     pub echo: bool,
+    /// Whether code of another platform than the builder's may run emulated (`[builder]
+    /// emulate`, `--no-emulate`).
+    pub emulate: bool,
 }
 
 /// Builds `plan.order` in turn; returns one record per image, parents included, and the
@@ -342,9 +345,7 @@ impl Job<'_> {
     /// An engine build of the image for the platform its spec names, with its checksum label
     /// set to `label_value`.
     async fn engine_build(&self, label_value: &str, record: &mut BuildRecord) -> Result<String> {
-        if let Some(platform) = self.image.loaded.spec.image.platform.as_deref() {
-            check_builder_platform(self.engine, self.image, platform).await?;
-        }
+        self.builder_runs_the_platform(record).await?;
         let raw = engine_build(
             self.engine,
             self.image,
@@ -379,7 +380,15 @@ impl Job<'_> {
         if let Some(platform) = image.loaded.spec.image.platform.as_deref() {
             check_image_platform(engine, image, &made_image, platform)?;
         }
-        smoke(engine, image, &made.id, &mut record.smoke, true).await?;
+        smoke(
+            engine,
+            image,
+            &made.id,
+            &mut record.smoke,
+            true,
+            self.settings.emulate,
+        )
+        .await?;
         let id = match (self.smoked, made.by_hallmark) {
             (false, _) => made.id.clone(),
             (true, true) => {

@@ -65,24 +65,30 @@ fn junit_suite(
                 xml_escape(&r.logs.join("\n"))
             ),
         };
-        if r.passed && logs.is_empty() {
-            cases.push_str(&format!(
-                "    <testcase classname=\"{image}\" name=\"{name}\" time=\"{:.3}\"/>\n",
-                r.seconds
-            ));
-        } else if r.passed {
-            cases.push_str(&format!(
-                "    <testcase classname=\"{image}\" name=\"{name}\" time=\"{:.3}\">{logs}\n    </testcase>\n",
-                r.seconds
-            ));
-        } else {
+        // JUnit's `<properties>` inside a testcase: CI shows that the test ran emulated.
+        let mut inner = match r.emulated {
+            true => "\n      <properties><property name=\"emulated\" value=\"true\"/></properties>"
+                .to_string(),
+            false => String::new(),
+        };
+        if !r.passed {
             failures += 1;
-            cases.push_str(&format!(
-                "    <testcase classname=\"{image}\" name=\"{name}\" time=\"{:.3}\">\n      <failure message=\"exit {}\">{}</failure>{logs}\n    </testcase>\n",
-                r.seconds,
+            inner.push_str(&format!(
+                "\n      <failure message=\"exit {}\">{}</failure>",
                 r.exit_code,
                 xml_escape(&r.output)
             ));
+        }
+        inner.push_str(&logs);
+        match inner.is_empty() {
+            true => cases.push_str(&format!(
+                "    <testcase classname=\"{image}\" name=\"{name}\" time=\"{:.3}\"/>\n",
+                r.seconds
+            )),
+            false => cases.push_str(&format!(
+                "    <testcase classname=\"{image}\" name=\"{name}\" time=\"{:.3}\">{inner}\n    </testcase>\n",
+                r.seconds
+            )),
         }
     }
     if let Err(error) = outcome
@@ -127,6 +133,7 @@ mod tests {
             seconds: 0.5,
             output: "\u{1b}[31mred\u{1b}[0m\u{0}\u{7} a < b & c\r\n".into(),
             logs: vec!["served <log>".into()],
+            emulated: true,
         };
         let outcome = Err(Error::Interrupted {
             what: "the \u{1b}[1msmoke\u{1b}[0m tests".into(),
@@ -154,5 +161,9 @@ mod tests {
             "{xml}"
         );
         assert!(xml.contains("name=\"never ran\">\n      <skipped"), "{xml}");
+        assert!(
+            xml.contains("<property name=\"emulated\" value=\"true\"/>"),
+            "{xml}"
+        );
     }
 }

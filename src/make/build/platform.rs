@@ -2,28 +2,102 @@
 //! made must say that platform.
 
 use super::*;
+use crate::engine::emulation::Execution;
+pub use crate::engine::emulation::same_platform;
 
-/// Refuses an engine build for a platform the builder is not: its RUN steps would run on the
-/// builder's own platform and give an image that is not what the spec names.
-pub(super) async fn check_builder_platform(
+/// Whether the spec makes the engine run code of the image's platform: apt, pip, RUN steps
+/// or the expected-files check (a spec of files, sources and config alone runs none).
+pub fn runs_code(spec: &crate::inputs::spec::ImageSpec) -> bool {
+    let build = &spec.build;
+    !build.run.is_empty()
+        || !build.apt.is_empty()
+        || !build.expect_files.is_empty()
+        || !spec.wheels.is_empty()
+}
+
+impl Job<'_> {
+    /// The one question before any code of the image's platform runs on the builder: the
+    /// platform is the spec's, else the parent's; the builder runs it natively, or emulated
+    /// (said, and recorded), or the build is refused saying how to make it possible.
+    pub(super) async fn builder_runs_the_platform(&self, record: &mut BuildRecord) -> Result<()> {
+        if !runs_code(&self.image.loaded.spec) {
+            return Ok(());
+        }
+        let platform = match self.image.loaded.spec.image.platform.clone() {
+            Some(platform) => Some(platform),
+            None => match self.parent_id.as_deref().or(self.parent_tag) {
+                Some(parent) => self.engine.inspect(parent).await?.map(|p| p.platform()),
+                None => None,
+            },
+        };
+        let Some(platform) = platform else {
+            return Ok(());
+        };
+        let execution = runs_platform(
+            self.engine,
+            self.image,
+            &platform,
+            self.settings.emulate,
+            "its RUN, apt and pip steps",
+        )
+        .await?;
+        if execution == Execution::Emulated {
+            // Said before the steps start: they run many times slower than natively.
+            crate::output::stderr(&format!(
+                "{}: emulated: {platform} on a {} builder (`{}`): its RUN, apt and pip steps run through the builder's emulator",
+                self.image.name(),
+                self.engine.platform(),
+                self.engine.node
+            ));
+        }
+        record.execution = Some(execution);
+        record.platform = Some(platform);
+        Ok(())
+    }
+}
+
+/// How `engine` runs `what` of `image`, of `platform`: natively, emulated when `emulate`
+/// allows it and the engine can, else a refusal that says why and what to do.
+pub async fn runs_platform(
     engine: &Engine,
     image: &PlannedImage,
-    wanted: &str,
-) -> Result<()> {
-    let builder = engine.platform();
-    if same_platform(&builder, wanted) {
-        return Ok(());
+    platform: &str,
+    emulate: bool,
+    what: &str,
+) -> Result<Execution> {
+    let own = engine.platform();
+    if same_platform(&own, platform) {
+        return Ok(Execution::Native);
     }
-    Err(Error::Engine {
-        node: engine.node.clone(),
-        endpoint: engine.endpoint.clone(),
-        message: format!(
-            "cannot build `{}` for {wanted}: the builder is {builder}, and the image's RUN steps run on the builder",
-            image.name()
-        ),
-        hint: Some(format!(
-            "build it on a {wanted} builder (`[builder]` in hallmark.toml), or drop `[image] platform`"
-        )),
+    if !emulate {
+        return Err(Error::Engine {
+            node: engine.node.clone(),
+            endpoint: engine.endpoint.clone(),
+            message: format!(
+                "cannot run {what} of `{}` ({platform}) here: the engine is {own}, and emulation is off for node `{}` (`emulate = false` in hallmark.toml, or --no-emulate)",
+                image.name(),
+                engine.node
+            ),
+            hint: Some(format!(
+                "run them on a {platform} machine, or allow emulation there"
+            )),
+        });
+    }
+    engine.runs_platform(platform).await.map_err(|e| match e {
+        Error::Engine {
+            node,
+            endpoint,
+            message,
+            ..
+        } => Error::Engine {
+            node,
+            endpoint,
+            message: format!("cannot run {what} of `{}`: {message}", image.name()),
+            hint: Some(format!(
+                "or run them on a {platform} machine (for a build: `[builder]` in hallmark.toml)"
+            )),
+        },
+        other => other,
     })
 }
 
@@ -42,21 +116,4 @@ pub(super) fn check_image_platform(
         "the image made for `{}` is {got}, but its spec names {wanted} (is its parent of another platform?)",
         image.name()
     )))
-}
-
-/// Whether platform `have` satisfies `want`: the same os and architecture, and the same
-/// variant when `want` names one (`linux/arm64` is `linux/arm64/v8`).
-pub fn same_platform(have: &str, want: &str) -> bool {
-    let canonical = |p: &str| {
-        let mut parts: Vec<String> = p.split('/').map(str::to_ascii_lowercase).collect();
-        if parts.len() == 2 && parts[1] == "arm64" {
-            parts.push("v8".into());
-        }
-        parts
-    };
-    let (have, want) = (canonical(have), canonical(want));
-    have.len() >= 2
-        && want.len() >= 2
-        && have[..2] == want[..2]
-        && (want.len() < 3 || have.get(2) == want.get(2))
 }

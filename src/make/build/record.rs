@@ -37,6 +37,13 @@ pub struct BuildRecord {
     /// image store is containerd, the data root cannot be read, ...).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub normalized_from_reason: Option<String>,
+    /// How the builder ran the image's RUN, apt and compile steps: `native`, or `emulated`
+    /// (another platform's code through the builder's emulator); absent when it ran none.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub execution: Option<crate::engine::emulation::Execution>,
+    /// The platform those steps ran as (the spec's, else the parent's).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub platform: Option<String>,
     /// Why the image failed (`outcome` "failed").
     #[serde(skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
@@ -52,6 +59,8 @@ pub struct SmokeResult {
     /// A served test's process: its last 50 lines of output.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub logs: Vec<String>,
+    /// Whether it ran through the node's emulator (an image of another platform).
+    pub emulated: bool,
 }
 
 pub(super) fn pins_of(image: &PlannedImage) -> BTreeMap<String, String> {
@@ -95,6 +104,8 @@ impl BuildRecord {
             normalized_as_streamed: None,
             normalized_from: None,
             normalized_from_reason: None,
+            execution: None,
+            platform: None,
             error: None,
         }
     }

@@ -2,6 +2,7 @@
 //! does it, its result and its output.
 
 use super::*;
+use crate::engine::emulation::Execution;
 
 /// Runs the smoke tests of `image` in containers from `image_id`, appending each result to
 /// `results`; the first failure stops and is the error. A foreign-platform image is refused
@@ -12,6 +13,7 @@ pub async fn smoke(
     image_id: &str,
     results: &mut Vec<SmokeResult>,
     on_builder: bool,
+    emulate: bool,
 ) -> Result<()> {
     let tests: Vec<_> = (image.loaded.spec.smokes.iter())
         .filter(|t| t.runs_on(on_builder))
@@ -19,9 +21,10 @@ pub async fn smoke(
     if tests.is_empty() {
         return Ok(());
     }
-    refuse_foreign_platform(engine, image, image_id).await?;
+    let execution = tests_execution(engine, image, image_id, &tests, emulate).await?;
     for test in tests {
-        let result = run_one(engine, image, image_id, test).await?;
+        let mut result = run_one(engine, image, image_id, test).await?;
+        result.emulated = execution == Execution::Emulated;
         results.push(result.clone());
         if !result.passed {
             let mut output = result.output;
@@ -44,24 +47,32 @@ pub async fn smoke(
     Ok(())
 }
 
-/// A foreign-platform image is refused before any container starts: the engine could not
-/// run it, or would emulate it.
-async fn refuse_foreign_platform(
+/// How the engine runs the image's tests: natively, or emulated when the image is of another
+/// platform and the node may and can emulate it; a refusal otherwise, before any container
+/// starts. A test that asks for GPUs never runs emulated.
+async fn tests_execution(
     engine: &Engine,
     image: &PlannedImage,
     image_id: &str,
-) -> Result<()> {
-    if let Some(inspected) = engine.inspect(image_id).await? {
-        let node = engine.platform();
-        let made = inspected.platform();
-        if !same_platform(&node, &made) {
-            return Err(engine.error(format!(
-                "cannot run the smoke tests of `{}`: the image is {made} and the engine is {node}",
-                image.name()
-            )));
-        }
+    tests: &[&crate::inputs::spec::Smoke],
+    emulate: bool,
+) -> Result<Execution> {
+    let Some(inspected) = engine.inspect(image_id).await? else {
+        return Ok(Execution::Native);
+    };
+    let made = inspected.platform();
+    let execution = runs_platform(engine, image, &made, emulate, "the smoke tests").await?;
+    if execution == Execution::Emulated
+        && let Some(gpu) = tests.iter().find(|t| t.gpus.is_some())
+    {
+        return Err(engine.error(format!(
+            "smoke test `{}` of `{}` asks for GPUs, and the image is {made} on a {} engine: a GPU test never runs emulated (the device and its driver are the node's own platform's)",
+            gpu.name.get_ref(),
+            image.name(),
+            engine.platform()
+        )));
     }
-    Ok(())
+    Ok(execution)
 }
 
 /// One smoke test run in a container from `image_id`: its result, passed or not; an error
@@ -116,6 +127,7 @@ async fn run_one(
             .iter()
             .map(|l| crate::error::plain_text(l))
             .collect(),
+        emulated: false,
     })
 }
 
