@@ -39,9 +39,10 @@ def tarinfo(name, kind, mode, size=0, linkname=""):
 
 def busybox_layer(args):
     busybox = args.busybox
-    # `busybox --list-full` prints each applet's install path, e.g. "bin/sh", "usr/bin/awk".
+    # `busybox --list-full` prints each applet's install path, e.g. "bin/sh", "usr/bin/awk";
+    # a busybox of another architecture is listed by the host's (same package, same applets).
     applets = subprocess.run(
-        [busybox, "--list-full"], check=True, capture_output=True, text=True
+        [args.applets_from or busybox, "--list-full"], check=True, capture_output=True, text=True
     ).stdout.split()
     with open(busybox, "rb") as f:
         binary = f.read()
@@ -139,6 +140,7 @@ def main():
     sub = p.add_subparsers(dest="action", required=True)
     b = sub.add_parser("busybox-layer")
     b.add_argument("--busybox", default="/bin/busybox")
+    b.add_argument("--applets-from", default="", help="the busybox that lists the applets (default: --busybox)")
     b.add_argument("--out", required=True)
     a = sub.add_parser("archive")
     a.add_argument("--layer", required=True)
