@@ -124,7 +124,7 @@ fn show_records(settings: &Settings, records: &[build::BuildRecord]) {
         };
         let emulated = match (&record.execution, &record.platform) {
             (Some(crate::engine::emulation::Execution::Emulated), Some(platform)) => format!(
-                ", emulated: {platform} on a {} builder",
+                ", emulated: {platform} on builder `{}`",
                 settings.config.builder.name
             ),
             _ => String::new(),

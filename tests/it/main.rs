@@ -10,6 +10,7 @@ mod assemble;
 mod bump;
 mod bump_pins;
 mod compile;
+mod emulation;
 mod engine;
 mod faults;
 mod gpus;
