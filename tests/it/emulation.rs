@@ -77,7 +77,10 @@ expect = "^{uname}"
     assert_eq!(record["execution"], "emulated", "{record}");
     // The parent's platform, its variant included (`linux/arm64/v8`).
     assert!(
-        record["platform"].as_str().unwrap().starts_with(arch.as_str()),
+        record["platform"]
+            .as_str()
+            .unwrap()
+            .starts_with(arch.as_str()),
         "{record}"
     );
     assert_eq!(record["smoke"][0]["passed"], true, "{record}");

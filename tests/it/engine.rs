@@ -1048,12 +1048,15 @@ fn the_platform_a_spec_names_is_the_platform_it_gets_or_the_build_says_why_not()
     let (own, other) = foreign_platform(testbed);
     let platform = format!("platform = \"{other}\"");
 
-    // RUN steps run on the builder: refused before any build.
+    // RUN steps on a parent of the builder's own platform: they run as the parent's platform
+    // (the builder can emulate the other one, but the parent is not of it), and the image
+    // made is refused before its tag moves.
     let (project, _, _) = busybox_project("foreignrun", &platform, "[build]\nrun = [\"true\"]\n");
     let run = project.with_config(&config).run(&["build", "foreignrun"]);
     assert_eq!(run.code(), 1, "{}", run.stderr());
     assert!(
-        run.stderr().contains(&format!("the builder is {own}")),
+        run.stderr()
+            .contains(&format!("is {own}, but its spec names {other}")),
         "{}",
         run.stderr()
     );
@@ -1110,15 +1113,25 @@ fn the_platform_a_spec_names_is_the_platform_it_gets_or_the_build_says_why_not()
         .with_config(&config)
         .run(&["lock", "foreignsmoke"])
         .success();
-    let run = project.with_config(&config).run(&["build", "foreignsmoke"]);
+    // Emulation off: the smoke tests cannot run, and the build says why.
+    let run = project
+        .with_config(&config)
+        .run(&["build", "foreignsmoke", "--no-emulate"]);
     assert_eq!(run.code(), 1, "{}", run.stderr());
     assert!(
         run.stderr().contains(&format!(
-            "cannot run the smoke tests of `foreignsmoke`: the image is {other} and the engine is {own}"
+            "cannot run the smoke tests of `foreignsmoke` ({other}) here: the engine is {own}, and emulation is off"
         )),
         "{}",
         run.stderr()
     );
+    // On: the engine is asked (a probe of that platform), and they run emulated.
+    let run = project
+        .with_config(&config)
+        .run(&["--json", "build", "foreignsmoke"]);
+    assert_eq!(run.code(), 0, "{}", run.stderr());
+    let records = support::document(&run.stdout());
+    assert_eq!(records[0]["smoke"][0]["emulated"], true, "{records}");
 }
 
 // ---------------------------------------------------------------------------------------
