@@ -63,6 +63,8 @@ pub struct Shipment {
     pub diff_ids: Vec<String>,
     /// Images likely to share layers with this one (its tag, its parents), asked first.
     pub related: Vec<String>,
+    /// The image's platform (`linux/arm64/v8`): a node must be able to run it.
+    pub platform: String,
 }
 
 impl Shipment {
@@ -120,6 +122,7 @@ pub async fn shipment(
         fingerprint: identity::fingerprint(&image),
         diff_ids: image.layers().to_vec(),
         related: vec![reference.to_string()],
+        platform: image.platform(),
         image_id,
     })
 }

@@ -46,6 +46,9 @@ pub async fn decide(
     chains: &[String],
     full: bool,
 ) -> Decision {
+    if let Err(refused) = runs_the_image(node, shipment).await {
+        return Decision::Failed(refused);
+    }
     match holding(node, shipment, settings).await {
         Ok(h) if h.state == Holding::Current => Decision::Skip,
         Ok(_) if full => Decision::Send { first_missing: 0 },
@@ -55,6 +58,27 @@ pub async fn decide(
             Err(e) => Decision::Failed(e.to_string()),
         },
         Err(e) => Decision::Failed(e.to_string()),
+    }
+}
+
+/// Whether `node` can run the shipment's platform, asked before any byte is sent: natively,
+/// or emulated (a warning: a GB10 image on an x86 node is almost always a mistake in the
+/// cluster file), else the refusal, naming the image, the node and both platforms.
+async fn runs_the_image(node: &Engine, shipment: &Shipment) -> Result<(), String> {
+    let (platform, own) = (&shipment.platform, node.platform());
+    match node.runs_platform(platform).await {
+        Ok(crate::engine::emulation::Execution::Native) => Ok(()),
+        Ok(crate::engine::emulation::Execution::Emulated) => {
+            crate::output::stderr(&format!(
+                "warning: node `{}` is {own} and would only emulate `{}` ({platform}): is it the node the cluster file means?",
+                node.node, shipment.reference
+            ));
+            Ok(())
+        }
+        Err(e) => Err(format!(
+            "`{}` is {platform} and node `{}` is {own}, which cannot run it: nothing was sent ({})",
+            shipment.reference, node.node, e
+        )),
     }
 }
 

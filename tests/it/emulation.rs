@@ -95,4 +95,79 @@ expect = "^{uname}"
         xml.contains("<property name=\"emulated\" value=\"true\"/>"),
         "{xml}"
     );
+
+    // Shipped to a node of the builder's platform: sent, with a warning that it would only
+    // emulate it there.
+    let node = testbed.nodes()[0].clone();
+    let sent = on.run(&["distribute", "foreign", "--to", &node]);
+    assert_eq!(sent.code(), 0, "{}", sent.stderr());
+    assert!(
+        sent.stderr()
+            .contains(&format!("warning: node `{node}` is linux/"))
+            && sent.stderr().contains("would only emulate"),
+        "{}",
+        sent.stderr()
+    );
+}
+
+/// An image of a platform no node can run (s390x: no probe, no emulator here) is refused by
+/// every node before any byte is sent, each naming the image and both platforms.
+#[test]
+fn distribute_refuses_an_image_no_node_can_run_before_sending_it() {
+    let testbed = Testbed::get();
+    let config = testbed.config();
+    let base = format!("hm-s390x-base-{}:latest", support::unique());
+    let helper = concat!(env!("CARGO_MANIFEST_DIR"), "/scripts/testbed.d/mkimage.py");
+    let dir = tempfile::tempdir().unwrap();
+    let (layer, archive) = (dir.path().join("layer.tar"), dir.path().join("image.tar"));
+    let made = std::process::Command::new("sh")
+        .arg("-c")
+        .arg(format!(
+            "/usr/bin/python3 {helper} busybox-layer --busybox /bin/busybox --out {l} && \
+             /usr/bin/python3 {helper} archive --layer {l} --tag {base} --arch s390x --out {a} && \
+             docker -H {e} load -i {a}",
+            l = layer.display(),
+            a = archive.display(),
+            e = testbed.endpoint("builder")
+        ))
+        .output()
+        .unwrap();
+    assert!(
+        made.status.success(),
+        "{}",
+        String::from_utf8_lossy(&made.stderr)
+    );
+    let run = support::unique();
+    let project = TestProject::new();
+    project
+        .write(
+            "images/big/image.toml",
+            &format!(
+                "[image]\nname = \"big-{run}\"\n\n[from]\nref = \"{base}\"\n\n[[file]]\nsrc = \"m.txt\"\ndest = \"/m.txt\"\n\n[labels]\n\"test.run\" = \"{run}\"\n"
+            ),
+        )
+        .write("images/big/m.txt", "m\n");
+    let on = project.with_config(&config);
+    on.run(&["lock", "big"]).success();
+    // Files only: no code of its platform runs, so the builder builds it without asking.
+    on.run(&["build", "big"]).success();
+    let nodes = testbed.nodes();
+    let sent = on.run(&["--json", "distribute", "big", "--to", &nodes.join(",")]);
+    assert_eq!(sent.code(), 1, "{}", sent.stderr());
+    let report = support::document(&sent.stdout());
+    let rows = support::nodes_of(&report);
+    for node in &nodes {
+        let row = rows
+            .iter()
+            .find(|r| r["node"] == node.as_str())
+            .unwrap_or_else(|| panic!("no row for {node}: {report}"));
+        assert_eq!(row["action"], "failed", "{row}");
+        let error = row["error"].to_string();
+        assert!(
+            error.contains("is linux/s390x and node") && error.contains("nothing was sent"),
+            "{node}: {row}"
+        );
+        let held = testbed.docker(node, &["image", "inspect", &format!("big-{run}:latest")]);
+        assert!(!held.status.success(), "{node} holds the image");
+    }
 }
