@@ -26,6 +26,8 @@ struct NodeRow {
 #[derive(Serialize)]
 struct Up {
     via: &'static str,
+    /// The engine's own platform (`linux/arm64`): what it runs natively.
+    platform: String,
     version: Option<String>,
     api: Option<String>,
     api_used: String,
@@ -55,9 +57,10 @@ impl Up {
 
 impl Row for NodeRow {
     fn columns() -> Option<&'static [Column]> {
-        const COLUMNS: [Column; 8] = [
+        const COLUMNS: [Column; 9] = [
             Column::left("node", 0),
             Column::left("state", 0),
+            Column::left("platform", 0),
             Column::left("version", 0),
             Column::left("api", 0),
             Column::left("store", 0),
@@ -73,6 +76,7 @@ impl Row for NodeRow {
             Some(up) => vec![
                 self.node.clone(),
                 "ok".into(),
+                up.platform.clone(),
                 cell(&up.version),
                 cell(&up.api),
                 cell(&up.image_store),
@@ -83,6 +87,7 @@ impl Row for NodeRow {
             None => vec![
                 self.node.clone(),
                 "down".into(),
+                String::new(),
                 String::new(),
                 String::new(),
                 String::new(),
@@ -138,6 +143,7 @@ async fn node_row(settings: &Settings, node: &NodeConfig) -> NodeRow {
         None,
         Some(Up {
             via: engine.reach().name(),
+            platform: engine.platform(),
             version: some(&engine.version.version),
             api: some(&engine.version.api_version),
             api_used: engine.api_version().to_string(),

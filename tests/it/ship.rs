@@ -574,7 +574,8 @@ fn a_stream_load_onto_a_containerd_store_holding_pulled_layers_leaves_the_whole_
 
 /// What a user reads of `hallmark nodes` (support::testbed_transcript), with what varies by
 /// engine version or by what other tests left on a node written `[version]`, `[api]` and
-/// `[n] images`: `NODE ok VERSION api API STORE N images  ENGINE (VIA)`.
+/// `[n] images`, and the platform (the host's) `[platform]`: `NODE ok PLATFORM VERSION API
+/// STORE N GPUS ENGINE (VIA)`.
 fn nodes_table(
     project: &support::TestProject,
     config: &std::path::Path,
@@ -585,12 +586,13 @@ fn nodes_table(
     // redacted, the columns then joined by one space (their widths follow the values).
     let row = |line: &str| -> Option<String> {
         let mut cells: Vec<&str> = line.split_whitespace().collect();
-        if cells.get(1) != Some(&"ok") || cells.len() < 7 {
+        if cells.get(1) != Some(&"ok") || cells.len() < 8 {
             return None;
         }
-        cells[2] = "[version]";
-        cells[3] = "[api]";
-        cells[5] = "[n]";
+        cells[2] = "[platform]";
+        cells[3] = "[version]";
+        cells[4] = "[api]";
+        cells[6] = "[n]";
         Some(cells.join(" "))
     };
     text.lines()
@@ -620,6 +622,12 @@ fn nodes_status_and_prune_report_what_is_there() {
             row["version"].as_str().unwrap().starts_with(&engine),
             "{engine}: {row}"
         );
+        // The platform the engine says it is, as its own CLI reads it.
+        let platform = testbed.docker_ok(
+            &node,
+            &["version", "--format", "{{.Server.Os}}/{{.Server.Arch}}"],
+        );
+        assert_eq!(row["platform"], platform.as_str(), "{row}");
     }
     assert!(
         rows.iter()
