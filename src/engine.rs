@@ -53,6 +53,7 @@ use transport::{Dial, Transport, escape, with_causes};
 pub use transport::{LONGEST_DEADLINE_SECS, answer_timeout, check_deadline_env};
 pub use view::ImageView;
 
+mod capture;
 pub mod containers;
 pub mod emulation;
 pub mod smoke;
@@ -701,21 +702,17 @@ impl Engine {
         }
         let options = LogsOptionsBuilder::new().stdout(true).stderr(true).build();
         let mut logs = self.docker.logs(id, Some(options));
-        let (mut output, mut stdout) = (String::new(), String::new());
+        let mut captured = capture::Captured::default();
         // The container has stopped: its whole output is there to read, each chunk within
-        // the answer deadline.
+        // the answer deadline; only its tails are kept.
         let what = format!("reading the output of container {id}");
         while let Some(chunk) = self
             .answered(&what, async { logs.next().await.transpose() })
             .await?
         {
-            if let bollard::container::LogOutput::StdOut { message }
-            | bollard::container::LogOutput::Console { message } = &chunk
-            {
-                stdout.push_str(&String::from_utf8_lossy(message));
-            }
-            output.push_str(&chunk.to_string());
+            captured.push(&chunk);
         }
+        let (output, stdout) = captured.into_texts();
         Ok((exit.status_code, output, stdout))
     }
 }

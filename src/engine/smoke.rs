@@ -7,7 +7,6 @@
 
 use super::Engine;
 use crate::error::Result;
-use bollard::container::LogOutput;
 use bollard::exec::StartExecResults;
 use bollard::query_parameters::LogsOptionsBuilder;
 use futures_util::StreamExt;
@@ -374,7 +373,7 @@ impl Engine {
         let started = self
             .answered(&what, self.docker.start_exec(&created.id, None))
             .await?;
-        let (mut output, mut stdout) = (String::new(), String::new());
+        let mut captured = super::capture::Captured::default();
         if let StartExecResults::Attached {
             output: mut stream, ..
         } = started
@@ -382,12 +381,10 @@ impl Engine {
             // Bounded by the caller's deadline: a probe that hangs is the test's failure.
             while let Some(chunk) = stream.next().await {
                 let chunk = chunk.map_err(|e| self.error(format!("{what}: {e}")))?;
-                if let LogOutput::StdOut { message } | LogOutput::Console { message } = &chunk {
-                    stdout.push_str(&String::from_utf8_lossy(message));
-                }
-                output.push_str(&chunk.to_string());
+                captured.push(&chunk);
             }
         }
+        let (output, stdout) = captured.into_texts();
         let inspected = self
             .answered(&what, self.docker.inspect_exec(&created.id))
             .await?;
@@ -402,15 +399,16 @@ impl Engine {
             .tail(&n.to_string())
             .build();
         let mut logs = self.docker.logs(id, Some(options));
-        let mut text = String::new();
+        // `n` lines may be long ones: their last 64 KiB.
+        let mut text = super::capture::Tail::new(super::capture::OUTPUT_TAIL);
         let what = format!("reading the output of container {id}");
         while let Ok(Some(chunk)) = self
             .answered(&what, async { logs.next().await.transpose() })
             .await
         {
-            text.push_str(&chunk.to_string());
+            text.push(chunk.as_ref());
         }
-        text.lines().map(str::to_string).collect()
+        text.into_text().lines().map(str::to_string).collect()
     }
 }
 
