@@ -264,6 +264,7 @@ impl Job<'_> {
     /// runs.
     async fn assembled(&self, record: &mut BuildRecord) -> Result<Made> {
         record.outcome = "assembled";
+        self.builder_runs_the_platform(record).await?;
         crate::make::compile::compile_all(
             self.engine,
             &self.store,

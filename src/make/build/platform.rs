@@ -5,8 +5,9 @@ use super::*;
 use crate::engine::emulation::Execution;
 pub use crate::engine::emulation::same_platform;
 
-/// Whether the spec makes the engine run code of the image's platform: apt, pip, RUN steps
-/// or the expected-files check (a spec of files, sources and config alone runs none).
+/// Whether the spec makes the engine build run code of the image's platform: apt, pip, RUN
+/// steps or the expected-files check (a spec of files, sources and config alone runs none;
+/// compile stages ask on their own, as their toolchain's platform).
 pub fn runs_code(spec: &crate::inputs::spec::ImageSpec) -> bool {
     let build = &spec.build;
     !build.run.is_empty()
@@ -20,7 +21,7 @@ impl Job<'_> {
     /// platform is the spec's, else the parent's; the builder runs it natively, or emulated
     /// (said, and recorded), or the build is refused saying how to make it possible.
     pub(super) async fn builder_runs_the_platform(&self, record: &mut BuildRecord) -> Result<()> {
-        if !runs_code(&self.image.loaded.spec) {
+        if !runs_code(&self.image.loaded.spec) && self.image.compiles.is_empty() {
             return Ok(());
         }
         let platform = match self.image.loaded.spec.image.platform.clone() {
@@ -44,7 +45,7 @@ impl Job<'_> {
         if execution == Execution::Emulated {
             // Said before the steps start: they run many times slower than natively.
             crate::output::stderr(&format!(
-                "{}: emulated: {platform} on a {} builder (`{}`): its RUN, apt and pip steps run through the builder's emulator",
+                "{}: emulated: {platform} on a {} builder (`{}`): its RUN, apt, pip and compile steps run through the builder's emulator",
                 self.image.name(),
                 self.engine.platform(),
                 self.engine.node

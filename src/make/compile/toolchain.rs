@@ -29,6 +29,23 @@ pub async fn on_builder(
     settings: &BuildSettings<'_>,
 ) -> Result<String> {
     let base = base_on_builder(engine, image, stage, parent, settings).await?;
+    // The stage's apt and its `run` execute as the toolchain's platform: the one question
+    // every path asks before code of the image's platform runs (make/build/platform.rs).
+    if let Some(toolchain) = engine.inspect(&base).await? {
+        let platform = toolchain.platform();
+        let what = format!("compile stage `{}`", stage.name);
+        let execution =
+            crate::make::build::runs_platform(engine, image, &platform, settings.emulate, &what)
+                .await?;
+        if execution == crate::engine::emulation::Execution::Emulated {
+            crate::output::stderr(&format!(
+                "{}: emulated: {what} runs as {platform} on a {} builder (`{}`)",
+                image.name(),
+                engine.platform(),
+                engine.node
+            ));
+        }
+    }
     match &stage.apt_key {
         None => Ok(base),
         Some(key) => with_apt(engine, image, stage, &base, key, settings).await,
