@@ -98,7 +98,10 @@ mod tests {
         }
         let text = tail.into_text();
         assert!(text.ends_with("\n6789abcdef"), "{text}");
-        assert!(text.starts_with("[15.62 KiB cut: the last 10 B follow]"), "{text}");
+        assert!(
+            text.starts_with("[15.62 KiB cut: the last 10 B follow]"),
+            "{text}"
+        );
         let mut short = Tail::new(10);
         short.push(b"all of it");
         assert_eq!(short.into_text(), "all of it");

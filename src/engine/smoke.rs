@@ -298,14 +298,44 @@ impl Engine {
                         )
                         .await);
                 }
-                if let Ok(Ok((0, _, _))) = tokio::time::timeout(left, self.exec(id, ready)).await {
-                    break;
+                match tokio::time::timeout(left, self.exec(id, ready)).await {
+                    Ok(Ok((0, _, _))) => break,
+                    // 126 and 127: the program cannot run, or is not in the image: asking
+                    // again until the deadline (45 minutes for a vLLM boot) cannot help.
+                    Ok(Ok((code @ (126 | 127), output, _))) if self.exited(id).await?.is_none() => {
+                        return Ok(self
+                            .failed(
+                                id,
+                                code,
+                                format!(
+                                    "the ready probe `{}` cannot run in the image (exit {code}: not there, or not executable): {}",
+                                    ready.join(" "),
+                                    output.trim()
+                                ),
+                            )
+                            .await);
+                    }
+                    _ => {}
                 }
                 tokio::time::sleep(READY_EVERY.min(left)).await;
             }
         }
         let limit = super::smoke_timeout();
         let probed = tokio::time::timeout(limit, self.exec(id, probe)).await;
+        // A served process that died while it was probed is the server's failure (its exit
+        // code and last lines), not the probe's, whatever the probe answered.
+        if let Some(code) = self.exited(id).await? {
+            return Ok(self
+                .failed(
+                    id,
+                    code,
+                    format!(
+                        "the served process exited with {code} while `{}` ran",
+                        probe.join(" ")
+                    ),
+                )
+                .await);
+        }
         let (code, output, stdout) = match probed {
             Ok(answer) => answer?,
             Err(_) => {

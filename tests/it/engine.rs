@@ -2036,6 +2036,32 @@ user = "1234"
         "{}",
         failed.stderr()
     );
+
+    // A ready probe that is not in the image fails at once (not at its 600 s deadline),
+    // naming it.
+    let missing = "[[smoke]]\nname = \"no probe\"\nserve = [\"sh\", \"-c\", \"exec sleep 600\"]\nready = [\"no-such-probe-RUNWORD\"]\nrun = [\"true\"]\ntimeout = 600\n";
+    let (missing, _, _) = busybox_project("noprobe", "", missing);
+    let failed = missing.with_config(&config).run(&["build", "noprobe"]);
+    assert_eq!(failed.code(), 1, "{}", failed.stderr());
+    assert!(
+        failed.stderr().contains("the ready probe `no-such-probe-")
+            && failed.stderr().contains("cannot run in the image (exit 12"),
+        "{}",
+        failed.stderr()
+    );
+
+    // A server that dies while it is probed is the server's failure: its exit code and last
+    // lines, not the probe's answer. The probe tells it to die, then waits.
+    let dies = "[[smoke]]\nname = \"dies\"\nserve = [\"sh\", \"-c\", \"touch /tmp/up; while [ ! -e /tmp/die ]; do sleep 0.1; done; echo dying-RUNWORD; exit 7\"]\nready = [\"test\", \"-e\", \"/tmp/up\"]\nrun = [\"sh\", \"-c\", \"touch /tmp/die; sleep 5; echo probe-answered\"]\ntimeout = 60\n";
+    let (dies, _, _) = busybox_project("dies", "", dies);
+    let failed = dies.with_config(&config).run(&["build", "dies"]);
+    assert_eq!(failed.code(), 1, "{}", failed.stderr());
+    let said = failed.stderr();
+    assert!(
+        said.contains("the served process exited with 7 while `sh -c touch /tmp/die")
+            && said.contains("dying-"),
+        "{said}"
+    );
 }
 
 /// A smoke test's node path that is not there is a clear error naming the node and the path.
