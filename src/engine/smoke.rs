@@ -272,53 +272,8 @@ impl Engine {
         served: &Served,
         probe: &[String],
     ) -> Result<SmokeOutcome> {
-        let deadline = Instant::now() + served.within;
-        if let Some(ready) = &served.ready {
-            loop {
-                if let Some(code) = self.exited(id).await? {
-                    return Ok(self
-                        .failed(
-                            id,
-                            code,
-                            format!("the served process exited with {code} before it was ready"),
-                        )
-                        .await);
-                }
-                let left = deadline.saturating_duration_since(Instant::now());
-                if left.is_zero() {
-                    return Ok(self
-                        .failed(
-                            id,
-                            -1,
-                            format!(
-                                "not ready in {} s: `{}` never exited 0",
-                                served.within.as_secs(),
-                                ready.join(" ")
-                            ),
-                        )
-                        .await);
-                }
-                match tokio::time::timeout(left, self.exec(id, ready)).await {
-                    Ok(Ok((0, _, _))) => break,
-                    // 126 and 127: the program cannot run, or is not in the image: asking
-                    // again until the deadline (45 minutes for a vLLM boot) cannot help.
-                    Ok(Ok((code @ (126 | 127), output, _))) if self.exited(id).await?.is_none() => {
-                        return Ok(self
-                            .failed(
-                                id,
-                                code,
-                                format!(
-                                    "the ready probe `{}` cannot run in the image (exit {code}: not there, or not executable): {}",
-                                    ready.join(" "),
-                                    output.trim()
-                                ),
-                            )
-                            .await);
-                    }
-                    _ => {}
-                }
-                tokio::time::sleep(READY_EVERY.min(left)).await;
-            }
+        if let Some(failed) = self.wait_ready(id, served).await? {
+            return Ok(failed);
         }
         let limit = super::smoke_timeout();
         let probed = tokio::time::timeout(limit, self.exec(id, probe)).await;
@@ -360,6 +315,62 @@ impl Engine {
             logs: self.last_lines(id, 50).await,
             failure: None,
         })
+    }
+
+    /// Waits for a served process to be ready (its `ready` probe exits 0): `None` once it is,
+    /// or the failed outcome (it exited, its deadline passed, the probe cannot run at all).
+    async fn wait_ready(&self, id: &str, served: &Served) -> Result<Option<SmokeOutcome>> {
+        let deadline = Instant::now() + served.within;
+        let Some(ready) = &served.ready else {
+            return Ok(None);
+        };
+        loop {
+            if let Some(code) = self.exited(id).await? {
+                return Ok(Some(
+                    self.failed(
+                        id,
+                        code,
+                        format!("the served process exited with {code} before it was ready"),
+                    )
+                    .await,
+                ));
+            }
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return Ok(Some(
+                    self.failed(
+                        id,
+                        -1,
+                        format!(
+                            "not ready in {} s: `{}` never exited 0",
+                            served.within.as_secs(),
+                            ready.join(" ")
+                        ),
+                    )
+                    .await,
+                ));
+            }
+            match tokio::time::timeout(left, self.exec(id, ready)).await {
+                Ok(Ok((0, _, _))) => return Ok(None),
+                // 126 and 127: the program cannot run, or is not in the image: asking
+                // again until the deadline (45 minutes for a vLLM boot) cannot help.
+                Ok(Ok((code @ (126 | 127), output, _))) if self.exited(id).await?.is_none() => {
+                    return Ok(Some(self
+                            .failed(
+                                id,
+                                code,
+                                format!(
+                                    "the ready probe `{}` cannot run in the image (exit {code}: not there, or not executable): {}",
+                                    ready.join(" "),
+                                    output.trim()
+                                ),
+                            )
+                            .await));
+                }
+                _ => {}
+            }
+            tokio::time::sleep(READY_EVERY.min(left)).await;
+        }
     }
 
     /// The outcome of a served test that failed before its probe: why, and the logs.
