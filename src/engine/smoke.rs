@@ -278,8 +278,12 @@ impl Engine {
         let limit = super::smoke_timeout();
         let probed = tokio::time::timeout(limit, self.exec(id, probe)).await;
         // A served process that died while it was probed is the server's failure (its exit
-        // code and last lines), not the probe's, whatever the probe answered.
-        if let Some(code) = self.exited(id).await? {
+        // code and last lines), not the probe's, whatever the probe answered. A probe that
+        // did not pass may have been ended by that very death (137: killed with its
+        // container), before the engine says the container stopped: asked to wait for it, a
+        // few seconds at most.
+        let probe_passed = matches!(probed, Ok(Ok((0, _, _))));
+        if let Some(code) = self.server_exit(id, !probe_passed).await? {
             return Ok(self
                 .failed(
                     id,
@@ -370,6 +374,26 @@ impl Engine {
                 _ => {}
             }
             tokio::time::sleep(READY_EVERY.min(left)).await;
+        }
+    }
+
+    /// The served container's exit code if it has stopped; with `settle`, it is given a few
+    /// seconds to stop (the wait API answers when it does), for a probe its death may have
+    /// ended before the engine recorded it.
+    async fn server_exit(&self, id: &str, settle: bool) -> Result<Option<i64>> {
+        if !settle {
+            return self.exited(id).await;
+        }
+        const SETTLE: Duration = Duration::from_secs(5);
+        let path = format!("/containers/{id}/wait");
+        let waited: std::result::Result<Option<super::ContainerExit>, _> = self
+            .transport
+            .post_within(&path, (SETTLE, super::SMOKE_TIMEOUT_ENV))
+            .await;
+        match waited {
+            Ok(Some(exit)) => Ok(Some(exit.status_code)),
+            // Still running after the settling time: the probe's own failure.
+            _ => self.exited(id).await,
         }
     }
 
