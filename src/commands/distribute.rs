@@ -84,7 +84,9 @@ pub(super) fn run(
         }
     })?;
     // The table says what was done; with `-q` the exit code alone says whether it worked.
-    if settings.output.json || !settings.output.quiet {
+    // With --json and --smoke, one document holds both, after the tests.
+    let smoke = smoke && !crate::interrupt::requested();
+    if !settings.output.json && !settings.output.quiet {
         settings.output.table("images", &shipped);
     }
     let failed = shipped
@@ -94,9 +96,14 @@ pub(super) fn run(
         .any(|o| !o.verified());
     // `--smoke`: each image on each node it was verified on, after every load (a broken
     // image found here, before the serving nodes boot it).
-    if smoke && !crate::interrupt::requested() {
-        smoke_verified(settings, &shipped, (&names, &nodes), &plan, &unplanned)?;
+    let (smoked, smoke_outcome) = match smoke {
+        true => smoke_verified(settings, &shipped, (&names, &nodes), &plan, &unplanned),
+        false => (Vec::new(), Ok(())),
+    };
+    if settings.output.json {
+        json_report(settings, &shipped, smoke.then_some(&smoked));
     }
+    smoke_outcome?;
     // A failed piece of work outranks bad input; bad input alone is exit 2.
     Ok(match (failed, unplanned.is_empty()) {
         (true, _) => ExitStatus::Failure,
@@ -154,6 +161,22 @@ async fn take_turns(
     Ok(turns)
 }
 
+/// `--json`: the shipment, and with `--smoke` its results, in one document.
+fn json_report(
+    settings: &Settings,
+    shipped: &[Shipped],
+    smoked: Option<&Vec<super::smoke::ImageResult>>,
+) {
+    let images = serde_json::to_value(shipped).expect("json");
+    match smoked {
+        Some(smoked) => settings.output.document(&[
+            ("images", images),
+            ("smoke", serde_json::to_value(smoked).expect("json")),
+        ]),
+        None => settings.output.json("images", shipped),
+    }
+}
+
 /// The smoke tests of each image shipped, on each node it was verified on.
 fn smoke_verified(
     settings: &Settings,
@@ -161,7 +184,7 @@ fn smoke_verified(
     (names, nodes): (&[crate::inputs::values::Name], &[NodeConfig]),
     plan: &crate::plan::Plan,
     unplanned: &std::collections::BTreeMap<crate::inputs::values::Name, String>,
-) -> Result<()> {
+) -> (Vec<super::smoke::ImageResult>, Result<()>) {
     let verified: Vec<_> = (shipped.iter())
         .filter(|s| !unplanned.keys().any(|n| n.as_str() == s.image))
         .flat_map(|s| s.nodes.iter().filter(|o| o.verified()).map(move |o| (s, o)))

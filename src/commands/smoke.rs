@@ -139,12 +139,16 @@ fn refuse_nothing_to_run(
 pub(super) fn on_nodes(
     settings: &Settings,
     runs: &[(&PlannedImage, &crate::inputs::config::NodeConfig)],
-) -> Result<()> {
-    let outcomes = runtime()?.block_on(futures_util::future::join_all(
-        runs.iter()
-            .map(|(planned, node)| smoke_on(settings, planned, node)),
-    ));
+) -> (Vec<ImageResult>, Result<()>) {
+    let outcomes = match runtime() {
+        Ok(runtime) => runtime.block_on(futures_util::future::join_all(
+            runs.iter()
+                .map(|(planned, node)| smoke_on(settings, planned, node)),
+        )),
+        Err(e) => return (Vec::new(), Err(e)),
+    };
     let mut failed = Vec::new();
+    let mut rows = Vec::new();
     for ((planned, node), (results, outcome)) in runs.iter().zip(outcomes) {
         for result in results.iter().filter(|r| r.passed) {
             settings.output.note(format!(
@@ -155,15 +159,48 @@ pub(super) fn on_nodes(
                 result.seconds
             ));
         }
+        if let Err(e) = &outcome {
+            rows.push(ImageResult {
+                image: planned.name().to_string(),
+                node: node.name.to_string(),
+                passed: Some(false),
+                result: None,
+                error: Some(crate::error::plain_text(&e.to_string())),
+            });
+        }
+        rows.extend(results.into_iter().map(|result| ImageResult {
+            image: planned.name().to_string(),
+            node: node.name.to_string(),
+            passed: None,
+            result: Some(result),
+            error: None,
+        }));
         if let Err(e) = outcome {
             failed.push(e);
         }
     }
-    match failed.len() {
+    let outcome = match failed.len() {
         0 => Ok(()),
         1 => Err(failed.remove(0)),
         _ => Err(Error::Many(failed)),
-    }
+    };
+    (rows, outcome)
+}
+
+/// A smoke result of `distribute --smoke --json`: the image and node, and the test's result
+/// (`name`, `passed`, ... as `smoke --json` has them), or why the tests could not run there
+/// (`passed: false` and `error`, no `name`).
+#[derive(serde::Serialize)]
+pub(super) struct ImageResult {
+    image: String,
+    node: String,
+    /// Only on a row without a result (the result carries its own).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    passed: Option<bool>,
+    #[serde(flatten, skip_serializing_if = "Option::is_none")]
+    result: Option<build::SmokeResult>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    error: Option<String>,
 }
 
 /// A smoke result with the node it ran on (`--json` rows).

@@ -2110,6 +2110,23 @@ fn a_nodes_only_smoke_test_is_skipped_at_build_and_run_on_every_node() {
             shipped.stderr()
         );
     }
+    // With --json: one document, the shipment and every node's smoke results.
+    let shipped = project
+        .with_config(&config)
+        .run(&["--json", "distribute", "onnodes", "--smoke"]);
+    assert_eq!(shipped.code(), 1, "{}", shipped.stderr());
+    let document: serde_json::Value = serde_json::from_str(&shipped.stdout()).unwrap();
+    assert!(document["images"].is_array(), "{document}");
+    let smoked = document["smoke"].as_array().unwrap();
+    for node in testbed.nodes() {
+        let row = smoked
+            .iter()
+            .find(|r| r["node"] == node.as_str() && r["name"] == "on nodes")
+            .unwrap_or_else(|| panic!("{node}: {document}"));
+        assert_eq!(row["passed"], false, "{row}");
+        assert_eq!(row["exit_code"], 7, "{row}");
+        assert_eq!(row["image"], "onnodes", "{row}");
+    }
     let junit = project.root().join("smoke.xml");
     let all = project.with_config(&config).run(&[
         "--json",
