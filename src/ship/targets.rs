@@ -118,9 +118,12 @@ impl<'a> Targets<'a> {
                     choice.why
                 ));
             }
+            // Every transport named (no wildcard): a new one fails to compile here until it
+            // is handled. `choose` resolves `auto` to one of the other two; one left
+            // unresolved goes by the stream, the transport that needs nothing but the node.
             match choice.transport {
                 Transport::Registry => self.by_registry.push(node),
-                _ => self.by_stream.push(node),
+                Transport::Stream | Transport::Auto => self.by_stream.push(node),
             }
         }
     }
