@@ -50,7 +50,7 @@ use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use transport::{Dial, Transport, escape, with_causes};
-pub use transport::{LONGEST_DEADLINE_SECS, answer_timeout, check_deadline_env};
+pub use transport::{LONGEST_DEADLINE_SECS, answer_timeout};
 pub use view::ImageView;
 
 mod capture;
@@ -64,6 +64,26 @@ pub const NAMES_IN_A_FILTER: usize = 1000;
 
 /// The environment variable that sets how long a smoke test may run, in seconds.
 pub const SMOKE_TIMEOUT_ENV: &str = "HALLMARK_SMOKE_TIMEOUT";
+
+/// Every deadline the environment may set, checked before anything runs: one that is set
+/// and not a number of seconds in range is an error naming it (it was read as the default,
+/// silently).
+pub fn check_deadline_env() -> Result<()> {
+    for name in [
+        SMOKE_TIMEOUT_ENV,
+        transport::ANSWER_TIMEOUT_ENV,
+        stall::STALL_TIMEOUT_ENV,
+    ] {
+        if let Ok(value) = std::env::var(name)
+            && transport::seconds(&value).is_none()
+        {
+            return Err(Error::usage(format!(
+                "{name}=`{value}` is not a number of seconds: write a whole number from 1 to {LONGEST_DEADLINE_SECS} (a week), or unset it for the default"
+            )));
+        }
+    }
+    Ok(())
+}
 
 /// How long a smoke test's container may run: 1800 s, or `HALLMARK_SMOKE_TIMEOUT`.
 fn smoke_timeout() -> std::time::Duration {

@@ -359,32 +359,13 @@ pub(crate) fn seconds_from_env(name: &str, default: u64) -> std::time::Duration 
 pub const LONGEST_DEADLINE_SECS: u64 = 7 * 24 * 3600;
 
 /// `text` as a whole number of seconds from 1 to `LONGEST_DEADLINE_SECS`.
-fn seconds(text: &str) -> Option<u64> {
+pub(super) fn seconds(text: &str) -> Option<u64> {
     text.trim()
         .parse::<u64>()
         .ok()
         .filter(|s| (1..=LONGEST_DEADLINE_SECS).contains(s))
 }
 
-/// Every deadline the environment may set, checked before anything runs: one that is set
-/// and not a number of seconds in range is an error naming it (it was read as the default,
-/// silently).
-pub fn check_deadline_env() -> crate::error::Result<()> {
-    for name in [
-        super::SMOKE_TIMEOUT_ENV,
-        ANSWER_TIMEOUT_ENV,
-        super::stall::STALL_TIMEOUT_ENV,
-    ] {
-        if let Ok(value) = std::env::var(name)
-            && seconds(&value).is_none()
-        {
-            return Err(crate::error::Error::usage(format!(
-                "{name}=`{value}` is not a number of seconds: write a whole number from 1 to {LONGEST_DEADLINE_SECS} (a week), or unset it for the default"
-            )));
-        }
-    }
-    Ok(())
-}
 
 /// `uri` with `/v<version>` in front of its path, unless its path carries a version already.
 fn versioned(uri: &hyper::Uri, version: &str) -> hyper::Uri {
