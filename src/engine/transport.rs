@@ -366,7 +366,6 @@ pub(super) fn seconds(text: &str) -> Option<u64> {
         .filter(|s| (1..=LONGEST_DEADLINE_SECS).contains(s))
 }
 
-
 /// `uri` with `/v<version>` in front of its path, unless its path carries a version already.
 fn versioned(uri: &hyper::Uri, version: &str) -> hyper::Uri {
     let path_and_query = uri.path_and_query().map_or("/", |p| p.as_str());
