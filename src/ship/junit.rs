@@ -1,6 +1,6 @@
-//! JUnit XML of smoke tests for CI (`smoke --junit`): one testcase per test run, the failed
-//! one with its output, an error before or between tests an `<error>` case, the tests never
-//! run skipped; text made XML 1.0 whatever the test printed.
+//! JUnit XML of smoke tests for CI (`smoke --junit`): one testcase per test of the spec on
+//! each node, the failed one with its output, one that could not run with the error, the
+//! ones after a failure skipped naming it; text made XML 1.0 whatever the test printed.
 
 use crate::error::{Error, Result};
 use crate::inputs::values::Name;
@@ -91,33 +91,74 @@ fn junit_suite(
             )),
         }
     }
-    if let Err(error) = outcome
-        && !matches!(error, Error::SmokeFailed { .. })
-    {
-        errors += 1;
-        cases.push_str(&format!(
-            "    <testcase classname=\"{image}\" name=\"smoke\">\n      <error message=\"{}\"/>\n    </testcase>\n",
-            xml_escape(&error.to_string())
-        ));
-    }
-    // The spec's tests that did not run (a test before them failed, the node went away):
-    // listed as skipped, so CI shows every test the spec has (they were left out).
-    let mut skipped = 0;
-    for name in declared
-        .iter()
-        .filter(|d| !results.iter().any(|r| r.name == **d))
-    {
-        skipped += 1;
-        cases.push_str(&format!(
-            "    <testcase classname=\"{image}\" name=\"{}\">\n      <skipped message=\"not run: an earlier test failed or the run stopped\"/>\n    </testcase>\n",
-            xml_escape(name)
-        ));
-    }
-    let tests = results.len() + errors + skipped;
+    let (unrun, unrun_errors, skipped) =
+        unrun_cases(&image, declared, results, outcome, &mut cases);
+    errors += unrun_errors;
+    let tests = results.len() + unrun;
     let node = xml_escape(node.as_str());
     format!(
         "  <testsuite name=\"hallmark smoke {image} on {node}\" tests=\"{tests}\" failures=\"{failures}\" errors=\"{errors}\" skipped=\"{skipped}\">\n{cases}  </testsuite>\n"
     )
+}
+
+/// The testcases of the declared tests that did not run, appended to `cases`: how many, and
+/// how many of them are errors and skipped.
+fn unrun_cases(
+    image: &str,
+    declared: &[&str],
+    results: &[build::SmokeResult],
+    outcome: &Result<()>,
+    cases: &mut String,
+) -> (usize, usize, usize) {
+    // Every test the spec has for this node is a testcase, each with its own reason when it
+    // did not run; none is invented. The error that stopped the run (a test the engine
+    // refused to start, the node went away, a signal) is the first unrun test's; the ones
+    // after it are skipped, naming it; with no result at all, nothing could run there (no
+    // image, unreachable), and that error is every test's.
+    let stopped = match outcome {
+        Err(error) if !matches!(error, Error::SmokeFailed { .. }) => Some(error.to_string()),
+        _ => None,
+    };
+    let failed = results.iter().find(|r| !r.passed).map(|r| r.name.as_str());
+    let unrun: Vec<&str> = (declared.iter().copied())
+        .filter(|d| !results.iter().any(|r| r.name == *d))
+        .collect();
+    let (mut errors, mut skipped) = (0, 0);
+    for (i, name) in unrun.iter().enumerate() {
+        let case = |inner: String| {
+            format!(
+                "    <testcase classname=\"{image}\" name=\"{}\">\n      {inner}\n    </testcase>\n",
+                xml_escape(name)
+            )
+        };
+        match (&stopped, failed) {
+            (Some(error), _) if i == 0 || results.is_empty() => {
+                errors += 1;
+                cases.push_str(&case(format!("<error message=\"{}\"/>", xml_escape(error))));
+            }
+            (Some(_), _) => {
+                skipped += 1;
+                cases.push_str(&case(format!(
+                    "<skipped message=\"not run: `{}` could not run before it\"/>",
+                    xml_escape(unrun[0])
+                )));
+            }
+            (None, Some(failed)) => {
+                skipped += 1;
+                cases.push_str(&case(format!(
+                    "<skipped message=\"not run: `{}` failed before it\"/>",
+                    xml_escape(failed)
+                )));
+            }
+            (None, None) => {
+                skipped += 1;
+                cases.push_str(&case(
+                    "<skipped message=\"not run: the run stopped before it\"/>".to_string(),
+                ));
+            }
+        }
+    }
+    (unrun.len(), errors, skipped)
 }
 
 #[cfg(test)]
@@ -157,12 +198,76 @@ mod tests {
             "{xml}"
         );
         assert!(
-            xml.contains("tests=\"3\" failures=\"1\" errors=\"1\" skipped=\"1\""),
+            xml.contains("tests=\"2\" failures=\"1\" errors=\"1\" skipped=\"0\""),
             "{xml}"
         );
-        assert!(xml.contains("name=\"never ran\">\n      <skipped"), "{xml}");
+        // The test the interrupt stopped before carries the interrupt; no case is invented.
+        assert!(
+            xml.contains("name=\"never ran\">\n      <error message=\"interrupted"),
+            "{xml}"
+        );
+        assert!(!xml.contains("name=\"smoke\""), "{xml}");
         assert!(
             xml.contains("<property name=\"emulated\" value=\"true\"/>"),
+            "{xml}"
+        );
+    }
+
+    fn result(name: &str, passed: bool) -> build::SmokeResult {
+        build::SmokeResult {
+            name: name.into(),
+            passed,
+            exit_code: i64::from(!passed),
+            seconds: 0.1,
+            output: String::new(),
+            logs: Vec::new(),
+            emulated: false,
+        }
+    }
+
+    #[test]
+    fn every_declared_test_is_a_case_with_its_own_reason() {
+        let name = Name::try_from("img".to_string()).unwrap();
+        let declared = ["a", "b", "c"];
+        // Nothing could run on the node: every test carries why.
+        let unreachable = Err(Error::usage("node `n1` cannot be reached"));
+        let xml = junit_suite(&name, &name, &declared, &[], &unreachable);
+        assert_eq!(xml.matches("cannot be reached").count(), 3, "{xml}");
+        assert!(
+            xml.contains("tests=\"3\" failures=\"0\" errors=\"3\" skipped=\"0\""),
+            "{xml}"
+        );
+        // A test failed: the ones after it are skipped, naming it.
+        let failed = Err(Error::SmokeFailed {
+            image: "img".into(),
+            smoke: "a".into(),
+            node: "n1".into(),
+            code: 1,
+            output: String::new(),
+        });
+        let xml = junit_suite(&name, &name, &declared, &[result("a", false)], &failed);
+        assert_eq!(
+            xml.matches("not run: `a` failed before it").count(),
+            2,
+            "{xml}"
+        );
+        assert!(
+            xml.contains("tests=\"3\" failures=\"1\" errors=\"0\" skipped=\"2\""),
+            "{xml}"
+        );
+        // A test the engine refused to start is an error; the rest are skipped, naming it.
+        let refused = Err(Error::usage("smoke test `b` could not run `x`"));
+        let xml = junit_suite(&name, &name, &declared, &[result("a", true)], &refused);
+        assert!(
+            xml.contains("name=\"b\">\n      <error message=\"smoke test `b` could not run"),
+            "{xml}"
+        );
+        assert!(
+            xml.contains("not run: `b` could not run before it"),
+            "{xml}"
+        );
+        assert!(
+            xml.contains("tests=\"3\" failures=\"0\" errors=\"1\" skipped=\"1\""),
             "{xml}"
         );
     }
