@@ -175,6 +175,18 @@ fn api_number(text: &str) -> Option<(usize, usize)> {
 }
 
 impl EngineVersion {
+    /// Whether the engine's own version (`28.5.2+dfsg4`, `v26.1.5`) is `major.minor` or
+    /// newer; false when it does not read as one.
+    pub fn at_least(&self, major: u64, minor: u64) -> bool {
+        let text = self.version.trim().trim_start_matches('v');
+        let mut parts = text.split(|c: char| !c.is_ascii_digit());
+        let number = |part: Option<&str>| part.and_then(|p| p.parse::<u64>().ok());
+        match (number(parts.next()), number(parts.next())) {
+            (Some(a), Some(b)) => (a, b) >= (major, minor),
+            _ => false,
+        }
+    }
+
     /// The newest API version both the engine and hallmark (`newest`) speak, or none if the
     /// engine did not say or needs a newer one than hallmark speaks.
     pub fn usable_api(&self, newest: &bollard::ClientVersion) -> Option<String> {
@@ -383,6 +395,20 @@ mod tests {
         assert_eq!(exit.error(), Some("boom"));
         let exit: ContainerExit = serde_json::from_str(r#"{"Error":null}"#).unwrap();
         assert_eq!((exit.status_code, exit.error()), (0, None));
+    }
+
+    #[test]
+    fn an_engine_version_is_compared_by_its_numbers() {
+        let version = |v: &str| EngineVersion {
+            version: v.into(),
+            ..EngineVersion::default()
+        };
+        assert!(version("28.5.2+dfsg4").at_least(28, 3));
+        assert!(version("28.3.0").at_least(28, 3));
+        assert!(!version("28.2.2").at_least(28, 3));
+        assert!(!version("26.1.5+dfsg1").at_least(28, 3));
+        assert!(version("v29.0.1").at_least(28, 3));
+        assert!(!version("").at_least(28, 3));
     }
 
     #[test]

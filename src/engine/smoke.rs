@@ -100,6 +100,24 @@ impl Gpus {
     }
 }
 
+/// How a Docker engine gives GPUs, chosen by what it can give, not by what it is set up with:
+/// Docker 28.3+ reads CDI by default and lists the CDI devices it found; with none found for
+/// NVIDIA GPUs (no `nvidia-ctk cdi generate` was run) and an `nvidia` runtime, the runtime is
+/// the way that reaches them. An engine without CDI spec dirs and with the runtime, the same.
+fn docker_device_way(info: &super::EngineInfo, version: &super::EngineVersion) -> DeviceWay {
+    let nvidia_cdi = info.discovered_devices.iter().any(|d| {
+        d.get("ID")
+            .and_then(serde_json::Value::as_str)
+            .is_some_and(|id| id.starts_with("nvidia.com/gpu="))
+    });
+    let lists_devices = version.at_least(28, 3);
+    let runtime = info.runtimes.contains_key("nvidia");
+    match runtime && (info.cdi_spec_dirs.is_empty() || (lists_devices && !nvidia_cdi)) {
+        true => DeviceWay::Nvidia,
+        false => DeviceWay::Cdi,
+    }
+}
+
 /// What a node lacks, in plain words, from the engine's refusal of a device request.
 pub fn lacking(way: DeviceWay, engine_said: &str) -> String {
     let said = engine_said.to_ascii_lowercase();
@@ -108,7 +126,9 @@ pub fn lacking(way: DeviceWay, engine_said: &str) -> String {
             "no NVIDIA runtime (the engine has no CDI and no `nvidia` device driver): {engine_said}"
         ),
         DeviceWay::Cdi | DeviceWay::Libpod if said.contains("unresolvable cdi devices") => {
-            format!("no CDI device of that name: {engine_said}")
+            format!(
+                "no CDI device of that name (on an NVIDIA node, `nvidia-ctk cdi generate --output=/etc/cdi/nvidia.yaml` writes the spec of its GPUs): {engine_said}"
+            )
         }
         DeviceWay::Cdi
             if said.contains("could not select device driver") || said.contains("cdi") =>
@@ -258,12 +278,7 @@ impl Engine {
             return Ok(DeviceWay::Libpod);
         }
         let info = self.info().await?;
-        Ok(
-            match info.cdi_spec_dirs.is_empty() && info.runtimes.contains_key("nvidia") {
-                true => DeviceWay::Nvidia,
-                false => DeviceWay::Cdi,
-            },
-        )
+        Ok(docker_device_way(&info, &self.version))
     }
 
     async fn serve_and_probe(
@@ -681,6 +696,51 @@ mod tests {
         let served = create_body("i", &run, &["/entry".into(), "--port".into(), "1".into()]);
         assert_eq!(served["Entrypoint"], serde_json::json!(["/entry"]));
         assert_eq!(served["Cmd"], serde_json::json!(["--port", "1"]));
+    }
+
+    #[test]
+    fn the_gpu_way_is_what_the_engine_can_give() {
+        let info = |dirs: bool, runtime: bool, devices: &[&str]| {
+            let mut info = crate::engine::EngineInfo::default();
+            if dirs {
+                info.cdi_spec_dirs = vec!["/etc/cdi".into()];
+            }
+            if runtime {
+                info.runtimes.insert("nvidia".into(), serde_json::json!({}));
+            }
+            info.discovered_devices = devices
+                .iter()
+                .map(|id| serde_json::json!({"Source": "cdi", "ID": id}))
+                .collect();
+            info
+        };
+        let version = |v: &str| crate::engine::EngineVersion {
+            version: v.into(),
+            ..Default::default()
+        };
+        let (new, old) = (version("28.5.2"), version("26.1.5"));
+        // 28.3+: CDI on by default; no NVIDIA device found, the runtime works: the runtime.
+        assert_eq!(
+            docker_device_way(&info(true, true, &[]), &new),
+            DeviceWay::Nvidia
+        );
+        assert_eq!(
+            docker_device_way(&info(true, true, &["nvidia.com/gpu=0"]), &new),
+            DeviceWay::Cdi
+        );
+        assert_eq!(
+            docker_device_way(&info(true, false, &[]), &new),
+            DeviceWay::Cdi
+        );
+        // Before 28.3 the engine lists nothing: spec dirs mean CDI was set up.
+        assert_eq!(
+            docker_device_way(&info(true, true, &[]), &old),
+            DeviceWay::Cdi
+        );
+        assert_eq!(
+            docker_device_way(&info(false, true, &[]), &old),
+            DeviceWay::Nvidia
+        );
     }
 
     #[test]
