@@ -54,14 +54,29 @@ pub(super) fn run(
         }
     }
     if settings.output.json {
-        let rows: Vec<_> = (nodes.iter().zip(&runs))
-            .flat_map(|(node, (results, _))| {
-                results.iter().map(move |r| NodeResult {
+        let builder = &settings.config.builder.name;
+        let mut rows: Vec<serde_json::Value> = Vec::new();
+        for (node, (results, outcome)) in nodes.iter().zip(&runs) {
+            rows.extend(results.iter().map(|r| {
+                serde_json::to_value(NodeResult {
                     node: node.name.to_string(),
                     result: r,
                 })
-            })
-            .collect();
+                .expect("json")
+            }));
+            // Every test of the spec has its row: those that did not run, with why.
+            let declared = crate::ship::junit::declared(planned, node.name == *builder);
+            for unrun in crate::ship::junit::unrun(&declared, results, outcome) {
+                rows.push(serde_json::json!({
+                    "node": node.name.as_str(),
+                    "name": unrun.name,
+                    "passed": false,
+                    "ran": false,
+                    "error": unrun.error,
+                    "reason": crate::error::plain_text(&unrun.reason),
+                }));
+            }
+        }
         settings.output.json("results", &rows);
     }
     for (node, (results, outcome)) in nodes.iter().zip(runs) {

@@ -32,15 +32,19 @@ pub fn junit_xml(
 ) -> String {
     let suites: String = (nodes.iter().zip(runs))
         .map(|(node, (results, outcome))| {
-            let on_builder = node.name == *builder;
-            let declared: Vec<&str> = (planned.loaded.spec.smokes.iter())
-                .filter(|t| t.runs_on(on_builder))
-                .map(|t| t.name.get_ref().as_str())
-                .collect();
+            let declared = declared(planned, node.name == *builder);
             junit_suite(image, &node.name, &declared, results, outcome)
         })
         .collect();
     format!("<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<testsuites>\n{suites}</testsuites>\n")
+}
+
+/// The names of the image's tests that run on the builder (`on_builder`) or on a node.
+pub fn declared(planned: &PlannedImage, on_builder: bool) -> Vec<&str> {
+    (planned.loaded.spec.smokes.iter())
+        .filter(|t| t.runs_on(on_builder))
+        .map(|t| t.name.get_ref().as_str())
+        .collect()
 }
 
 /// One node's `<testsuite>`.
@@ -101,8 +105,57 @@ fn junit_suite(
     )
 }
 
-/// The testcases of the declared tests that did not run, appended to `cases`: how many, and
-/// how many of them are errors and skipped.
+/// Why a declared test did not run on a node.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct Unrun {
+    pub name: String,
+    /// An error (it could not run: no image, unreachable, refused to start, a signal), or
+    /// skipped (a test before it failed or could not run).
+    pub error: bool,
+    pub reason: String,
+}
+
+/// The declared tests that did not run, each with its own reason: the error that stopped the
+/// run (a test the engine refused to start, the node went away, a signal) is the first unrun
+/// test's, and the ones after it are skipped, naming it; with no result at all, nothing could
+/// run there (no image, unreachable), and that error is every test's; after a failed test,
+/// the rest are skipped naming it.
+pub fn unrun(
+    declared: &[&str],
+    results: &[build::SmokeResult],
+    outcome: &Result<()>,
+) -> Vec<Unrun> {
+    let stopped = match outcome {
+        Err(error) if !matches!(error, Error::SmokeFailed { .. }) => Some(error.to_string()),
+        _ => None,
+    };
+    let failed = results.iter().find(|r| !r.passed).map(|r| r.name.as_str());
+    let names: Vec<&str> = (declared.iter().copied())
+        .filter(|d| !results.iter().any(|r| r.name == *d))
+        .collect();
+    let reason = |i: usize| match (&stopped, failed) {
+        (Some(error), _) if i == 0 || results.is_empty() => (true, error.clone()),
+        (Some(_), _) => (
+            false,
+            format!("not run: `{}` could not run before it", names[0]),
+        ),
+        (None, Some(failed)) => (false, format!("not run: `{failed}` failed before it")),
+        (None, None) => (false, "not run: the run stopped before it".to_string()),
+    };
+    (names.iter().enumerate())
+        .map(|(i, name)| {
+            let (error, reason) = reason(i);
+            Unrun {
+                name: name.to_string(),
+                error,
+                reason,
+            }
+        })
+        .collect()
+}
+
+/// The testcases of the declared tests that did not run (`unrun`), appended to `cases`: how
+/// many, and how many of them are errors and skipped.
 fn unrun_cases(
     image: &str,
     declared: &[&str],
@@ -110,53 +163,23 @@ fn unrun_cases(
     outcome: &Result<()>,
     cases: &mut String,
 ) -> (usize, usize, usize) {
-    // Every test the spec has for this node is a testcase, each with its own reason when it
-    // did not run; none is invented. The error that stopped the run (a test the engine
-    // refused to start, the node went away, a signal) is the first unrun test's; the ones
-    // after it are skipped, naming it; with no result at all, nothing could run there (no
-    // image, unreachable), and that error is every test's.
-    let stopped = match outcome {
-        Err(error) if !matches!(error, Error::SmokeFailed { .. }) => Some(error.to_string()),
-        _ => None,
-    };
-    let failed = results.iter().find(|r| !r.passed).map(|r| r.name.as_str());
-    let unrun: Vec<&str> = (declared.iter().copied())
-        .filter(|d| !results.iter().any(|r| r.name == *d))
-        .collect();
+    let unrun = unrun(declared, results, outcome);
     let (mut errors, mut skipped) = (0, 0);
-    for (i, name) in unrun.iter().enumerate() {
-        let case = |inner: String| {
-            format!(
-                "    <testcase classname=\"{image}\" name=\"{}\">\n      {inner}\n    </testcase>\n",
-                xml_escape(name)
-            )
-        };
-        match (&stopped, failed) {
-            (Some(error), _) if i == 0 || results.is_empty() => {
+    for test in &unrun {
+        let inner = match test.error {
+            true => {
                 errors += 1;
-                cases.push_str(&case(format!("<error message=\"{}\"/>", xml_escape(error))));
+                format!("<error message=\"{}\"/>", xml_escape(&test.reason))
             }
-            (Some(_), _) => {
+            false => {
                 skipped += 1;
-                cases.push_str(&case(format!(
-                    "<skipped message=\"not run: `{}` could not run before it\"/>",
-                    xml_escape(unrun[0])
-                )));
+                format!("<skipped message=\"{}\"/>", xml_escape(&test.reason))
             }
-            (None, Some(failed)) => {
-                skipped += 1;
-                cases.push_str(&case(format!(
-                    "<skipped message=\"not run: `{}` failed before it\"/>",
-                    xml_escape(failed)
-                )));
-            }
-            (None, None) => {
-                skipped += 1;
-                cases.push_str(&case(
-                    "<skipped message=\"not run: the run stopped before it\"/>".to_string(),
-                ));
-            }
-        }
+        };
+        cases.push_str(&format!(
+            "    <testcase classname=\"{image}\" name=\"{}\">\n      {inner}\n    </testcase>\n",
+            xml_escape(&test.name)
+        ));
     }
     (unrun.len(), errors, skipped)
 }

@@ -101,6 +101,25 @@ fn hello_builds_smokes_and_is_up_to_date_the_second_time() {
             && xml.matches("holds no image tagged").count() == 2,
         "{xml}"
     );
+    // And `--json` has a row for each, saying it did not run and why.
+    let missing = project
+        .with_config(&config)
+        .run(&["--json", "smoke", "hello", "--node", "node2"]);
+    assert_eq!(missing.code(), 1, "{}", missing.stderr());
+    let rows = support::document(&missing.stdout());
+    let rows = rows.as_array().unwrap();
+    assert_eq!(rows.len(), 2, "{rows:?}");
+    for row in rows {
+        assert_eq!(row["ran"], false, "{row}");
+        assert_eq!(row["error"], true, "{row}");
+        assert!(
+            row["reason"]
+                .as_str()
+                .unwrap()
+                .contains("holds no image tagged"),
+            "{row}"
+        );
+    }
 }
 
 #[test]
