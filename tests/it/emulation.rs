@@ -117,26 +117,7 @@ fn distribute_refuses_an_image_no_node_can_run_before_sending_it() {
     let testbed = Testbed::get();
     let config = testbed.config();
     let base = format!("hm-s390x-base-{}:latest", support::unique());
-    let helper = concat!(env!("CARGO_MANIFEST_DIR"), "/scripts/testbed.d/mkimage.py");
-    let dir = tempfile::tempdir().unwrap();
-    let (layer, archive) = (dir.path().join("layer.tar"), dir.path().join("image.tar"));
-    let made = std::process::Command::new("sh")
-        .arg("-c")
-        .arg(format!(
-            "/usr/bin/python3 {helper} busybox-layer --busybox /bin/busybox --out {l} && \
-             /usr/bin/python3 {helper} archive --layer {l} --tag {base} --arch s390x --out {a} && \
-             docker -H {e} load -i {a}",
-            l = layer.display(),
-            a = archive.display(),
-            e = testbed.endpoint("builder")
-        ))
-        .output()
-        .unwrap();
-    assert!(
-        made.status.success(),
-        "{}",
-        String::from_utf8_lossy(&made.stderr)
-    );
+    support::load_labelled_base(testbed, &base, "s390x");
     let run = support::unique();
     let project = TestProject::new();
     project

@@ -1097,27 +1097,7 @@ fn the_platform_a_spec_names_is_the_platform_it_gets_or_the_build_says_why_not()
 
     // A parent of the other platform: assembled, and its smoke tests say why they cannot run.
     let base = format!("foreign-base-{}:latest", unique());
-    let helper = concat!(env!("CARGO_MANIFEST_DIR"), "/scripts/testbed.d/mkimage.py");
-    let dir = tempfile::tempdir().unwrap();
-    let (layer, archive) = (dir.path().join("layer.tar"), dir.path().join("image.tar"));
-    let arch = other.rsplit('/').next().unwrap();
-    let made = std::process::Command::new("sh")
-        .arg("-c")
-        .arg(format!(
-            "/usr/bin/python3 {helper} busybox-layer --busybox /bin/busybox --out {l} && \
-             /usr/bin/python3 {helper} archive --layer {l} --tag {base} --arch {arch} --out {a} && \
-             docker -H {e} load -i {a}",
-            l = layer.display(),
-            a = archive.display(),
-            e = testbed.endpoint("builder")
-        ))
-        .output()
-        .unwrap();
-    assert!(
-        made.status.success(),
-        "{}",
-        String::from_utf8_lossy(&made.stderr)
-    );
+    support::load_labelled_base(testbed, &base, other.rsplit('/').next().unwrap());
     let (project, _, _) = busybox_project(
         "foreignsmoke",
         &platform,

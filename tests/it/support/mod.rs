@@ -527,6 +527,31 @@ pub fn hello_pins() -> &'static str {
     })
 }
 
+/// Loads onto the builder `tag`: the host's busybox in an image whose config says `arch`
+/// (a stand-in for an image of another platform: its code is the host's, its platform not).
+pub fn load_labelled_base(testbed: &Testbed, tag: &str, arch: &str) {
+    let helper = concat!(env!("CARGO_MANIFEST_DIR"), "/scripts/testbed.d/mkimage.py");
+    let dir = tempfile::tempdir().unwrap();
+    let (layer, archive) = (dir.path().join("layer.tar"), dir.path().join("image.tar"));
+    let made = Command::new("sh")
+        .arg("-c")
+        .arg(format!(
+            "/usr/bin/python3 {helper} busybox-layer --busybox /bin/busybox --out {l} && \
+             /usr/bin/python3 {helper} archive --layer {l} --tag {tag} --arch {arch} --out {a} && \
+             docker -H {e} load -i {a}",
+            l = layer.display(),
+            a = archive.display(),
+            e = testbed.endpoint("builder")
+        ))
+        .output()
+        .unwrap();
+    assert!(
+        made.status.success(),
+        "{}",
+        String::from_utf8_lossy(&made.stderr)
+    );
+}
+
 /// A fresh unique word, so tests sharing a builder never share a checksum.
 pub fn unique() -> String {
     use std::sync::atomic::{AtomicU32, Ordering};
