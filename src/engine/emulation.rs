@@ -91,15 +91,13 @@ pub fn probe_archive(platform: &str, program: &[u8]) -> Result<Vec<u8>> {
     use sha2::Digest;
     let (os, arch) = platform.split_once('/').unwrap_or(("linux", platform));
     let arch = arch.split('/').next().unwrap_or(arch);
+    // Through the project's one deterministic tar writer, as every archive hallmark writes.
+    use crate::oci::tar::{self, EntryType};
     let tar = |entries: &[(&str, &[u8], u32)]| -> std::io::Result<Vec<u8>> {
         let mut builder = tar::Builder::new(Vec::new());
         for (path, data, mode) in entries {
-            let mut header = tar::Header::new_ustar();
-            header.set_size(data.len() as u64);
-            header.set_mode(*mode);
-            header.set_mtime(0);
-            header.set_entry_type(tar::EntryType::Regular);
-            builder.append_data(&mut header, path, *data)?;
+            let header = tar::header(EntryType::Regular, *mode, data.len() as u64, 0);
+            tar::append(&mut builder, header, path, *data)?;
         }
         builder.into_inner()
     };
